@@ -1,0 +1,67 @@
+# graphpass developer entry points. `make demo` and `make test` set everything up
+# on a fresh machine (Python 3.10+ with venv): nothing needs installing by hand.
+
+PYTHON      ?= python3
+VENV        := .venv
+ORT_VENV    := .venv-ort-training
+BIN         := $(VENV)/bin
+STAMP       := $(VENV)/.graphpass-installed
+ORT_STAMP   := $(ORT_VENV)/.graphpass-installed
+PIP_FLAGS   := --disable-pip-version-check --quiet
+# torch 2.13.0 is the local CPU wheel; any other torch spec downloads gigabytes.
+TORCH       := torch==2.13.0
+ORT_TRAINING := onnxruntime-training==1.19.2
+PYTEST_ARGS ?=
+
+.PHONY: help demo test lint typecheck docs bench clean venv ort-venv
+
+help:
+	@echo "make demo   - set up and run the demo on the bundled examples"
+	@echo "make test   - set up and run lint, type checks, docs build and the whole test suite"
+	@echo "make bench  - run the benchmarks (slow) and print ratios against peer tools"
+	@echo "make docs   - build the documentation (mkdocs --strict)"
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install $(PIP_FLAGS) --upgrade pip
+	$(BIN)/pip install $(PIP_FLAGS) $(TORCH)
+	$(BIN)/pip install $(PIP_FLAGS) -e '.[dev,torch]' transformers
+	touch $@
+
+# A second environment for onnxruntime-training: it ships its own `onnxruntime`
+# module (which would clash with onnxruntime) and imports torch. Tests that compare
+# our verdicts with it are skipped, with the reason shown, if it cannot be built.
+ort-venv: $(ORT_STAMP)
+
+$(ORT_STAMP): pyproject.toml
+	@( test -x $(ORT_VENV)/bin/python || $(PYTHON) -m venv $(ORT_VENV) ) && \
+	$(ORT_VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip && \
+	$(ORT_VENV)/bin/pip install $(PIP_FLAGS) $(TORCH) $(ORT_TRAINING) && \
+	$(ORT_VENV)/bin/pip install $(PIP_FLAGS) -e . && \
+	$(ORT_VENV)/bin/python -c "import onnxruntime.training.artifacts" && \
+	touch $@ || echo "WARNING: could not build $(ORT_VENV); onnxruntime-training tests will be skipped"
+
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check core passes plugins tests benchmarks examples
+	$(BIN)/mypy core
+
+typecheck: lint
+
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
+
+test: $(STAMP) ort-venv
+	$(MAKE) --no-print-directory lint docs
+	GRAPHPASS_ORT_TRAINING_PYTHON=$$(test -f $(ORT_STAMP) && echo $(CURDIR)/$(ORT_VENV)/bin/python) \
+	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) $(ORT_VENV) build site .pytest_cache .mypy_cache .ruff_cache demo-output

@@ -1,0 +1,87 @@
+"""The exceptions graphpass raises on purpose.
+
+Every error that graphpass raises deliberately derives from :class:`GraphpassError`.
+Each one carries three things a person needs: what was wrong, where (a file, a
+node, a function, a pass), and what to do about it. The command line prints
+``str(error)`` and exits with code 2; it never shows a traceback for these.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CheckpointError",
+    "ConfigError",
+    "CycleError",
+    "ExternalDataError",
+    "GraphpassError",
+    "InvalidModelError",
+    "ModelLoadError",
+    "ModelSaveError",
+    "PassError",
+    "PipelineError",
+    "PluginError",
+]
+
+
+class GraphpassError(Exception):
+    """Base class of every error graphpass raises on purpose.
+
+    Attributes:
+        message: What went wrong, in one sentence.
+        where: Where it went wrong (a file, node, function or pass), if known.
+        hint: What the user can do about it, if anything.
+    """
+
+    def __init__(self, message: str, *, where: str | None = None, hint: str | None = None):
+        self.message = message
+        self.where = where
+        self.hint = hint
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        text = self.message
+        if self.where:
+            text = f"{self.where}: {text}"
+        if self.hint:
+            text = f"{text}\n  hint: {self.hint}"
+        return text
+
+
+class ModelLoadError(GraphpassError):
+    """A model file could not be read or parsed."""
+
+
+class ModelSaveError(GraphpassError):
+    """A model could not be written. The output path is left as it was."""
+
+
+class InvalidModelError(GraphpassError):
+    """A model parsed but breaks a rule of the ONNX IR that graphpass relies on."""
+
+
+class CycleError(InvalidModelError):
+    """A graph's nodes depend on each other in a cycle."""
+
+
+class ExternalDataError(GraphpassError):
+    """External tensor data is missing, too short, or points outside the model's folder."""
+
+
+class PipelineError(GraphpassError):
+    """A pipeline cannot be planned: unknown pass, bad option, dependency cycle."""
+
+
+class PassError(GraphpassError):
+    """A pass failed while running. The caller's model is left untouched."""
+
+
+class PluginError(GraphpassError):
+    """A plugin failed to load or gave something graphpass cannot use."""
+
+
+class ConfigError(GraphpassError):
+    """A pipeline file is malformed; the message names the file, line and key."""
+
+
+class CheckpointError(GraphpassError):
+    """A checkpoint could not be read, or its tensors do not fit the model."""

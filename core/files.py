@@ -1,0 +1,385 @@
+"""Reading and writing model files.
+
+:func:`load` parses the model and references external data without reading it.
+:func:`save` writes atomically: every file goes to a temporary name in the target
+folder and is renamed into place only when everything has been written, so a
+failed or interrupted save leaves no partial file and never touches the input.
+External data stays external: data files next to the output are referenced in
+place, others are copied or streamed chunk by chunk, so peak memory stays near
+the largest single tensor, not the model size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Final
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from graphpass.errors import ExternalDataError, GraphpassError, ModelLoadError, ModelSaveError
+from graphpass.ir import Model, Tensor
+from graphpass.proto import model_from_proto, model_to_proto
+
+__all__ = ["AUTO_EXTERNAL_BYTES", "load", "save"]
+
+AUTO_EXTERNAL_BYTES: Final = 512 * 1024 * 1024
+"""With ``external_data=None``, weights go to a data file when they add up to more than this."""
+
+_PROTOBUF_LIMIT: Final = 2**31 - 1
+_ALIGN_SMALL: Final = 64
+_ALIGN_LARGE: Final = 64 * 1024
+_LARGE_TENSOR: Final = 1024 * 1024
+
+
+def load(path: str | os.PathLike[str], *, check_external_data: bool = True) -> Model:
+    """Load an ONNX model without reading its external weights.
+
+    Args:
+        path: The ``.onnx`` file.
+        check_external_data: Check that every external data file exists and is long
+            enough (a ``stat``, not a read).
+
+    Returns:
+        The model. Its ``source_path`` and ``base_dir`` point at the file and folder.
+
+    Raises:
+        ModelLoadError: The file is missing, unreadable, empty, or not an ONNX model.
+        ExternalDataError: External data is missing, too short, or outside the folder.
+        InvalidModelError: The model breaks a rule the IR relies on.
+    """
+    file_path = Path(path)
+    where = str(file_path)
+    if not file_path.exists():
+        raise ModelLoadError("no such file", where=where,
+                             hint="check the path; graphpass reads .onnx model files")
+    if file_path.is_dir():
+        raise ModelLoadError("is a folder, not a model file", where=where)
+    try:
+        data = file_path.read_bytes()
+    except OSError as error:
+        raise ModelLoadError(f"cannot be read ({error.strerror})", where=where) from None
+    if not data:
+        raise ModelLoadError("the file is empty", where=where,
+                             hint="the model was not written completely; export it again")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError, RecursionError) as error:
+        raise ModelLoadError(
+            f"not an ONNX model, or truncated ({_short(error)})",
+            where=where,
+            hint="check that this is an .onnx file and that it was copied completely",
+        ) from None
+    del data
+    if proto.ir_version <= 0 or not proto.HasField("graph"):
+        raise ModelLoadError(
+            "not an ONNX model: it has no IR version or no graph",
+            where=where,
+            hint="check that this is an .onnx file and that it was copied completely",
+        )
+    try:
+        model = model_from_proto(proto, file_path.resolve().parent)
+        if check_external_data:
+            for graph in model.graphs():
+                for tensor in graph.initializers.values():
+                    tensor.check_data()
+    except GraphpassError as error:
+        raise type(error)(error.message, where=_join(where, error.where),
+                          hint=error.hint) from None
+    except RecursionError:
+        raise ModelLoadError("the model nests subgraphs too deeply to process",
+                             where=where) from None
+    model.source_path = file_path.resolve()
+    return model
+
+
+def save(
+    model: Model,
+    path: str | os.PathLike[str],
+    *,
+    external_data: bool | None = None,
+    location: str | None = None,
+    size_threshold: int = 1024,
+    overwrite_input: bool = False,
+) -> Path:
+    """Write a model atomically, keeping external data external.
+
+    Args:
+        model: The model.
+        path: The output ``.onnx`` file.
+        external_data: ``True`` puts every tensor of at least ``size_threshold`` bytes in
+            a data file; ``False`` embeds everything (models under 2 GB only); ``None``
+            (the default) keeps external data external and embeds in-memory tensors
+            unless the weights add up to more than :data:`AUTO_EXTERNAL_BYTES`.
+        location: The data file's name, relative to the output folder; by default
+            ``<output file name>.data``.
+        size_threshold: Tensors smaller than this stay embedded.
+        overwrite_input: Allow ``path`` to be the file the model was loaded from.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ModelSaveError: The model cannot be written; nothing was changed on disk.
+    """
+    out_path = Path(path)
+    where = str(out_path)
+    if model.source_path is not None and not overwrite_input and _same_file(out_path,
+                                                                             model.source_path):
+        raise ModelSaveError(
+            "refusing to overwrite the input model",
+            where=where,
+            hint="write to another path, or ask for it explicitly (overwrite_input=True, "
+                 "or --in-place on the command line)",
+        )
+    out_dir = out_path.parent
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ModelSaveError(f"cannot create the folder ({error.strerror})", where=where) from None
+    data_name = location or f"{out_path.name}.data"
+    if Path(data_name).is_absolute() or ".." in Path(data_name).parts:
+        raise ModelSaveError(f"external data location {data_name!r} must be a plain relative path",
+                             where=where)
+    plan = _plan_tensors(model, out_dir.resolve(), out_dir / data_name, data_name,
+                         external_data, size_threshold)
+    with _Transaction(out_dir) as transaction:
+        try:
+            emitted = _write_data(plan, transaction, where)
+            proto = model_to_proto(model, lambda tensor: emitted[id(tensor)])
+            size = proto.ByteSize()
+            if size > _PROTOBUF_LIMIT:
+                raise ModelSaveError(
+                    f"the model is {size / 2**30:.1f} GiB, over protobuf's 2 GiB limit",
+                    where=where,
+                    hint="save with external_data=True (weights go to a separate file)",
+                )
+            model_tmp = transaction.new_file(out_path.name)
+            with open(model_tmp, "wb") as handle:
+                handle.write(proto.SerializeToString())
+                _sync(handle)
+            transaction.commit_order.append((model_tmp, out_path))
+        except GraphpassError as error:
+            if isinstance(error, ModelSaveError):
+                raise
+            raise ModelSaveError(error.message, where=_join(where, error.where),
+                                 hint=error.hint) from None
+        except OSError as error:
+            raise ModelSaveError(f"cannot write ({error.strerror or error})", where=where) from None
+    return out_path
+
+
+# ===================================================================== planning
+@dataclass
+class _Plan:
+    embed: list[Tensor] = field(default_factory=list)
+    keep: list[Tensor] = field(default_factory=list)
+    copy_files: dict[Path, list[Tensor]] = field(default_factory=dict)
+    stream: list[Tensor] = field(default_factory=list)
+    data_path: Path = Path()
+    data_name: str = ""
+
+
+def _all_tensors(model: Model) -> Iterator[Tensor]:
+    for graph in model.graphs():
+        yield from graph.initializers.values()
+
+
+def _plan_tensors(model: Model, out_dir: Path, data_path: Path, data_name: str,
+                  external_data: bool | None, size_threshold: int) -> _Plan:
+    tensors = list({id(t): t for t in _all_tensors(model)}.values())
+    plan = _Plan(data_path=data_path, data_name=data_name)
+    if external_data is None:
+        external_data_mode = any(t.is_external for t in tensors) or (
+            sum(t.nbytes for t in tensors) > AUTO_EXTERNAL_BYTES)
+    else:
+        external_data_mode = external_data
+    by_file: dict[Path, list[Tensor]] = {}
+    for tensor in tensors:
+        if not external_data_mode or tensor.nbytes < size_threshold and not tensor.is_external:
+            plan.embed.append(tensor)
+        elif tensor.is_external and tensor.proto is not None:
+            by_file.setdefault(_resolved(tensor.external_path), []).append(tensor)
+        else:
+            plan.stream.append(tensor)
+    if not external_data_mode:
+        return plan
+    target = _resolved(data_path)
+    for source, group in by_file.items():
+        location = _proto_location(group[0])
+        if source.parent == out_dir and source != target:
+            plan.keep.extend(group)  # already next to the output: reference in place
+        elif source == target and not plan.stream:
+            plan.keep.extend(group)
+        elif source != target and (out_dir / location).resolve() != target and \
+                _mostly_used(source, group) and _location_free(out_dir, location, by_file):
+            plan.copy_files[source] = group  # copy the whole file under the same name
+        else:
+            plan.stream.extend(group)
+    if any(_resolved(t.external_path) == target for t in plan.keep) and plan.stream:
+        # The data file being written is referenced in place: rewrite it in full.
+        moved = [t for t in plan.keep if _resolved(t.external_path) == target]
+        plan.keep = [t for t in plan.keep if _resolved(t.external_path) != target]
+        plan.stream = moved + plan.stream
+    return plan
+
+
+def _proto_location(tensor: Tensor) -> str:
+    assert tensor.proto is not None
+    for entry in tensor.proto.external_data:
+        if entry.key == "location":
+            return entry.value
+    return ""
+
+
+def _mostly_used(source: Path, group: list[Tensor]) -> bool:
+    try:
+        size = source.stat().st_size
+    except OSError:
+        return False
+    return sum(t.nbytes for t in group) >= 0.9 * size
+
+
+def _location_free(out_dir: Path, location: str, by_file: dict[Path, list[Tensor]]) -> bool:
+    destination = (out_dir / location).resolve()
+    return destination not in by_file and (destination.parent == out_dir or
+                                           out_dir in destination.parents)
+
+
+# ====================================================================== writing
+def _write_data(plan: _Plan, transaction: _Transaction, where: str) -> dict[int, onnx.TensorProto]:
+    emitted: dict[int, onnx.TensorProto] = {}
+    for tensor in plan.embed:
+        emitted[id(tensor)] = tensor.to_embedded_proto() if tensor.is_external \
+            else tensor.to_proto()
+    for tensor in plan.keep:
+        assert tensor.proto is not None
+        emitted[id(tensor)] = tensor.proto
+    for source, group in plan.copy_files.items():
+        location = _proto_location(group[0])
+        destination = transaction.out_dir / location
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        tmp = transaction.new_file(destination.name, folder=destination.parent)
+        try:
+            shutil.copyfile(source, tmp)
+        except OSError as error:
+            raise ExternalDataError(f"cannot copy external data file {str(source)!r} "
+                                    f"({error.strerror})") from None
+        transaction.commit_order.append((tmp, destination))
+        for tensor in group:
+            assert tensor.proto is not None
+            emitted[id(tensor)] = tensor.proto
+    if plan.stream:
+        tmp = transaction.new_file(plan.data_path.name)
+        with open(tmp, "wb") as handle:
+            for tensor in plan.stream:
+                emitted[id(tensor)] = _stream_tensor(tensor, handle, plan.data_name)
+            _sync(handle)
+        transaction.commit_order.insert(0, (tmp, plan.data_path))
+    return emitted
+
+
+def _stream_tensor(tensor: Tensor, handle: BinaryIO, location: str) -> onnx.TensorProto:
+    align = _ALIGN_LARGE if tensor.nbytes >= _LARGE_TENSOR else _ALIGN_SMALL
+    offset = handle.tell()
+    if offset % align:
+        handle.write(b"\0" * (align - offset % align))
+        offset = handle.tell()
+    written = 0
+    for chunk in tensor.iter_bytes():
+        handle.write(chunk)
+        written += len(chunk)
+    proto = onnx.TensorProto(name=tensor.name, data_type=tensor.dtype, dims=tensor.shape)
+    original = tensor.proto
+    if original is not None:
+        if original.HasField("doc_string"):
+            proto.doc_string = original.doc_string
+        proto.metadata_props.extend(original.metadata_props)
+    proto.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", str(offset)),
+                       ("length", str(written))):
+        proto.external_data.add(key=key, value=value)
+    return proto
+
+
+class _Transaction:
+    """Temporary files in the output folder, renamed into place only on success."""
+
+    def __init__(self, out_dir: Path):
+        self.out_dir = out_dir
+        self.temporaries: list[Path] = []
+        self.commit_order: list[tuple[Path, Path]] = []
+
+    def new_file(self, final_name: str, folder: Path | None = None) -> Path:
+        handle, name = tempfile.mkstemp(prefix=f".{final_name}.", suffix=".graphpass-tmp",
+                                        dir=folder or self.out_dir)
+        os.close(handle)
+        path = Path(name)
+        self.temporaries.append(path)
+        return path
+
+    def __enter__(self) -> _Transaction:
+        return self
+
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
+        if kind is None:
+            umask = _umask()
+            for tmp, final in self.commit_order:
+                os.chmod(tmp, 0o666 & ~umask)
+                os.replace(tmp, final)
+            _sync_dir(self.out_dir)
+            self.temporaries.clear()
+        for tmp in self.temporaries:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _sync(handle: BinaryIO) -> None:
+    handle.flush()
+    with contextlib.suppress(OSError):
+        os.fsync(handle.fileno())
+
+
+def _sync_dir(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        descriptor = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+# ======================================================================= helpers
+def _resolved(path: Path | None) -> Path:
+    assert path is not None
+    return path.resolve()
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
+    except OSError:
+        return False
+
+
+def _join(outer: str, inner: str | None) -> str:
+    return f"{outer}: {inner}" if inner else outer
+
+
+def _short(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:200]
+

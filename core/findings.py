@@ -1,0 +1,128 @@
+"""Findings: what passes report (errors, warnings, notes) with stable codes.
+
+Codes are stable across releases so that people can search for them, suppress
+them and track them in CI. Ranges:
+
+* ``GP0xx``: the framework (pipelines, plugins, instruments, verification)
+* ``GP1xx``: ``inline-functions``
+* ``GP2xx``: ``reconcile-initializers``
+* ``GP3xx``: ``detect-missing-buffers``
+* ``GP4xx``: ``lint-gradients``
+* ``GP5xx``: hygiene passes (``check``, ``remove-unused``, ``infer-shapes`` ...)
+* ``GP9xx``: third-party plugins (pick a prefix of your own inside it)
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Finding", "Severity", "count_by_severity", "worst_severity"]
+
+
+class Severity(str, enum.Enum):
+    """How bad a finding is."""
+
+    ERROR = "error"
+    """The model is wrong, or will fail where the user means to use it."""
+    WARNING = "warning"
+    """Probably wrong, or surprising; the run goes on."""
+    INFO = "info"
+    """What a pass did or noticed."""
+
+    @property
+    def rank(self) -> int:
+        """2 for errors, 1 for warnings, 0 for notes."""
+        return {"error": 2, "warning": 1, "info": 0}[self.value]
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a pass reports.
+
+    Attributes:
+        code: Stable identifier, e.g. ``GP301``.
+        severity: Error, warning or info.
+        message: What was found, in one or two sentences.
+        pass_name: The pass that reported it.
+        node: The node's name (or ``op_type`` when unnamed), if it concerns a node.
+        function: The function (``domain::name``), if it concerns one or lies inside one.
+        value: The value or initializer name, if it concerns one.
+        hint: What to do about it.
+        graph: Where in nested graphs it lies, e.g. ``main > If 'cond' > then_branch``.
+        data: Further structured details (kept in JSON and SARIF output).
+    """
+
+    code: str
+    severity: Severity
+    message: str
+    pass_name: str = ""
+    node: str | None = None
+    function: str | None = None
+    value: str | None = None
+    hint: str | None = None
+    graph: str | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.severity, Severity):
+            object.__setattr__(self, "severity", Severity(self.severity))
+
+    @property
+    def location(self) -> str:
+        """A short, human-readable description of where the finding applies."""
+        parts = []
+        if self.function:
+            parts.append(f"function {self.function}")
+        if self.graph and self.graph != "main":
+            parts.append(self.graph)
+        if self.node:
+            parts.append(f"node {self.node}")
+        if self.value:
+            parts.append(f"value {self.value}")
+        return ", ".join(parts) or "model"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dictionary (``None`` fields left out)."""
+        result: dict[str, Any] = {
+            "code": self.code,
+            "severity": self.severity.value,
+            "message": self.message,
+            "pass": self.pass_name,
+        }
+        for key in ("node", "function", "value", "graph", "hint"):
+            item = getattr(self, key)
+            if item is not None:
+                result[key] = item
+        if self.data:
+            result["data"] = dict(self.data)
+        return result
+
+    def with_pass(self, pass_name: str) -> Finding:
+        """Return a copy credited to ``pass_name`` (when it has no pass yet)."""
+        if self.pass_name:
+            return self
+        return Finding(self.code, self.severity, self.message, pass_name, self.node,
+                       self.function, self.value, self.hint, self.graph, self.data)
+
+
+def worst_severity(findings: Iterable[Finding]) -> Severity | None:
+    """The most severe severity among ``findings``, or ``None`` if there are none."""
+    worst: Severity | None = None
+    for finding in findings:
+        if worst is None or finding.severity.rank > worst.rank:
+            worst = finding.severity
+    return worst
+
+
+def count_by_severity(findings: Iterable[Finding]) -> dict[Severity, int]:
+    """Count findings per severity (every severity present as a key)."""
+    counts = dict.fromkeys(Severity, 0)
+    for finding in findings:
+        counts[finding.severity] += 1
+    return counts

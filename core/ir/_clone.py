@@ -1,0 +1,125 @@
+"""Deep copies of IR objects.
+
+Tensors and non-graph attribute protos are immutable and shared between the copy
+and the original; everything structural (graphs, nodes, values, declarations) is
+new, so changing the copy never changes the original.
+"""
+
+from __future__ import annotations
+
+from graphpass.ir._attribute import Attribute
+from graphpass.ir._function import Function
+from graphpass.ir._graph import Graph
+from graphpass.ir._model import Model
+from graphpass.ir._node import Node
+
+__all__ = ["clone_function", "clone_graph", "clone_model", "clone_node"]
+
+
+def clone_attribute(attribute: Attribute) -> Attribute:
+    """Copy an attribute; graph values are deep-copied, other values shared."""
+    if not attribute.graphs:
+        return attribute
+    return Attribute(attribute.name, attribute.type, attribute._proto,
+                     [clone_graph(g) for g in attribute.graphs], attribute.ref_attr_name)
+
+
+def clone_node(node: Node) -> Node:
+    """Return a detached copy of ``node`` (subgraphs copied)."""
+    copy = Node.__new__(Node)
+    copy.op_type = node.op_type
+    copy.domain = node.domain
+    copy.overload = node.overload
+    copy.name = node.name
+    copy.doc_string = node.doc_string
+    copy._inputs = node._inputs
+    copy._outputs = node._outputs
+    copy._attributes = {}
+    copy._metadata = dict(node._metadata) if node._metadata is not None else None
+    copy._metadata_proto = node._metadata_proto
+    copy._extra = dict(node._extra) if node._extra else None
+    copy._present_empty = node._present_empty
+    copy._graph = None
+    copy._prev = None
+    copy._next = None
+    copy._captures = None
+    for name, attribute in node._attributes.items():
+        cloned = clone_attribute(attribute)
+        copy._attributes[name] = cloned
+        if cloned.graphs:
+            copy._attach_subgraphs(cloned)
+    return copy
+
+
+def clone_graph(graph: Graph) -> Graph:
+    """Return a deep copy of ``graph`` that belongs to no node, function or model."""
+    copy = Graph(graph.name, doc_string=graph.doc_string)
+    for value in graph._inputs:
+        new_value = copy._value_for(value.name)
+        new_value._info = value._info
+        copy._inputs.append(new_value)
+        copy._input_names[value.name] = copy._input_names.get(value.name, 0) + 1
+    copy._initializers = dict(graph._initializers)
+    copy._sparse_initializers = dict(graph._sparse_initializers)
+    for name in copy._initializers:
+        copy._value_for(name)
+    for name in copy._sparse_initializers:
+        copy._value_for(name)
+    for node in graph:
+        copy.append(clone_node(node))
+    copy.set_outputs([value.name for value in graph._outputs])
+    for value in graph._values.values():
+        if value._info is not None or value._alt_info is not None:
+            new_value = copy._value_for(value.name)
+            new_value._info = value._info
+            new_value._alt_info = dict(value._alt_info) if value._alt_info else None
+    copy._value_info = [copy._values[v.name] for v in graph._value_info]
+    copy._metadata = dict(graph._metadata) if graph._metadata is not None else None
+    copy._metadata_proto = graph._metadata_proto
+    copy._extra = dict(graph._extra) if graph._extra else None
+    copy._present_empty = graph._present_empty
+    copy._version = 0
+    return copy
+
+
+def clone_function(function: Function) -> Function:
+    """Return a deep copy of ``function``, detached from any model."""
+    copy = Function(
+        function.domain,
+        function.name,
+        clone_graph(function.graph),
+        overload=function.overload,
+        attribute_names=function.attribute_names,
+        attribute_defaults=[clone_attribute(a) for a in function.attribute_defaults.values()],
+        opset_imports=function.opset_imports,
+        doc_string=function.doc_string,
+        metadata=function.metadata,
+    )
+    copy._extra = dict(function._extra) if function._extra else None
+    copy._present_empty = function._present_empty
+    copy._opset_protos = function._opset_protos
+    return copy
+
+
+def clone_model(model: Model) -> Model:
+    """Return a deep copy of ``model``; tensors are shared (they are immutable)."""
+    copy = Model(
+        clone_graph(model.graph),
+        ir_version=model.ir_version,
+        opset_imports=model.opset_imports,
+        functions=[clone_function(f) for f in model.functions.values()],
+        producer_name=model.producer_name,
+        producer_version=model.producer_version,
+        domain=model.domain,
+        model_version=model.model_version,
+        doc_string=model.doc_string,
+        metadata=model.metadata,
+    )
+    copy.source_path = model.source_path
+    copy.base_dir = model.base_dir
+    copy._extra = dict(model._extra) if model._extra else None
+    copy._present_empty = model._present_empty
+    copy._opset_protos = model._opset_protos
+    copy._metadata_proto = model._metadata_proto
+    copy._version = 0
+    return copy

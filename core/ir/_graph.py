@@ -1,0 +1,867 @@
+"""Graphs: nodes in order, the values between them, and a networkx view of both.
+
+A :class:`Graph` owns a ``networkx.MultiDiGraph`` (:attr:`Graph.nx`) whose nodes
+are the graph's :class:`~graphpass.Node` objects and whose edges are the uses of
+values: one edge from a value's producer to each consuming node, keyed by
+``(value name, input slot)``. A node that uses a value only inside one of its
+subgraphs gets an edge too, with slot :data:`~graphpass.ir.CAPTURE`, so
+reachability questions can be answered with plain networkx algorithms.
+
+Nodes keep the order they were loaded or inserted in (a linked list), so an
+unchanged model round-trips exactly; :meth:`Graph.topological_order` and
+:meth:`Graph.sort` give or restore a valid execution order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import networkx as nx
+import onnx
+
+from graphpass.errors import CycleError, InvalidModelError
+from graphpass.ir._tensor import Tensor
+from graphpass.ir._value import CAPTURE, Use, Value
+
+if TYPE_CHECKING:
+    from graphpass.ir._function import Function
+    from graphpass.ir._model import Model
+    from graphpass.ir._node import Node
+
+__all__ = ["Graph"]
+
+
+class Graph:
+    """A computation graph: the main graph, a function body, or a subgraph.
+
+    Attributes:
+        name: The graph name.
+        doc_string: The graph's doc string.
+    """
+
+    def __init__(
+        self,
+        name: str = "",
+        *,
+        inputs: Sequence[str | onnx.ValueInfoProto] = (),
+        outputs: Sequence[str | onnx.ValueInfoProto] = (),
+        nodes: Iterable[Node] = (),
+        initializers: Iterable[Tensor] = (),
+        doc_string: str = "",
+    ):
+        """Create a graph.
+
+        Args:
+            name: The graph name.
+            inputs: Input names, or ``ValueInfoProto`` declarations.
+            outputs: Output names, or ``ValueInfoProto`` declarations.
+            nodes: Nodes to append, in order.
+            initializers: Initializer tensors.
+            doc_string: The doc string.
+        """
+        self.name = name
+        self.doc_string = doc_string
+        self._values: dict[str, Value] = {}
+        self._inputs: list[Value] = []
+        self._input_names: dict[str, int] = {}
+        self._outputs: list[Value] = []
+        self._value_info: list[Value] = []
+        self._initializers: dict[str, Tensor] = {}
+        self._sparse_initializers: dict[str, onnx.SparseTensorProto] = {}
+        self._free: dict[str, int] = {}
+        self._nx: nx.MultiDiGraph = nx.MultiDiGraph()
+        self._head: Node | None = None
+        self._tail: Node | None = None
+        self._count = 0
+        self._parent: Node | None = None
+        self._model: Model | None = None
+        self._function: Function | None = None
+        self._version = 0
+        self._metadata: dict[str, str] | None = None
+        self._metadata_proto: Any = None
+        self._extra: dict[str, Any] | None = None
+        self._present_empty: frozenset[str] = frozenset()
+        for item in inputs:
+            self.add_input(item)
+        for tensor in initializers:
+            self.set_initializer(tensor)
+        for node in nodes:
+            self.append(node)
+        self.set_outputs(list(outputs))
+
+    # ================================================================ ownership
+    @property
+    def parent(self) -> Node | None:
+        """The node whose attribute holds this graph, for subgraphs."""
+        return self._parent
+
+    @property
+    def parent_graph(self) -> Graph | None:
+        """The graph enclosing this subgraph, or ``None`` for a top-level graph."""
+        return self._parent._graph if self._parent is not None else None
+
+    @property
+    def root(self) -> Graph:
+        """The outermost graph (the main graph or a function body)."""
+        graph = self
+        while graph._parent is not None and graph._parent._graph is not None:
+            graph = graph._parent._graph
+        return graph
+
+    @property
+    def model(self) -> Model | None:
+        """The model this graph belongs to, if any."""
+        root = self.root
+        if root._model is not None:
+            return root._model
+        if root._function is not None:
+            return root._function._model
+        return None
+
+    @property
+    def function(self) -> Function | None:
+        """The function whose body this graph is (or is nested in), if any."""
+        return self.root._function
+
+    def _touch(self) -> None:
+        self.root._version += 1
+
+    # =================================================================== nodes
+    def __iter__(self) -> Iterator[Node]:
+        """Iterate over the nodes in order. Safe against removing the current node."""
+        node = self._head
+        while node is not None:
+            following = node._next
+            yield node
+            node = following
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def nodes(self) -> list[Node]:
+        """The nodes in order (a new list)."""
+        return list(self)
+
+    def __reversed__(self) -> Iterator[Node]:
+        node = self._tail
+        while node is not None:
+            preceding = node._prev
+            yield node
+            node = preceding
+
+    def append(self, node: Node) -> Node:
+        """Add a node at the end."""
+        self._check_detached(node)
+        node._prev = self._tail
+        node._next = None
+        if self._tail is None:
+            self._head = node
+        else:
+            self._tail._next = node
+        self._tail = node
+        self._attach(node)
+        return node
+
+    def extend(self, nodes: Iterable[Node]) -> None:
+        """Add nodes at the end, in order."""
+        for node in nodes:
+            self.append(node)
+
+    def insert_before(self, anchor: Node, nodes: Node | Iterable[Node]) -> None:
+        """Insert one or more nodes, in order, just before ``anchor``."""
+        self._check_member(anchor)
+        for node in [nodes] if _is_node(nodes) else list(nodes):  # type: ignore[list-item]
+            self._check_detached(node)
+            node._next = anchor
+            node._prev = anchor._prev
+            if anchor._prev is None:
+                self._head = node
+            else:
+                anchor._prev._next = node
+            anchor._prev = node
+            self._attach(node)
+
+    def insert_after(self, anchor: Node, nodes: Node | Iterable[Node]) -> None:
+        """Insert one or more nodes, in order, just after ``anchor``."""
+        self._check_member(anchor)
+        for node in [nodes] if _is_node(nodes) else list(nodes):  # type: ignore[list-item]
+            self._check_detached(node)
+            node._prev = anchor
+            node._next = anchor._next
+            if anchor._next is None:
+                self._tail = node
+            else:
+                anchor._next._prev = node
+            anchor._next = node
+            self._attach(node)
+            anchor = node
+
+    def remove(self, node: Node, *, safe: bool = True) -> None:
+        """Remove a node.
+
+        Args:
+            node: The node to remove.
+            safe: When true (the default), refuse to remove a node whose outputs are
+                still used; when false, those uses become undefined names.
+
+        Raises:
+            ValueError: The node is not in this graph, or (``safe``) its outputs are used.
+        """
+        self._check_member(node)
+        if safe:
+            for name in node._outputs:
+                if name and self._values[name]._uses:
+                    users = ", ".join(_describe_use(u) for u in self._values[name]._uses)
+                    raise ValueError(
+                        f"cannot remove node {node.name or node.op_type!r}: its output "
+                        f"{name!r} is still used by {users}"
+                    )
+        self._detach(node)
+        if node._prev is None:
+            self._head = node._next
+        else:
+            node._prev._next = node._next
+        if node._next is None:
+            self._tail = node._prev
+        else:
+            node._next._prev = node._prev
+        node._prev = node._next = None
+
+    def replace(self, old: Node, new_nodes: Sequence[Node],
+                output_map: Mapping[str, str] | None = None) -> None:
+        """Replace ``old`` by ``new_nodes``, moving the uses of its outputs.
+
+        Args:
+            old: The node to replace.
+            new_nodes: The nodes that take its place (inserted where it was).
+            output_map: For each output of ``old``, the name that now carries it (by
+                default, the new nodes must produce the same output names, and ``old``
+                is removed first so that they can).
+        """
+        self._check_member(old)
+        if output_map is None:
+            anchor = old._next
+            self.remove(old, safe=False)
+            if anchor is None:
+                self.extend(new_nodes)
+            else:
+                self.insert_before(anchor, new_nodes)
+            return
+        self.insert_before(old, new_nodes)
+        for old_name in old._outputs:
+            if old_name and old_name in output_map:
+                self.replace_uses(old_name, output_map[old_name], include_outputs=True)
+        self.remove(old, safe=True)
+
+    def _check_detached(self, node: Node) -> None:
+        if node._graph is not None:
+            raise ValueError(f"{node!r} already belongs to a graph; remove it or copy it first")
+
+    def _check_member(self, node: Node) -> None:
+        if node._graph is not self:
+            raise ValueError(f"{node!r} is not in graph {self.name!r}")
+
+    def _attach(self, node: Node) -> None:
+        node._graph = self
+        self._nx.add_node(node)
+        self._count += 1
+        try:
+            for index, name in enumerate(node._outputs):
+                if name:
+                    self._define_output(name, node, index)
+        except InvalidModelError:
+            for name in node._outputs:
+                value = self._values.get(name) if name else None
+                if value is not None and value._producer is node:
+                    self._undefine_output(name, node)
+            self._nx.remove_node(node)
+            self._count -= 1
+            node._graph = None
+            raise
+        for slot, name in enumerate(node._inputs):
+            if name:
+                self._use(name, node, slot)
+        if node._captures:
+            for name in node._captures:
+                self._use(name, node, CAPTURE)
+        self._touch()
+
+    def _detach(self, node: Node) -> None:
+        for slot, name in enumerate(node._inputs):
+            if name:
+                self._unuse(name, node, slot)
+        if node._captures:
+            for name in node._captures:
+                self._unuse(name, node, CAPTURE)
+        for name in node._outputs:
+            if name:
+                self._undefine_output(name, node)
+        self._nx.remove_node(node)
+        self._count -= 1
+        node._graph = None
+        self._touch()
+
+    # ================================================================== values
+    @property
+    def values(self) -> Mapping[str, Value]:
+        """Every value this graph knows, by name (read-only)."""
+        return MappingProxyType(self._values)
+
+    def value(self, name: str) -> Value:
+        """Return the value called ``name``.
+
+        Raises:
+            KeyError: No value of that name in this graph.
+        """
+        return self._values[name]
+
+    def producer(self, name: str) -> Node | None:
+        """Return the node that produces ``name`` in this graph, or ``None``."""
+        value = self._values.get(name)
+        return value._producer if value is not None else None
+
+    def consumers(self, name: str) -> list[Node]:
+        """Return the distinct nodes that use ``name`` (inputs and subgraph captures)."""
+        value = self._values.get(name)
+        return value.consumers() if value is not None else []
+
+    def uses(self, name: str) -> tuple[Use, ...]:
+        """Return every use of ``name``: node inputs, captures, graph outputs."""
+        value = self._values.get(name)
+        return value.uses if value is not None else ()
+
+    def is_used(self, name: str) -> bool:
+        """Whether anything uses ``name`` (a node, a subgraph, or the graph outputs)."""
+        value = self._values.get(name)
+        return value is not None and bool(value._uses)
+
+    def _is_defined(self, name: str) -> bool:
+        value = self._values.get(name)
+        return (
+            (value is not None and value._producer is not None)
+            or name in self._initializers
+            or name in self._input_names
+            or name in self._sparse_initializers
+        )
+
+    def is_defined(self, name: str) -> bool:
+        """Whether this graph defines ``name`` (input, initializer, or node output)."""
+        return self._is_defined(name)
+
+    def resolve(self, name: str) -> Value | None:
+        """Find the value ``name`` refers to here, searching enclosing scopes outward."""
+        graph: Graph | None = self
+        while graph is not None:
+            if graph._is_defined(name):
+                return graph._values[name] if name in graph._values else None
+            graph = graph.parent_graph
+        return None
+
+    @property
+    def free_names(self) -> tuple[str, ...]:
+        """Names used in this graph (or its subgraphs) that it does not define.
+
+        In a subgraph these come from enclosing scopes; in a top-level graph they are
+        undefined.
+        """
+        return tuple(self._free)
+
+    def _value_for(self, name: str) -> Value:
+        value = self._values.get(name)
+        if value is None:
+            value = self._values[name] = Value(self, name)
+        return value
+
+    def _use(self, name: str, node: Node | None, slot: int) -> None:
+        value = self._values.get(name)
+        if value is None:
+            value = self._values[name] = Value(self, name)
+        value._uses.append(Use(node, slot))
+        producer = value._producer
+        if producer is not None:
+            if node is not None:
+                self._nx.add_edge(producer, node, key=(name, slot))
+        elif not self._is_defined(name):
+            self._free_changed(name, +1)
+
+    def _unuse(self, name: str, node: Node | None, slot: int) -> None:
+        value = self._values[name]
+        uses = value._uses
+        for position in range(len(uses) - 1, -1, -1):
+            use = uses[position]
+            if use.node is node and use.slot == slot:
+                del uses[position]
+                break
+        else:  # pragma: no cover - internal consistency
+            raise AssertionError(f"use of {name!r} not found")
+        producer = value._producer
+        if producer is not None:
+            if node is not None:
+                self._nx.remove_edge(producer, node, key=(name, slot))
+        elif not self._is_defined(name):
+            self._free_changed(name, -1)
+
+    def _capture(self, name: str, node: Node) -> None:
+        self._use(name, node, CAPTURE)
+
+    def _release(self, name: str, node: Node) -> None:
+        self._unuse(name, node, CAPTURE)
+
+    def _free_changed(self, name: str, delta: int) -> None:
+        old = self._free.get(name, 0)
+        new = old + delta
+        if new:
+            self._free[name] = new
+        else:
+            del self._free[name]
+        parent = self._parent
+        if parent is not None:
+            if old == 0 and new > 0:
+                parent._capture_changed(name, +1)
+            elif old > 0 and new == 0:
+                parent._capture_changed(name, -1)
+
+    def _became_defined(self, value: Value) -> None:
+        """Bookkeeping when ``value`` gains its first definition."""
+        count = self._free.pop(value.name, 0)
+        if count and self._parent is not None:
+            self._parent._capture_changed(value.name, -1)
+
+    def _became_undefined(self, value: Value) -> None:
+        """Bookkeeping when ``value`` loses its last definition."""
+        if value._uses:
+            self._free[value.name] = len(value._uses)
+            if self._parent is not None:
+                self._parent._capture_changed(value.name, +1)
+
+    def _define_output(self, name: str, node: Node, index: int) -> None:
+        value = self._values.get(name)
+        if value is None:
+            value = self._values[name] = Value(self, name)
+        elif self._is_defined(name):
+            raise InvalidModelError(
+                f"value {name!r} is defined twice: by {_describe_definition(self, name)} and "
+                f"as output {index} of node {node.name or node.op_type!r}",
+                where=f"graph {self.name!r}",
+                hint="every value name must be defined exactly once (ONNX is SSA)",
+            )
+        value._producer = node
+        value._index = index
+        add_edge = self._nx.add_edge
+        for use in value._uses:
+            if use.node is not None:
+                add_edge(node, use.node, key=(name, use.slot))
+        self._became_defined(value)
+
+    def _undefine_output(self, name: str, node: Node) -> None:
+        value = self._values[name]
+        if value._producer is not node:  # pragma: no cover - internal consistency
+            raise AssertionError(f"{name!r} is not produced by {node!r}")
+        remove_edge = self._nx.remove_edge
+        for use in value._uses:
+            if use.node is not None:
+                remove_edge(node, use.node, key=(name, use.slot))
+        value._producer = None
+        value._index = -1
+        if not self._is_defined(name):
+            self._became_undefined(value)
+
+    # ================================================================== inputs
+    @property
+    def inputs(self) -> tuple[Value, ...]:
+        """The graph inputs, in order."""
+        return tuple(self._inputs)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """The graph input names, in order."""
+        return tuple(v.name for v in self._inputs)
+
+    def add_input(self, item: str | onnx.ValueInfoProto, index: int | None = None) -> Value:
+        """Add a graph input (a name or a full ``ValueInfoProto`` declaration)."""
+        name = item if isinstance(item, str) else item.name
+        value = self._value_for(name)
+        if not isinstance(item, str):
+            value.declare(item)
+        was_defined = self._is_defined(name)
+        if index is None:
+            self._inputs.append(value)
+        else:
+            self._inputs.insert(index, value)
+        self._input_names[name] = self._input_names.get(name, 0) + 1
+        if not was_defined:
+            self._became_defined(value)
+        self._touch()
+        return value
+
+    def remove_input(self, name: str) -> None:
+        """Remove the graph input ``name`` (its uses become undefined unless defined else)."""
+        for position, value in enumerate(self._inputs):
+            if value.name == name:
+                del self._inputs[position]
+                break
+        else:
+            raise KeyError(f"graph {self.name!r} has no input {name!r}")
+        count = self._input_names[name] - 1
+        if count:
+            self._input_names[name] = count
+        else:
+            del self._input_names[name]
+            if not self._is_defined(name):
+                self._became_undefined(self._values[name])
+        self._touch()
+
+    # ================================================================= outputs
+    @property
+    def outputs(self) -> tuple[Value, ...]:
+        """The graph outputs, in order."""
+        return tuple(self._outputs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The graph output names, in order."""
+        return tuple(v.name for v in self._outputs)
+
+    def set_outputs(self, items: Sequence[str | onnx.ValueInfoProto | Value]) -> None:
+        """Replace the graph outputs (names, declarations, or values of this graph)."""
+        for slot, value in enumerate(self._outputs):
+            self._unuse(value.name, None, slot)
+        self._outputs = []
+        for slot, item in enumerate(items):
+            if isinstance(item, Value):
+                name = item.name
+            elif isinstance(item, str):
+                name = item
+            else:
+                name = item.name
+            self._use(name, None, slot)
+            value = self._values[name]
+            if isinstance(item, onnx.ValueInfoProto):
+                value.declare(item)
+            self._outputs.append(value)
+        self._touch()
+
+    def add_output(self, item: str | onnx.ValueInfoProto) -> Value:
+        """Append one graph output."""
+        self.set_outputs([*self._outputs, item])
+        return self._outputs[-1]
+
+    # ============================================================== value_info
+    @property
+    def value_info(self) -> tuple[Value, ...]:
+        """The values that have a ``value_info`` entry, in order."""
+        return tuple(self._value_info)
+
+    def add_value_info(self, info: onnx.ValueInfoProto) -> Value:
+        """Declare a value's type (appends a ``value_info`` entry)."""
+        value = self._value_for(info.name)
+        value.declare(info)
+        if not any(v is value for v in self._value_info):
+            self._value_info.append(value)
+        self._touch()
+        return value
+
+    def remove_value_info(self, name: str) -> None:
+        """Drop the ``value_info`` entry for ``name`` (if any)."""
+        self._value_info = [v for v in self._value_info if v.name != name]
+        self._touch()
+
+    # ============================================================ initializers
+    @property
+    def initializers(self) -> Mapping[str, Tensor]:
+        """The initializers by name, in order (read-only; see :meth:`set_initializer`)."""
+        return MappingProxyType(self._initializers)
+
+    @property
+    def sparse_initializers(self) -> Mapping[str, onnx.SparseTensorProto]:
+        """The sparse initializers by name (read-only)."""
+        return MappingProxyType(self._sparse_initializers)
+
+    def set_initializer(self, tensor: Tensor) -> Value:
+        """Add or replace the initializer ``tensor.name``."""
+        name = tensor.name
+        value = self._value_for(name)
+        if value._producer is not None:
+            raise InvalidModelError(
+                f"cannot add initializer {name!r}: node {value._producer.name!r} already "
+                "produces that name",
+                where=f"graph {self.name!r}",
+            )
+        was_defined = self._is_defined(name)
+        self._initializers[name] = tensor
+        if not was_defined:
+            self._became_defined(value)
+        self._touch()
+        return value
+
+    def remove_initializer(self, name: str) -> Tensor:
+        """Remove and return the initializer ``name``."""
+        tensor = self._initializers.pop(name)
+        if not self._is_defined(name):
+            self._became_undefined(self._values[name])
+        self._touch()
+        return tensor
+
+    # ================================================================ rewiring
+    def replace_uses(self, old: str, new: str, *, include_outputs: bool = False) -> int:
+        """Make every use of ``old`` read ``new`` instead.
+
+        Uses inside subgraphs (captures) are rewritten too.
+
+        Args:
+            old: The name whose uses move.
+            new: The name that replaces it (must be visible wherever ``old`` is used).
+            include_outputs: Also replace ``old`` among the graph outputs.
+
+        Returns:
+            The number of uses changed.
+        """
+        value = self._values.get(old)
+        if value is None or old == new:
+            return 0
+        changed = 0
+        for node, slot in list(value._uses):
+            if node is None:
+                if include_outputs:
+                    outputs: list[str | Value] = list(self._outputs)
+                    outputs[slot] = new
+                    self.set_outputs(outputs)
+                    changed += 1
+            elif slot == CAPTURE:
+                for subgraph in list(node.subgraphs()):
+                    if old in subgraph._free:
+                        changed += subgraph.replace_uses(old, new, include_outputs=True)
+            else:
+                node.set_input(slot, new)
+                changed += 1
+        return changed
+
+    def rename_value(self, old: str, new: str) -> None:
+        """Rename a value everywhere in this graph and in subgraphs that capture it.
+
+        Raises:
+            ValueError: ``new`` is already used or defined in this graph.
+        """
+        if old == new:
+            return
+        existing = self._values.get(new)
+        if existing is not None and (existing._uses or self._is_defined(new)):
+            raise ValueError(f"cannot rename {old!r} to {new!r}: {new!r} already exists")
+        value = self._values[old]
+        self.replace_uses(old, new, include_outputs=True)
+        producer = value._producer
+        if producer is not None:
+            outputs = list(producer._outputs)
+            outputs[value._index] = new
+            producer.set_outputs(outputs)
+        if old in self._initializers:
+            tensor = self.remove_initializer(old)
+            self.set_initializer(tensor.with_name(new))
+        if old in self._sparse_initializers:
+            sparse = self._sparse_initializers.pop(old)
+            renamed = onnx.SparseTensorProto()
+            renamed.CopyFrom(sparse)
+            renamed.values.name = new
+            self._sparse_initializers[new] = renamed
+        new_value = self._value_for(new)
+        if value._info is not None and new_value._info is None:
+            new_value.declare(value._info)
+        if old in self._input_names:
+            positions = [i for i, v in enumerate(self._inputs) if v.name == old]
+            for _ in positions:
+                self.remove_input(old)
+            for position in positions:
+                self.add_input(new, position)
+        self._value_info = [new_value if v is value else v for v in self._value_info]
+        if not value._uses and not self._is_defined(old):
+            self._values.pop(old, None)
+        self._touch()
+
+    def drop_value(self, name: str) -> None:
+        """Forget a value nothing uses or defines (for example a stale declaration)."""
+        value = self._values.get(name)
+        if value is None:
+            return
+        if value._uses or self._is_defined(name):
+            raise ValueError(f"value {name!r} is still used or defined")
+        self._value_info = [v for v in self._value_info if v is not value]
+        del self._values[name]
+        self._touch()
+
+    # ================================================================= walking
+    @property
+    def nx(self) -> nx.MultiDiGraph:
+        """The networkx view: nodes are :class:`Node`, edges are value uses.
+
+        Edge keys are ``(value name, input slot)``; slot :data:`~graphpass.ir.CAPTURE`
+        marks a use inside the consumer's subgraphs. Treat it as read-only.
+        """
+        return self._nx
+
+    def nodes_by_op(self, op_type: str, domain: str | None = None) -> list[Node]:
+        """Return the nodes with this op type (and domain, if given), in order."""
+        return [
+            node for node in self
+            if node.op_type == op_type and (domain is None or _same_domain(node.domain, domain))
+        ]
+
+    def subgraphs(self) -> Iterator[Graph]:
+        """Yield every nested graph, depth first, at any depth."""
+        stack: list[Graph] = [self]
+        while stack:
+            graph = stack.pop()
+            for node in reversed(graph):
+                for subgraph in reversed(list(node.subgraphs())):
+                    yield subgraph
+                    stack.append(subgraph)
+
+    def walk(self) -> Iterator[Node]:
+        """Yield every node of this graph and of all nested graphs.
+
+        A node is yielded before the nodes of its subgraphs.
+        """
+        stack: list[Iterator[Node]] = [iter(self)]
+        while stack:
+            for node in stack[-1]:
+                yield node
+                if node._attributes:
+                    subgraphs = list(node.subgraphs())
+                    if subgraphs:
+                        for subgraph in reversed(subgraphs):
+                            stack.append(iter(subgraph))
+                        break
+            else:
+                stack.pop()
+
+    def topological_order(self) -> list[Node]:
+        """Return the nodes in an order where each comes after its producers.
+
+        The current order is kept wherever it is already valid (a stable sort).
+
+        Raises:
+            CycleError: The nodes depend on each other in a cycle.
+        """
+        position = {node: index for index, node in enumerate(self)}
+        pred = self._nx._pred
+        indegree = {node: len(pred[node]) for node in position}
+        ready = [(index, node) for node, index in position.items() if indegree[node] == 0]
+        heapq.heapify(ready)
+        order: list[Node] = []
+        succ = self._nx._succ
+        while ready:
+            _, node = heapq.heappop(ready)
+            order.append(node)
+            for successor in succ[node]:
+                indegree[successor] -= 1
+                if indegree[successor] == 0:
+                    heapq.heappush(ready, (position[successor], successor))
+        if len(order) != len(position):
+            remaining = [node for node in position if indegree[node] > 0]
+            cycle = nx.find_cycle(self._nx.subgraph(remaining))
+            described = " -> ".join(_describe_node(edge[0]) for edge in cycle)
+            raise CycleError(
+                f"the nodes form a cycle: {described} -> {_describe_node(cycle[0][0])}",
+                where=f"graph {self.name!r}",
+                hint="a node cannot depend on its own output; check the named nodes' inputs",
+            )
+        return order
+
+    def is_sorted(self) -> bool:
+        """Whether every node comes after the producers of its inputs."""
+        seen: set[Node] = set()
+        pred = self._nx._pred
+        for node in self:
+            if any(p not in seen for p in pred[node]):
+                return False
+            seen.add(node)
+        return True
+
+    def sort(self) -> bool:
+        """Reorder the nodes topologically (stable). Returns whether the order changed.
+
+        Raises:
+            CycleError: The nodes depend on each other in a cycle.
+        """
+        order = self.topological_order()
+        if order == self.nodes:
+            return False
+        previous: Node | None = None
+        for node in order:
+            node._prev = previous
+            if previous is None:
+                self._head = node
+            else:
+                previous._next = node
+            previous = node
+        if previous is not None:
+            previous._next = None
+        self._tail = previous
+        self._touch()
+        return True
+
+    # ================================================================ metadata
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        """``metadata_props`` as a read-only mapping (see :meth:`set_metadata`)."""
+        return MappingProxyType(self._decoded_metadata())
+
+    def set_metadata(self, key: str, value: str | None) -> None:
+        """Set (or with ``None`` remove) one ``metadata_props`` entry."""
+        metadata = self._decoded_metadata()
+        self._metadata_proto = None  # written from the dict from now on
+        if value is None:
+            metadata.pop(key, None)
+        else:
+            metadata[key] = value
+        self._touch()
+
+    def _decoded_metadata(self) -> dict[str, str]:
+        if self._metadata is None:
+            self._metadata = {}
+            if self._metadata_proto is not None:
+                for entry in self._metadata_proto:
+                    self._metadata[entry.key] = entry.value
+        return self._metadata
+
+    def copy(self) -> Graph:
+        """Return a deep copy (tensors are shared; they are immutable)."""
+        from graphpass.ir._clone import clone_graph
+
+        return clone_graph(self)
+
+    def __repr__(self) -> str:
+        return (f"Graph({self.name!r}, {self._count} nodes, {len(self._inputs)} inputs, "
+                f"{len(self._outputs)} outputs, {len(self._initializers)} initializers)")
+
+
+def _is_node(item: object) -> bool:
+    from graphpass.ir._node import Node
+
+    return isinstance(item, Node)
+
+
+def _same_domain(a: str, b: str) -> bool:
+    return a == b or (a in ("", "ai.onnx") and b in ("", "ai.onnx"))
+
+
+def _describe_node(node: Node) -> str:
+    return f"{node.name or '<unnamed>'} ({node.op_type})"
+
+
+def _describe_use(use: Use) -> str:
+    if use.node is None:
+        return f"graph output {use.slot}"
+    return _describe_node(use.node)
+
+
+def _describe_definition(graph: Graph, name: str) -> str:
+    value = graph._values[name]
+    if value._producer is not None:
+        return f"node {_describe_node(value._producer)}"
+    if name in graph._initializers or name in graph._sparse_initializers:
+        return "an initializer"
+    return "a graph input"

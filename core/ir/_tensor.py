@@ -1,0 +1,419 @@
+"""Tensors: initializer data kept as a reference until someone needs the numbers.
+
+A :class:`Tensor` is immutable. It knows its name, element type and shape without
+touching the data. The data itself lives in one of four places:
+
+* an embedded ``onnx.TensorProto`` (the bytes stay in the protobuf message),
+* an external data file next to the model (file, offset, length),
+* a region of any other file holding raw little-endian bytes (a safetensors
+  checkpoint, for instance),
+* a numpy array in memory.
+
+Nothing is read until :meth:`Tensor.numpy` or :meth:`Tensor.iter_bytes` is called,
+and external data is memory-mapped, so loading a model never reads its weights.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from graphpass.errors import ExternalDataError
+
+__all__ = ["Tensor", "dtype_name", "dtype_size", "numpy_dtype"]
+
+_CHUNK: Final = 16 * 1024 * 1024
+_PACKED_4BIT: Final = frozenset(
+    t
+    for t in (
+        getattr(onnx.TensorProto, "INT4", None),
+        getattr(onnx.TensorProto, "UINT4", None),
+        getattr(onnx.TensorProto, "FLOAT4E2M1", None),
+        getattr(onnx.TensorProto, "INT2", None),
+        getattr(onnx.TensorProto, "UINT2", None),
+    )
+    if t is not None
+)
+
+
+def dtype_name(elem_type: int) -> str:
+    """Return the ONNX name of an element type (``FLOAT``, ``INT64`` ...)."""
+    try:
+        return str(onnx.TensorProto.DataType.Name(elem_type))
+    except ValueError:
+        return f"<unknown type {elem_type}>"
+
+
+def numpy_dtype(elem_type: int) -> np.dtype[Any]:
+    """Return the numpy dtype that holds one element of an ONNX element type."""
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def dtype_size(elem_type: int) -> float:
+    """Return the storage size of one element in bytes (0.5 for 4-bit types)."""
+    if elem_type in _PACKED_4BIT:
+        return 0.25 if "2" in dtype_name(elem_type)[-2:] else 0.5
+    if elem_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+        return 0
+    return float(numpy_dtype(elem_type).itemsize)
+
+
+def _element_count(shape: Sequence[int]) -> int:
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    return count
+
+
+class _Source:
+    """Where a tensor's bytes live. Private; see the subclasses."""
+
+    def array(self, tensor: Tensor) -> np.ndarray[Any, Any]:
+        raise NotImplementedError
+
+    def iter_bytes(self, tensor: Tensor) -> Iterator[bytes | memoryview]:
+        data = np.ascontiguousarray(self.array(tensor))
+        if data.dtype.byteorder == ">":
+            data = data.astype(data.dtype.newbyteorder("<"))
+        yield memoryview(data).cast("B")
+
+
+class _ProtoSource(_Source):
+    __slots__ = ("proto",)
+
+    def __init__(self, proto: onnx.TensorProto):
+        self.proto = proto
+
+    def array(self, tensor: Tensor) -> np.ndarray[Any, Any]:
+        return numpy_helper.to_array(self.proto)
+
+    def iter_bytes(self, tensor: Tensor) -> Iterator[bytes | memoryview]:
+        if self.proto.HasField("raw_data"):
+            yield self.proto.raw_data
+        else:
+            yield from super().iter_bytes(tensor)
+
+
+class _FileRegionSource(_Source):
+    """Raw little-endian bytes at ``offset`` in ``path`` (external data, safetensors)."""
+
+    __slots__ = ("length", "offset", "path")
+
+    def __init__(self, path: Path, offset: int, length: int):
+        self.path = path
+        self.offset = offset
+        self.length = length
+
+    def _check(self) -> None:
+        try:
+            size = self.path.stat().st_size
+        except OSError as error:
+            raise ExternalDataError(
+                f"external data file {str(self.path)!r} cannot be read ({error.strerror})",
+                hint="keep the data file next to the model, under the name the model gives",
+            ) from None
+        if self.offset + self.length > size:
+            raise ExternalDataError(
+                f"external data file {str(self.path)!r} is {size} bytes, but a tensor needs "
+                f"bytes {self.offset}..{self.offset + self.length}",
+                hint="the data file is truncated or belongs to another model",
+            )
+
+    def array(self, tensor: Tensor) -> np.ndarray[Any, Any]:
+        self._check()
+        if tensor.dtype in _PACKED_4BIT or tensor.dtype == onnx.TensorProto.STRING:
+            proto = onnx.TensorProto(dims=tensor.shape, data_type=tensor.dtype)
+            proto.raw_data = b"".join(bytes(chunk) for chunk in self.iter_bytes(tensor))
+            return numpy_helper.to_array(proto)
+        dtype = numpy_dtype(tensor.dtype).newbyteorder("<")
+        if self.length == 0:
+            return np.zeros(tensor.shape, dtype=dtype)
+        mapped = np.memmap(self.path, dtype=np.uint8, mode="r", offset=self.offset,
+                           shape=(self.length,))
+        return mapped.view(dtype).reshape(tensor.shape)
+
+    def iter_bytes(self, tensor: Tensor) -> Iterator[bytes | memoryview]:
+        self._check()
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            remaining = self.length
+            while remaining > 0:
+                chunk = handle.read(min(_CHUNK, remaining))
+                if not chunk:
+                    raise ExternalDataError(f"external data file {str(self.path)!r} ended early")
+                remaining -= len(chunk)
+                yield chunk
+
+
+class _ArraySource(_Source):
+    __slots__ = ("data",)
+
+    def __init__(self, data: np.ndarray[Any, Any]):
+        self.data = data
+
+    def array(self, tensor: Tensor) -> np.ndarray[Any, Any]:
+        return self.data
+
+
+class Tensor:
+    """An initializer's data: name, element type, shape, and a lazy reference to the bytes.
+
+    Tensors are immutable and may be shared between models; a pass that changes a
+    weight makes a new ``Tensor`` (for example with :meth:`from_array`) and puts it
+    in the graph.
+
+    Attributes:
+        name: The initializer name.
+        dtype: The ONNX element type (``onnx.TensorProto.FLOAT`` ...).
+        shape: The dimensions.
+    """
+
+    __slots__ = ("_proto", "_source", "dtype", "name", "shape")
+
+    def __init__(
+        self,
+        name: str,
+        dtype: int,
+        shape: Sequence[int],
+        source: _Source,
+        proto: onnx.TensorProto | None = None,
+    ):
+        self.name = name
+        self.dtype = int(dtype)
+        self.shape: tuple[int, ...] = tuple(int(d) for d in shape)
+        self._source = source
+        self._proto = proto
+
+    # ----------------------------------------------------------------- factories
+    @classmethod
+    def from_proto(cls, proto: onnx.TensorProto, base_dir: str | os.PathLike[str] | None = None
+                   ) -> Tensor:
+        """Wrap a ``TensorProto`` without copying its data.
+
+        Args:
+            proto: The tensor. It is referenced, not copied: do not change it afterwards.
+            base_dir: The folder external data locations are relative to. Required when
+                the tensor's data is external.
+
+        Raises:
+            ExternalDataError: The external data location is unsafe, or ``base_dir`` is
+                missing for external data.
+        """
+        if proto.data_location == onnx.TensorProto.EXTERNAL:
+            info = _external_info(proto)
+            if base_dir is None:
+                raise ExternalDataError(
+                    f"tensor {proto.name!r} keeps its data in {info.get('location', '?')!r}, "
+                    "but the model was not loaded from a file",
+                    hint="load the model with graphpass.load(path) so that the data file is found",
+                )
+            path = resolve_external_location(Path(base_dir), info.get("location", ""), proto.name)
+            offset = int(info.get("offset", 0) or 0)
+            if "length" in info and info["length"]:
+                length = int(info["length"])
+            else:
+                length = int(_element_count(proto.dims) * dtype_size(proto.data_type) + 0.5)
+            if offset < 0 or length < 0:
+                raise ExternalDataError(
+                    f"tensor {proto.name!r} has a negative external data offset or length"
+                )
+            return cls(proto.name, proto.data_type, proto.dims,
+                       _FileRegionSource(path, offset, length), proto)
+        return cls(proto.name, proto.data_type, proto.dims, _ProtoSource(proto), proto)
+
+    @classmethod
+    def from_array(cls, name: str, array: Any, dtype: int | None = None) -> Tensor:
+        """Make a tensor from a numpy array (or anything ``numpy.asarray`` accepts).
+
+        Args:
+            name: The initializer name.
+            array: The data. A numpy array is referenced, not copied.
+            dtype: The ONNX element type; inferred from the array when omitted.
+        """
+        data = np.asarray(array)
+        elem_type = dtype if dtype is not None else onnx.helper.np_dtype_to_tensor_dtype(
+            data.dtype)
+        return cls(name, elem_type, data.shape, _ArraySource(data))
+
+    @classmethod
+    def from_file_region(
+        cls, name: str, dtype: int, shape: Sequence[int], path: str | os.PathLike[str],
+        offset: int, length: int,
+    ) -> Tensor:
+        """Reference raw little-endian bytes in a file (a safetensors checkpoint, say).
+
+        The file is not opened until the data is needed; saving streams the bytes.
+        """
+        return cls(name, dtype, shape, _FileRegionSource(Path(path), int(offset), int(length)))
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def size(self) -> int:
+        """The number of elements."""
+        return _element_count(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """The size of the data in bytes, as stored."""
+        if isinstance(self._source, _FileRegionSource):
+            return self._source.length
+        return int(self.size * dtype_size(self.dtype) + 0.5)
+
+    @property
+    def is_external(self) -> bool:
+        """Whether the data lives in a file rather than in memory."""
+        return isinstance(self._source, _FileRegionSource)
+
+    @property
+    def external_path(self) -> Path | None:
+        """The file holding the data, for file-backed tensors."""
+        if isinstance(self._source, _FileRegionSource):
+            return self._source.path
+        return None
+
+    @property
+    def external_offset(self) -> int | None:
+        """The data's byte offset in :attr:`external_path`, for file-backed tensors."""
+        if isinstance(self._source, _FileRegionSource):
+            return self._source.offset
+        return None
+
+    @property
+    def proto(self) -> onnx.TensorProto | None:
+        """The ``TensorProto`` this tensor was loaded from, if any (do not modify it)."""
+        return self._proto
+
+    # ---------------------------------------------------------------------- data
+    def numpy(self) -> np.ndarray[Any, Any]:
+        """Return the data as a numpy array (memory-mapped for external data)."""
+        return self._source.array(self)
+
+    def iter_bytes(self) -> Iterator[bytes | memoryview]:
+        """Yield the raw little-endian bytes in chunks, reading files piece by piece."""
+        return self._source.iter_bytes(self)
+
+    def check_data(self) -> None:
+        """Check that the data exists in full, without reading it.
+
+        Raises:
+            ExternalDataError: The external data file is missing or too short.
+        """
+        if isinstance(self._source, _FileRegionSource):
+            self._source._check()
+
+    def data_problem(self) -> str | None:
+        """Describe why the data is missing or incomplete, or return ``None`` if it is whole."""
+        if isinstance(self._source, _FileRegionSource):
+            try:
+                self._source._check()
+            except ExternalDataError as error:
+                return error.message
+            return None
+        if isinstance(self._source, _ProtoSource):
+            return _embedded_data_problem(self._source.proto)
+        return None
+
+    def with_name(self, name: str) -> Tensor:
+        """Return the same data under another name."""
+        proto = None
+        if self._proto is not None:
+            proto = onnx.TensorProto()
+            proto.CopyFrom(self._proto)
+            proto.name = name
+            if isinstance(self._source, _ProtoSource):
+                return Tensor(name, self.dtype, self.shape, _ProtoSource(proto), proto)
+        return Tensor(name, self.dtype, self.shape, self._source, proto)
+
+    def to_proto(self) -> onnx.TensorProto:
+        """Return a ``TensorProto`` holding the data.
+
+        A tensor loaded from a proto returns that proto unchanged (external data
+        references included); any other tensor is read and embedded.
+        """
+        if self._proto is not None:
+            return self._proto
+        return self.to_embedded_proto()
+
+    def to_embedded_proto(self) -> onnx.TensorProto:
+        """Return a ``TensorProto`` with the data embedded (reads external data)."""
+        if isinstance(self._source, _ProtoSource):
+            return self._source.proto
+        if self.dtype in _PACKED_4BIT or not isinstance(self._source, _FileRegionSource):
+            proto = numpy_helper.from_array(np.asarray(self.numpy()), self.name)
+            if proto.data_type != self.dtype:
+                proto = onnx.helper.make_tensor(self.name, self.dtype, self.shape,
+                                                np.asarray(self.numpy()).tobytes(), raw=True)
+        else:
+            proto = onnx.TensorProto(name=self.name, data_type=self.dtype, dims=self.shape)
+            proto.raw_data = b"".join(bytes(chunk) for chunk in self.iter_bytes())
+        if self._proto is not None:
+            for field in ("doc_string",):
+                if self._proto.HasField(field):
+                    setattr(proto, field, getattr(self._proto, field))
+            proto.metadata_props.extend(self._proto.metadata_props)
+        return proto
+
+    def __repr__(self) -> str:
+        where = "external" if self.is_external else "in memory"
+        return f"Tensor({self.name!r}, {dtype_name(self.dtype)}, {list(self.shape)}, {where})"
+
+
+def _external_info(proto: onnx.TensorProto) -> dict[str, str]:
+    return {entry.key: entry.value for entry in proto.external_data}
+
+
+def _embedded_data_problem(proto: onnx.TensorProto) -> str | None:
+    count = _element_count(proto.dims)
+    if count == 0:
+        return None
+    if proto.HasField("raw_data"):
+        expected = int(count * dtype_size(proto.data_type) + 0.5)
+        if proto.data_type != onnx.TensorProto.STRING and len(proto.raw_data) < expected:
+            return (f"raw_data holds {len(proto.raw_data)} bytes, the shape "
+                    f"{list(proto.dims)} needs {expected}")
+        return None
+    field = onnx.helper.tensor_dtype_to_field(proto.data_type) if proto.data_type else None
+    if field is None:
+        return "the tensor has no element type"
+    stored = len(getattr(proto, field))
+    if stored == 0:
+        return f"the tensor holds no data, its shape {list(proto.dims)} needs {count} elements"
+    return None
+
+
+def resolve_external_location(base_dir: Path, location: str, tensor_name: str) -> Path:
+    """Resolve an external data location safely inside ``base_dir``.
+
+    Raises:
+        ExternalDataError: The location is empty, absolute, or leads outside ``base_dir``
+            (``..`` components or a symbolic link out of the folder).
+    """
+    if not location:
+        raise ExternalDataError(f"tensor {tensor_name!r} has external data without a location")
+    candidate = Path(location)
+    if candidate.is_absolute() or location.startswith(("/", "\\")) or ":" in candidate.parts[0]:
+        raise ExternalDataError(
+            f"tensor {tensor_name!r} points at external data by an absolute path ({location!r})",
+            hint="external data must sit in the model's folder; graphpass refuses other paths",
+        )
+    if ".." in candidate.parts:
+        raise ExternalDataError(
+            f"tensor {tensor_name!r} points at external data outside the model's folder "
+            f"({location!r})",
+            hint="external data must sit in the model's folder; graphpass refuses '..' paths",
+        )
+    root = base_dir.resolve()
+    resolved = (root / candidate).resolve()
+    if resolved != root and root not in resolved.parents:
+        raise ExternalDataError(
+            f"tensor {tensor_name!r} points at external data {location!r}, which is a link "
+            f"leading outside the model's folder (to {str(resolved)!r})",
+            hint="copy the data file into the model's folder instead of linking to it",
+        )
+    return root / candidate

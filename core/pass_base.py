@@ -1,0 +1,244 @@
+"""The pass interface: what a pass declares, what it receives, what it returns.
+
+A pass is a class with a ``name``, a one-line ``description``, typed ``Options``
+(a dataclass), the passes it ``requires`` (added to the plan automatically), the
+passes it must run ``after`` or ``before`` when they are planned too, and a
+``run`` method::
+
+    from dataclasses import dataclass, field
+    import graphpass
+
+    class CountOps(graphpass.AnalysisPass):
+        name = "count-ops"
+        description = "Report how many nodes use each operator."
+
+        @dataclass
+        class Options:
+            ops: list[str] = field(default_factory=list)
+
+        def run(self, model, context):
+            ...
+            return graphpass.PassResult(changed=False, findings=[...])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+import os
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from graphpass.errors import PipelineError
+from graphpass.findings import Finding
+
+if TYPE_CHECKING:
+    from graphpass.ir import Model
+    from graphpass.registry import Registry
+
+__all__ = ["AnalysisPass", "NoOptions", "Pass", "PassContext", "PassResult", "validate_options"]
+
+
+@dataclass
+class NoOptions:
+    """Options of a pass that takes none."""
+
+
+@dataclass
+class PassResult:
+    """What a pass returns.
+
+    Attributes:
+        changed: Whether the pass changed the model.
+        findings: What the pass reports.
+        stats: Counters worth showing (``{"inlined calls": 12}``), kept in reports.
+    """
+
+    changed: bool = False
+    findings: list[Finding] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PassContext:
+    """What a pass can use besides the model.
+
+    Attributes:
+        base_dir: The folder relative paths in options are resolved against (the
+            pipeline file's folder, or the current folder).
+        checkpoints: Checkpoints given on the command line (``--checkpoint``).
+        plan: The names of every pass in this run, in order.
+        results: Results of the passes that ran before this one, by name.
+        log: A logger for progress messages.
+    """
+
+    base_dir: Path = field(default_factory=Path.cwd)
+    checkpoints: tuple[Path, ...] = ()
+    plan: tuple[str, ...] = ()
+    results: dict[str, PassResult] = field(default_factory=dict)
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger("graphpass"))
+    _registry: Registry | None = None
+
+    @property
+    def registry(self) -> Registry:
+        """The registry of passes, checkpoint loaders, gradient rules and pipelines."""
+        if self._registry is None:
+            from graphpass.registry import default_registry
+
+            self._registry = default_registry()
+        return self._registry
+
+    def resolve_path(self, path: str | os.PathLike[str]) -> Path:
+        """Resolve a path from an option against :attr:`base_dir`."""
+        candidate = Path(path).expanduser()
+        return candidate if candidate.is_absolute() else self.base_dir / candidate
+
+
+class Pass:
+    """Base class of every pass.
+
+    Subclasses set the class attributes below and implement :meth:`run`.
+
+    Attributes:
+        name: The pass name used in pipelines (lowercase, dash-separated).
+        description: One line saying what the pass does.
+        analysis: Whether the pass only reports (never changes the model).
+        requires: Passes that must run before this one; planned automatically.
+        after: Passes this one runs after, when they are planned too.
+        before: Passes this one runs before, when they are planned too.
+        Options: A dataclass of the pass's options, with defaults.
+        options: The validated options of this instance.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    analysis: ClassVar[bool] = False
+    requires: ClassVar[Sequence[str]] = ()
+    after: ClassVar[Sequence[str]] = ()
+    before: ClassVar[Sequence[str]] = ()
+    Options: ClassVar[type[Any]] = NoOptions
+
+    def __init__(self, options: Any = None):
+        """Create the pass with its options.
+
+        Args:
+            options: An ``Options`` instance, a mapping of option names to values (as
+                read from a pipeline file), or ``None`` for the defaults.
+
+        Raises:
+            PipelineError: An option is unknown or has a wrong type or value.
+        """
+        self.options = validate_options(type(self), options)
+
+    def run(self, model: Model, context: PassContext) -> PassResult:
+        """Run the pass on ``model``, changing it in place (unless this is an analysis).
+
+        Args:
+            model: The model.
+            context: Paths, checkpoints, the plan and earlier results.
+
+        Returns:
+            Whether the model changed, and the findings.
+        """
+        raise NotImplementedError(f"pass {self.name!r} does not implement run()")
+
+    def __repr__(self) -> str:
+        return f"<pass {self.name}>"
+
+
+class AnalysisPass(Pass):
+    """A pass that only inspects the model and reports findings."""
+
+    analysis: ClassVar[bool] = True
+
+
+def option_fields(pass_class: type[Pass]) -> list[dataclasses.Field[Any]]:
+    """The option fields a pass declares (empty when it takes none)."""
+    options = pass_class.Options
+    if not dataclasses.is_dataclass(options):
+        return []
+    return list(dataclasses.fields(options))
+
+
+def describe_type(annotation: Any) -> str:
+    """A readable name for an option's type (``list of str``, ``one of 'a', 'b'``)."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (list, Sequence, tuple, set, frozenset) and args:
+        return f"list of {describe_type(args[0])}"
+    if origin in (dict, Mapping) and len(args) == 2:
+        return f"table of {describe_type(args[0])} to {describe_type(args[1])}"
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        names = [describe_type(a) for a in args if a is not type(None)]
+        text = " or ".join(names)
+        return f"{text} (optional)" if type(None) in args else text
+    if isinstance(annotation, type):
+        return {"str": "string", "int": "integer", "float": "number", "bool": "boolean",
+                "Path": "path"}.get(annotation.__name__, annotation.__name__)
+    return str(annotation)
+
+
+def validate_options(pass_class: type[Pass], options: Any, *, where: str | None = None) -> Any:
+    """Check and convert a pass's options.
+
+    Args:
+        pass_class: The pass.
+        options: An ``Options`` instance, a mapping, or ``None``.
+        where: Where the options come from (file and line), for messages.
+
+    Returns:
+        An instance of ``pass_class.Options``.
+
+    Raises:
+        PipelineError: Unknown option (with a suggestion), or a value of the wrong type
+            (with the expected type and allowed values).
+    """
+    options_type = pass_class.Options
+    if options is None:
+        options = {}
+    if isinstance(options, options_type):
+        return options
+    if not isinstance(options, Mapping):
+        raise PipelineError(
+            f"options of pass {pass_class.name!r} must be a table of option names to values, "
+            f"not {type(options).__name__}",
+            where=where,
+        )
+    fields = {f.name.replace("_", "-"): f for f in option_fields(pass_class)}
+    by_python_name = {f.name: f for f in fields.values()}
+    normalized: dict[str, Any] = {}
+    for key, value in options.items():
+        python_name = str(key).replace("-", "_")
+        if python_name not in by_python_name:
+            known = sorted(fields)
+            close = difflib.get_close_matches(str(key).replace("_", "-"), known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else (
+                f"known options: {', '.join(known)}" if known else "this pass takes no options")
+            raise PipelineError(
+                f"pass {pass_class.name!r} has no option {key!r}", where=where, hint=hint)
+        normalized[python_name] = value
+    try:
+        import pydantic
+
+        hints = typing.get_type_hints(options_type)
+        checked = {}
+        for python_name, value in normalized.items():
+            annotation = hints.get(python_name, Any)
+            try:
+                checked[python_name] = pydantic.TypeAdapter(annotation).validate_python(value)
+            except pydantic.ValidationError as error:
+                raise PipelineError(
+                    f"option {python_name.replace('_', '-')!r} of pass {pass_class.name!r} "
+                    f"must be {describe_type(annotation)}, got {value!r}",
+                    where=where,
+                    hint=error.errors()[0]["msg"],
+                ) from None
+        return options_type(**checked)
+    except (TypeError, ValueError) as error:
+        raise PipelineError(f"options of pass {pass_class.name!r}: {error}", where=where) from None

@@ -1,0 +1,546 @@
+"""Conversion between ``onnx`` protobuf messages and the graphpass IR.
+
+The conversion is lossless: ``model_to_proto(model_from_proto(p)) == p`` for any
+model the IR can represent. Fields the IR does not model (device configurations,
+quantization annotations, training info, fields added by newer ONNX releases) are
+carried over verbatim, and a field that was present with its default value stays
+present (protobuf equality tells the two apart).
+
+Protos are referenced, not copied, on the way in: tensors keep pointing at the
+loaded ``TensorProto`` so weights are never duplicated in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import onnx
+from google.protobuf.descriptor import FieldDescriptor
+
+from graphpass.errors import InvalidModelError
+from graphpass.ir._attribute import Attribute
+from graphpass.ir._function import Function
+from graphpass.ir._graph import Graph
+from graphpass.ir._model import Model
+from graphpass.ir._node import Node
+from graphpass.ir._tensor import Tensor
+from graphpass.ir._value import Use, Value
+
+__all__ = [
+    "TensorEmitter",
+    "attribute_to_proto",
+    "function_from_proto",
+    "function_to_proto",
+    "graph_from_proto",
+    "graph_to_proto",
+    "model_from_proto",
+    "model_to_proto",
+    "node_to_proto",
+]
+
+TensorEmitter = Callable[[Tensor], onnx.TensorProto]
+"""Decides what ``TensorProto`` to write for an initializer (used by :func:`graphpass.save`)."""
+
+_GRAPH = onnx.AttributeProto.GRAPH
+_GRAPHS = onnx.AttributeProto.GRAPHS
+_EMPTY: frozenset[str] = frozenset()
+
+
+def _default_emitter(tensor: Tensor) -> onnx.TensorProto:
+    return tensor.to_proto()
+
+
+# =============================================================== generic fields
+def _is_scalar(field: FieldDescriptor) -> bool:
+    return not field.is_repeated and field.type != FieldDescriptor.TYPE_MESSAGE
+
+
+def _copy_extra(value: Any, field: FieldDescriptor) -> Any:
+    """Keep an unmodelled field's value (the container is referenced, not copied)."""
+    return value
+
+
+def _write_extra(message: Any, name: str, value: Any) -> None:
+    field = message.DESCRIPTOR.fields_by_name[name]
+    if field.is_repeated:
+        getattr(message, name).extend(value)
+    elif field.type == FieldDescriptor.TYPE_MESSAGE:
+        getattr(message, name).CopyFrom(value)
+    else:
+        setattr(message, name, value)
+
+
+# ==================================================================== loading
+def model_from_proto(proto: onnx.ModelProto, base_dir: str | Path | None = None) -> Model:
+    """Build a :class:`~graphpass.Model` from a ``ModelProto``.
+
+    Args:
+        proto: The model; it is referenced, not copied.
+        base_dir: The folder external data locations are relative to.
+
+    Raises:
+        InvalidModelError: The model cannot be represented (no graph, a name defined twice,
+            a function defined twice).
+    """
+    base = Path(base_dir) if base_dir is not None else None
+    present_empty: set[str] = set()
+    extra: dict[str, Any] = {}
+    fields: dict[str, Any] = {}
+    for field, value in proto.ListFields():
+        name = field.name
+        if name in ("ir_version", "producer_name", "producer_version", "domain",
+                    "model_version", "doc_string"):
+            fields[name] = value
+            if not value:
+                present_empty.add(name)
+        elif name in ("graph", "opset_import", "functions", "metadata_props"):
+            fields[name] = value
+        else:
+            extra[name] = _copy_extra(value, field)
+    if "graph" not in fields:
+        raise InvalidModelError(
+            "the model has no graph",
+            hint="this is not an ONNX model, or it was truncated",
+        )
+    graph = graph_from_proto(fields["graph"], base)
+    opsets = fields.get("opset_import", ())
+    model = Model(
+        graph,
+        ir_version=fields.get("ir_version", 0),
+        opset_imports={entry.domain: entry.version for entry in opsets},
+        producer_name=fields.get("producer_name", ""),
+        producer_version=fields.get("producer_version", ""),
+        domain=fields.get("domain", ""),
+        model_version=fields.get("model_version", 0),
+        doc_string=fields.get("doc_string", ""),
+    )
+    model._opset_protos = opsets if opsets else None
+    metadata_proto = fields.get("metadata_props")
+    if metadata_proto is not None:
+        model.metadata = {entry.key: entry.value for entry in metadata_proto}
+        model._metadata_proto = metadata_proto
+    for function_proto in fields.get("functions", ()):
+        model.add_function(function_from_proto(function_proto, base))
+    model._present_empty = frozenset(present_empty) if present_empty else _EMPTY
+    model._extra = extra or None
+    model.base_dir = base
+    model._version = 0
+    return model
+
+
+def function_from_proto(proto: onnx.FunctionProto, base_dir: Path | None = None) -> Function:
+    """Build a :class:`~graphpass.Function` from a ``FunctionProto``."""
+    present_empty: set[str] = set()
+    extra: dict[str, Any] = {}
+    fields: dict[str, Any] = {}
+    for field, value in proto.ListFields():
+        name = field.name
+        if name in ("name", "domain", "overload", "doc_string"):
+            fields[name] = value
+            if not value:
+                present_empty.add(name)
+        elif name in ("input", "output", "attribute", "attribute_proto", "node",
+                      "opset_import", "value_info", "metadata_props"):
+            fields[name] = value
+        else:
+            extra[name] = _copy_extra(value, field)
+    label = f"{fields.get('domain', '')}::{fields.get('name', '')}"
+    graph = Graph(fields.get("name", ""))
+    for input_name in fields.get("input", ()):
+        graph._inputs.append(graph._value_for(input_name))
+        graph._input_names[input_name] = graph._input_names.get(input_name, 0) + 1
+    _load_nodes(graph, fields.get("node", ()), base_dir, where=f"function {label}")
+    for slot, output_name in enumerate(fields.get("output", ())):
+        graph._use(output_name, None, slot)
+        graph._outputs.append(graph._values[output_name])
+    for info in fields.get("value_info", ()):
+        _declare_loaded(graph, info, "value_info")
+        graph._value_info.append(graph._values[info.name])
+    opsets = fields.get("opset_import", ())
+    function = Function(
+        fields.get("domain", ""),
+        fields.get("name", ""),
+        graph,
+        overload=fields.get("overload", ""),
+        attribute_names=list(fields.get("attribute", ())),
+        attribute_defaults=[_attribute_from_proto(a, base_dir)
+                            for a in fields.get("attribute_proto", ())],
+        opset_imports={entry.domain: entry.version for entry in opsets},
+        doc_string=fields.get("doc_string", ""),
+        metadata={e.key: e.value for e in fields.get("metadata_props", ())},
+    )
+    function._opset_protos = opsets if opsets else None
+    function._present_empty = frozenset(present_empty) if present_empty else _EMPTY
+    function._extra = extra or None
+    graph._version = 0
+    return function
+
+
+def graph_from_proto(proto: onnx.GraphProto, base_dir: Path | None = None) -> Graph:
+    """Build a :class:`~graphpass.Graph` (with its subgraphs) from a ``GraphProto``."""
+    present_empty: set[str] = set()
+    extra: dict[str, Any] = {}
+    fields: dict[str, Any] = {}
+    for field, value in proto.ListFields():
+        name = field.name
+        if name in ("name", "doc_string"):
+            fields[name] = value
+            if not value:
+                present_empty.add(name)
+        elif name in ("node", "initializer", "sparse_initializer", "input", "output",
+                      "value_info", "metadata_props"):
+            fields[name] = value
+        else:
+            extra[name] = _copy_extra(value, field)
+    graph = Graph(fields.get("name", ""), doc_string=fields.get("doc_string", ""))
+    where = f"graph {graph.name!r}"
+    for info in fields.get("input", ()):
+        value = _declare_loaded(graph, info, "input")
+        graph._inputs.append(value)
+        graph._input_names[info.name] = graph._input_names.get(info.name, 0) + 1
+    for tensor_proto in fields.get("initializer", ()):
+        name = tensor_proto.name
+        if name in graph._initializers:
+            raise InvalidModelError(f"initializer {name!r} is defined twice", where=where,
+                                    hint="initializer names must be unique in a graph")
+        graph._initializers[name] = Tensor.from_proto(tensor_proto, base_dir)
+        graph._value_for(name)
+    for sparse in fields.get("sparse_initializer", ()):
+        name = sparse.values.name
+        if name in graph._sparse_initializers or name in graph._initializers:
+            raise InvalidModelError(f"initializer {name!r} is defined twice", where=where)
+        graph._sparse_initializers[name] = sparse
+        graph._value_for(name)
+    _load_nodes(graph, fields.get("node", ()), base_dir, where=where)
+    for slot, info in enumerate(fields.get("output", ())):
+        graph._use(info.name, None, slot)
+        graph._outputs.append(_declare_loaded(graph, info, "output"))
+    for info in fields.get("value_info", ()):
+        graph._value_info.append(_declare_loaded(graph, info, "value_info"))
+    graph._metadata_proto = fields.get("metadata_props")
+    graph._present_empty = frozenset(present_empty) if present_empty else _EMPTY
+    graph._extra = extra or None
+    graph._version = 0
+    return graph
+
+
+def _declare_loaded(graph: Graph, info: onnx.ValueInfoProto, kind: str) -> Value:
+    value = graph._value_for(info.name)
+    if value._info is None:
+        value._info = info
+    elif value._info is not info and value._info != info:
+        if value._alt_info is None:
+            value._alt_info = {}
+        value._alt_info.setdefault(kind, info)
+    return value
+
+
+def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) -> None:
+    nx_graph = graph._nx
+    add_node = nx_graph.add_node
+    add_edge = nx_graph.add_edge
+    values = graph._values
+    previous: Node | None = None
+    for proto in protos:
+        node = _node_from_proto(proto, base_dir)
+        node._graph = graph
+        node._prev = previous
+        if previous is None:
+            graph._head = node
+        else:
+            previous._next = node
+        previous = node
+        add_node(node)
+        graph._count += 1
+        for index, name in enumerate(node._outputs):
+            if name:
+                value = values.get(name)
+                if value is None:
+                    value = values[name] = Value(graph, name)
+                    value._producer = node
+                    value._index = index
+                else:
+                    if graph._is_defined(name):
+                        raise InvalidModelError(
+                            f"value {name!r} is defined twice (again as output {index} of node "
+                            f"{node.name or node.op_type!r})",
+                            where=where,
+                            hint="every value name must be defined exactly once (ONNX is SSA)",
+                        )
+                    value._producer = node
+                    value._index = index
+                    for use in value._uses:
+                        if use.node is not None:
+                            add_edge(node, use.node, key=(name, use.slot))
+                    graph._became_defined(value)
+        for slot, name in enumerate(node._inputs):
+            if name:
+                value = values.get(name)
+                if value is None:
+                    value = values[name] = Value(graph, name)
+                value._uses.append(Use(node, slot))
+                producer = value._producer
+                if producer is not None:
+                    add_edge(producer, node, key=(name, slot))
+                elif not graph._is_defined(name):
+                    graph._free_changed(name, +1)
+        if node._captures:
+            for name in node._captures:
+                graph._use(name, node, -1)
+    graph._tail = previous
+
+
+def _node_from_proto(proto: onnx.NodeProto, base_dir: Path | None) -> Node:
+    node = Node.__new__(Node)
+    node.op_type = ""
+    node.domain = ""
+    node.overload = ""
+    node.name = ""
+    node.doc_string = ""
+    node._inputs = ()
+    node._outputs = ()
+    node._attributes = {}
+    node._metadata = None
+    node._metadata_proto = None
+    node._extra = None
+    node._graph = None
+    node._prev = None
+    node._next = None
+    node._captures = None
+    present_empty: set[str] | None = None
+    for field, value in proto.ListFields():
+        name = field.name
+        if name == "input":
+            node._inputs = tuple(value)
+        elif name == "output":
+            node._outputs = tuple(value)
+        elif name == "op_type":
+            node.op_type = value
+            if not value:
+                present_empty = (present_empty or set()) | {name}
+        elif name == "name":
+            node.name = value
+            if not value:
+                present_empty = (present_empty or set()) | {name}
+        elif name == "domain":
+            node.domain = value
+            if not value:
+                present_empty = (present_empty or set()) | {name}
+        elif name == "attribute":
+            attributes = node._attributes
+            for attribute_proto in value:
+                attribute = _attribute_from_proto(attribute_proto, base_dir)
+                attributes[attribute.name] = attribute
+                if attribute.graphs:
+                    node._attach_subgraphs(attribute)
+            if len(attributes) != len(value):
+                # Duplicate attribute names: keep the list verbatim so nothing is lost.
+                node._extra = {**(node._extra or {}), "attribute": value}
+        elif name == "metadata_props":
+            node._metadata_proto = value
+        elif name == "doc_string":
+            node.doc_string = value
+            if not value:
+                present_empty = (present_empty or set()) | {name}
+        elif name == "overload":
+            node.overload = value
+            if not value:
+                present_empty = (present_empty or set()) | {name}
+        else:
+            node._extra = {**(node._extra or {}), name: _copy_extra(value, field)}
+    node._present_empty = frozenset(present_empty) if present_empty else _EMPTY
+    return node
+
+
+def _attribute_from_proto(proto: onnx.AttributeProto, base_dir: Path | None) -> Attribute:
+    has_graph = proto.HasField("g") or len(proto.graphs) > 0
+    if not has_graph:
+        return Attribute(proto.name, proto.type, proto, None, proto.ref_attr_name)
+    stripped = onnx.AttributeProto()
+    for field, value in proto.ListFields():
+        if field.name not in ("g", "graphs"):
+            _write_extra(stripped, field.name, value)
+    if proto.HasField("g"):
+        graphs = [graph_from_proto(proto.g, base_dir)]
+    else:
+        graphs = [graph_from_proto(g, base_dir) for g in proto.graphs]
+    return Attribute(proto.name, proto.type, stripped, graphs, proto.ref_attr_name)
+
+
+# ==================================================================== writing
+def model_to_proto(model: Model, emit_tensor: TensorEmitter | None = None) -> onnx.ModelProto:
+    """Build a ``ModelProto`` from a :class:`~graphpass.Model`.
+
+    Args:
+        model: The model.
+        emit_tensor: Decides what ``TensorProto`` to write for each initializer; by
+            default a tensor loaded from a proto is written as it was loaded and any
+            other tensor is embedded.
+    """
+    emit = emit_tensor or _default_emitter
+    proto = onnx.ModelProto()
+    present_empty = model._present_empty
+    if model.ir_version or "ir_version" in present_empty:
+        proto.ir_version = model.ir_version
+    _write_opsets(proto.opset_import, model.opset_imports, model._opset_protos)
+    for name in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        value = getattr(model, name)
+        if value or name in present_empty:
+            setattr(proto, name, value)
+    graph_to_proto(model.graph, proto.graph, emit)
+    original_metadata = model._metadata_proto
+    if original_metadata is not None and model.metadata == {
+            e.key: e.value for e in original_metadata}:
+        proto.metadata_props.extend(original_metadata)
+    else:
+        for key, value in model.metadata.items():
+            proto.metadata_props.add(key=key, value=value)
+    for function in model.functions.values():
+        function_to_proto(function, proto.functions.add(), emit)
+    if model._extra:
+        for name, value in model._extra.items():
+            _write_extra(proto, name, value)
+    return proto
+
+
+def _write_opsets(target: Any, opsets: dict[str, int], original: Any) -> None:
+    if original is not None and opsets == {entry.domain: entry.version for entry in original}:
+        target.extend(original)
+        return
+    for domain, version in opsets.items():
+        target.add(domain=domain, version=version)
+
+
+def function_to_proto(function: Function, proto: onnx.FunctionProto | None = None,
+                      emit_tensor: TensorEmitter | None = None) -> onnx.FunctionProto:
+    """Write a :class:`~graphpass.Function` into a ``FunctionProto`` (a new one by default)."""
+    emit = emit_tensor or _default_emitter
+    if proto is None:
+        proto = onnx.FunctionProto()
+    present_empty = function._present_empty
+    for name in ("name", "domain", "overload", "doc_string"):
+        value = getattr(function, name)
+        if value or name in present_empty:
+            setattr(proto, name, value)
+    graph = function.graph
+    proto.input.extend(graph.input_names)
+    proto.output.extend(graph.output_names)
+    proto.attribute.extend(function.attribute_names)
+    for attribute in function.attribute_defaults.values():
+        proto.attribute_proto.append(attribute_to_proto(attribute, emit))
+    _write_nodes(graph, proto.node, emit)
+    _write_opsets(proto.opset_import, function.opset_imports, function._opset_protos)
+    for value in graph._value_info:
+        proto.value_info.append(value._info_proto("value_info"))
+    for key, text in function.metadata.items():
+        proto.metadata_props.add(key=key, value=text)
+    if function._extra:
+        for name, extra in function._extra.items():
+            _write_extra(proto, name, extra)
+    return proto
+
+
+def graph_to_proto(graph: Graph, proto: onnx.GraphProto | None = None,
+                   emit_tensor: TensorEmitter | None = None) -> onnx.GraphProto:
+    """Write a :class:`~graphpass.Graph` into a ``GraphProto`` (a new one by default)."""
+    emit = emit_tensor or _default_emitter
+    if proto is None:
+        proto = onnx.GraphProto()
+    _write_nodes(graph, proto.node, emit)
+    present_empty = graph._present_empty
+    if graph.name or "name" in present_empty:
+        proto.name = graph.name
+    for tensor in graph._initializers.values():
+        proto.initializer.append(emit(tensor))
+    if graph._sparse_initializers:
+        proto.sparse_initializer.extend(graph._sparse_initializers.values())
+    if graph.doc_string or "doc_string" in present_empty:
+        proto.doc_string = graph.doc_string
+    for value in graph._inputs:
+        proto.input.append(value._info_proto("input"))
+    for value in graph._outputs:
+        proto.output.append(value._info_proto("output"))
+    for value in graph._value_info:
+        proto.value_info.append(value._info_proto("value_info"))
+    if graph._metadata_proto is not None:
+        proto.metadata_props.extend(graph._metadata_proto)
+    elif graph._metadata:
+        for key, text in graph._metadata.items():
+            proto.metadata_props.add(key=key, value=text)
+    if graph._extra:
+        for name, extra in graph._extra.items():
+            _write_extra(proto, name, extra)
+    return proto
+
+
+def _write_nodes(graph: Graph, target: Any, emit: TensorEmitter) -> None:
+    add = target.add
+    for node in graph:
+        node_to_proto(node, add(), emit)
+
+
+def node_to_proto(node: Node, proto: onnx.NodeProto | None = None,
+                  emit_tensor: TensorEmitter | None = None) -> onnx.NodeProto:
+    """Write a :class:`~graphpass.Node` into a ``NodeProto`` (a new one by default)."""
+    if proto is None:
+        proto = onnx.NodeProto()
+    if node._inputs:
+        proto.input.extend(node._inputs)
+    if node._outputs:
+        proto.output.extend(node._outputs)
+    present_empty = node._present_empty
+    if node.name or "name" in present_empty:
+        proto.name = node.name
+    if node.op_type or "op_type" in present_empty:
+        proto.op_type = node.op_type
+    if node.domain or "domain" in present_empty:
+        proto.domain = node.domain
+    if node.overload or "overload" in present_empty:
+        proto.overload = node.overload
+    if node.doc_string or "doc_string" in present_empty:
+        proto.doc_string = node.doc_string
+    extra = node._extra
+    if extra is not None and "attribute" in extra and not any(
+            a.graphs for a in node._attributes.values()):
+        proto.attribute.extend(extra["attribute"])
+    elif node._attributes:
+        emit = emit_tensor or _default_emitter
+        for attribute in node._attributes.values():
+            if attribute.graphs:
+                attribute_to_proto(attribute, emit, proto.attribute.add())
+            else:
+                proto.attribute.append(attribute._proto)
+    if node._metadata_proto is not None:
+        proto.metadata_props.extend(node._metadata_proto)
+    elif node._metadata:
+        for key, text in node._metadata.items():
+            proto.metadata_props.add(key=key, value=text)
+    if extra is not None:
+        for name, value in extra.items():
+            if name != "attribute":
+                _write_extra(proto, name, value)
+    return proto
+
+
+def attribute_to_proto(attribute: Attribute, emit_tensor: TensorEmitter | None = None,
+                       proto: onnx.AttributeProto | None = None) -> onnx.AttributeProto:
+    """Write an :class:`~graphpass.Attribute` (with its graphs) into an ``AttributeProto``."""
+    if not attribute.graphs:
+        if proto is None:
+            return attribute._proto
+        proto.CopyFrom(attribute._proto)
+        return proto
+    if proto is None:
+        proto = onnx.AttributeProto()
+    proto.CopyFrom(attribute._proto)
+    if attribute.name != proto.name:
+        proto.name = attribute.name
+    emit = emit_tensor or _default_emitter
+    if attribute.type != _GRAPHS:
+        graph_to_proto(attribute.graphs[0], proto.g, emit)
+    else:
+        for graph in attribute.graphs:
+            graph_to_proto(graph, proto.graphs.add(), emit)
+    return proto

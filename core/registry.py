@@ -1,0 +1,187 @@
+"""The registry: every pass, checkpoint loader, gradient rule set and pipeline, by name.
+
+Each entry is credited to the plugin that gave it (built-ins come from the
+``builtin`` plugin). :func:`default_registry` is the one door from the core to
+the plugin machinery in :mod:`graphpass.plugins`: it loads plugins lazily, the
+first time someone asks for a name.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from graphpass.errors import PipelineError, PluginError
+
+if TYPE_CHECKING:
+    from graphpass.pass_base import Pass
+
+__all__ = ["PluginInfo", "Registered", "Registry", "default_registry", "reset_default_registry"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Registered(Generic[T]):
+    """A registered item and the plugin that gave it."""
+
+    item: T
+    plugin: str
+
+
+@dataclass
+class PluginInfo:
+    """What graphpass knows about one plugin.
+
+    Attributes:
+        name: The plugin (entry point) name.
+        version: The version of the distribution that ships it.
+        status: ``active``, ``disabled`` or ``failed``.
+        error: Why it failed, when it did.
+        provides: What it gave, by kind (``passes``, ``checkpoint_loaders`` ...).
+        distribution: The name of the distribution that ships it.
+    """
+
+    name: str
+    version: str = ""
+    status: str = "active"
+    error: str | None = None
+    provides: dict[str, list[str]] = field(default_factory=dict)
+    distribution: str = ""
+
+
+class Registry:
+    """Passes, checkpoint loaders, gradient rules and pipelines by name.
+
+    Attributes:
+        passes: Pass classes by pass name.
+        checkpoint_loaders: Checkpoint loaders by loader name.
+        gradient_rules: Gradient rule sets by name.
+        pipelines: Pipeline presets by name.
+        plugins: Every plugin seen, with its status.
+    """
+
+    def __init__(self) -> None:
+        self.passes: dict[str, Registered[type[Pass]]] = {}
+        self.checkpoint_loaders: dict[str, Registered[Any]] = {}
+        self.gradient_rules: dict[str, Registered[Any]] = {}
+        self.pipelines: dict[str, Registered[Any]] = {}
+        self.plugins: list[PluginInfo] = []
+
+    # -------------------------------------------------------------- adding
+    def add(self, kind: str, name: str, item: Any, plugin: str) -> None:
+        """Register ``item`` under ``name`` in ``kind`` (``passes``, ``pipelines`` ...).
+
+        Raises:
+            PluginError: Another plugin already registered that name.
+        """
+        table: dict[str, Registered[Any]] = getattr(self, kind)
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"plugin {plugin!r} gave a {kind[:-1].replace('_', ' ')} "
+                              f"without a name: {item!r}")
+        existing = table.get(name)
+        if existing is not None and existing.item is not item:
+            raise PluginError(
+                f"two plugins give the {kind[:-1].replace('_', ' ')} {name!r}: "
+                f"{existing.plugin!r} and {plugin!r}",
+                hint=f"disable one of them (--disable-plugin {plugin} or "
+                     f"GRAPHPASS_DISABLE_PLUGINS={plugin})",
+            )
+        table[name] = Registered(item, plugin)
+
+    # -------------------------------------------------------------- lookups
+    def pass_class(self, name: str) -> type[Pass]:
+        """Return the pass class called ``name``.
+
+        Raises:
+            PipelineError: No such pass (with a "did you mean").
+        """
+        entry = self.passes.get(name)
+        if entry is None:
+            raise PipelineError(f"unknown pass {name!r}", hint=_suggest(name, self.passes,
+                                                                        "graphpass passes"))
+        return entry.item
+
+    def pipeline(self, name: str) -> Any:
+        """Return the pipeline preset called ``name``.
+
+        Raises:
+            PipelineError: No such pipeline (with a "did you mean").
+        """
+        entry = self.pipelines.get(name)
+        if entry is None:
+            raise PipelineError(f"unknown pipeline {name!r}",
+                                hint=_suggest(name, self.pipelines, "graphpass passes"))
+        return entry.item
+
+    def gradient_rule_set(self, name: str | None = None) -> Any:
+        """Return the gradient rules called ``name`` (default: the built-in ORT rules).
+
+        Raises:
+            PipelineError: No such rule set.
+        """
+        if name is None:
+            for entry in self.gradient_rules.values():
+                if getattr(entry.item, "default", False):
+                    return entry.item
+            if self.gradient_rules:
+                return next(iter(self.gradient_rules.values())).item
+            raise PipelineError("no gradient rules are registered")
+        entry = self.gradient_rules.get(name)
+        if entry is None:
+            raise PipelineError(f"unknown gradient rule set {name!r}",
+                                hint=_suggest(name, self.gradient_rules, "graphpass plugins"))
+        return entry.item
+
+    def loaders(self) -> list[Any]:
+        """The checkpoint loaders, in registration order."""
+        return [entry.item for entry in self.checkpoint_loaders.values()]
+
+    def plugin_of(self, kind: str, name: str) -> str | None:
+        """The plugin that registered ``name`` in ``kind``."""
+        entry = getattr(self, kind).get(name)
+        return entry.plugin if entry is not None else None
+
+
+def _suggest(name: str, known: Iterable[str], command: str) -> str:
+    names = sorted(known)
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+    if close:
+        return f"did you mean {close[0]!r}?"
+    return f"see `{command}` for the names available"
+
+
+_DEFAULT: Registry | None = None
+
+
+def default_registry(*, disable: Iterable[str] = (), strict: bool = False,
+                     reload: bool = False) -> Registry:
+    """Return the registry built from the built-in plugin and installed plugins.
+
+    Args:
+        disable: Plugin names to switch off (added to ``GRAPHPASS_DISABLE_PLUGINS``).
+        strict: Make a plugin that fails to load an error instead of a skipped plugin.
+        reload: Build it again even if it was built before (with these arguments).
+
+    Raises:
+        PluginError: With ``strict``, a plugin that fails; always, two plugins that give
+            the same name.
+    """
+    global _DEFAULT
+    disable = tuple(disable)
+    if _DEFAULT is None or reload or disable or strict:
+        from graphpass.plugins.manager import build_registry
+
+        registry = build_registry(disable=disable, strict=strict)
+        if not (disable or strict) or reload:
+            _DEFAULT = registry
+        return registry
+    return _DEFAULT
+
+
+def reset_default_registry() -> None:
+    """Forget the cached default registry (plugins are loaded again on next use)."""
+    global _DEFAULT
+    _DEFAULT = None

@@ -1,0 +1,67 @@
+"""The built-in plugin: graphpass's own passes, loaders, rules and pipelines.
+
+They register through the same hooks as any third-party plugin. Imports happen
+inside the hooks so that starting the command line stays fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from graphpass.plugins.hookspecs import hookimpl
+
+__all__ = [
+    "graphpass_checkpoint_loaders",
+    "graphpass_gradient_rules",
+    "graphpass_passes",
+    "graphpass_pipelines",
+]
+
+
+@hookimpl
+def graphpass_passes() -> Iterable[type[Any]]:
+    """The built-in passes."""
+    from graphpass.passes.check import Check
+    from graphpass.passes.detect_missing_buffers import DetectMissingBuffers
+    from graphpass.passes.infer_shapes import InferShapes
+    from graphpass.passes.inline_functions import InlineFunctions
+    from graphpass.passes.lint_gradients import LintGradients
+    from graphpass.passes.reconcile_initializers import ReconcileInitializers
+    from graphpass.passes.remove_unused import RemoveUnused
+    from graphpass.passes.topological_sort import TopologicalSort
+
+    return [
+        InlineFunctions,
+        ReconcileInitializers,
+        DetectMissingBuffers,
+        LintGradients,
+        RemoveUnused,
+        TopologicalSort,
+        InferShapes,
+        Check,
+    ]
+
+
+@hookimpl
+def graphpass_checkpoint_loaders() -> Iterable[Any]:
+    """The built-in checkpoint loaders (safetensors, torch, numpy, sharded)."""
+    from graphpass.checkpoint import builtin_loaders
+
+    return builtin_loaders()
+
+
+@hookimpl
+def graphpass_gradient_rules() -> Iterable[Any]:
+    """The built-in gradient rules (onnxruntime-training)."""
+    from graphpass.passes.gradient_rules import builtin_rule_sets
+
+    return builtin_rule_sets()
+
+
+@hookimpl
+def graphpass_pipelines() -> Iterable[Any]:
+    """The built-in pipeline presets (``train-ready`` ...)."""
+    from graphpass.passes.presets import builtin_pipelines
+
+    return builtin_pipelines()
