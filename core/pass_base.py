@@ -110,6 +110,9 @@ class Pass:
         requires: Passes that must run before this one; planned automatically.
         after: Passes this one runs after, when they are planned too.
         before: Passes this one runs before, when they are planned too.
+        preserves_semantics: Whether the model computes the same outputs after the pass.
+            ``False`` for passes that change values on purpose (filling weights from a
+            checkpoint); semantic verification re-takes its reference after them.
         Options: A dataclass of the pass's options, with defaults.
         options: The validated options of this instance.
     """
@@ -120,6 +123,7 @@ class Pass:
     requires: ClassVar[Sequence[str]] = ()
     after: ClassVar[Sequence[str]] = ()
     before: ClassVar[Sequence[str]] = ()
+    preserves_semantics: ClassVar[bool] = True
     Options: ClassVar[type[Any]] = NoOptions
 
     def __init__(self, options: Any = None):
