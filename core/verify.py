@@ -1,0 +1,308 @@
+"""Semantic verification: run a model, compare its outputs with a reference run.
+
+Used by the ``--verify`` instrument: the model is run before and after the
+pipeline (or after each pass) on the same inputs, and the outputs must agree
+within tolerances. Inputs are generated from the graph's declared types (symbolic
+dimensions get small values; integer inputs that index something are kept in
+range) or read from an ``.npz`` file. onnxruntime runs the model when it is
+installed and can; otherwise ``onnx.reference.ReferenceEvaluator`` does, and when
+neither can, :class:`RunOutcome` says why nothing was checked.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from graphpass.errors import GraphpassError
+from graphpass.ir import Graph, Model, numpy_dtype
+from graphpass.proto import model_to_proto
+
+__all__ = [
+    "Mismatch",
+    "RunOutcome",
+    "VerifyOptions",
+    "compare_outputs",
+    "make_inputs",
+    "run_model",
+]
+
+_EMBED_LIMIT = 1_500_000_000
+
+
+@dataclass
+class VerifyOptions:
+    """How to verify.
+
+    Attributes:
+        inputs: An ``.npz`` file with the inputs to feed (by input name); generated when
+            ``None``.
+        dims: Values for symbolic dimensions, by name (others get ``default_dim``).
+        default_dim: The value of a symbolic or unknown dimension.
+        seed: The random seed for generated inputs.
+        rtol: Relative tolerance for floating-point outputs.
+        atol: Absolute tolerance for floating-point outputs.
+        each: Check after every pass, not only at the end.
+        backend: ``auto`` (onnxruntime, else the reference evaluator), ``onnxruntime``
+            or ``reference``.
+    """
+
+    inputs: Path | None = None
+    dims: dict[str, int] = field(default_factory=dict)
+    default_dim: int = 2
+    seed: int = 0
+    rtol: float = 1e-4
+    atol: float = 1e-5
+    each: bool = False
+    backend: str = "auto"
+
+
+@dataclass
+class RunOutcome:
+    """The result of running a model once.
+
+    Attributes:
+        outputs: The outputs by name, or ``None`` when the model could not run.
+        backend: ``onnxruntime`` or ``reference`` (what actually ran it).
+        reason: Why the model could not run, when it could not.
+    """
+
+    outputs: dict[str, Any] | None
+    backend: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One output that differs between two runs."""
+
+    output: str
+    detail: str
+
+
+# ======================================================================= inputs
+def make_inputs(
+    model: Model, options: VerifyOptions | None = None
+) -> dict[str, np.ndarray[Any, Any]]:
+    """Make inputs for every graph input that is not an initializer.
+
+    Raises:
+        GraphpassError: An input's type is not a tensor (sequences, maps, optionals) and
+            no ``.npz`` gives it, or the ``.npz`` lacks an input.
+    """
+    options = options or VerifyOptions()
+    graph = model.graph
+    given: dict[str, np.ndarray[Any, Any]] = {}
+    if options.inputs is not None:
+        try:
+            with np.load(options.inputs) as data:
+                given = {name: data[name] for name in data.files}
+        except (OSError, ValueError) as error:
+            raise GraphpassError(f"cannot read inputs from {str(options.inputs)!r}: {error}",
+                                 hint="give an .npz file saved with numpy.savez") from None
+    rng = np.random.default_rng(options.seed)
+    inputs: dict[str, np.ndarray[Any, Any]] = {}
+    for value in graph.inputs:
+        if value.name in graph.initializers:
+            continue
+        if value.name in given:
+            inputs[value.name] = given[value.name]
+            continue
+        if options.inputs is not None:
+            raise GraphpassError(f"the inputs file has no array named {value.name!r}",
+                                 where=str(options.inputs),
+                                 hint=f"it has: {', '.join(sorted(given)) or 'nothing'}")
+        elem_type = value.elem_type
+        shape = value.shape
+        if elem_type is None or shape is None:
+            raise GraphpassError(
+                f"cannot generate a value for input {value.name!r}: its type is not a tensor "
+                "with a known element type and rank",
+                hint="give the inputs in an .npz file (verify inputs = 'feeds.npz')",
+            )
+        dims = tuple(_dim(d, options) for d in shape)
+        inputs[value.name] = _random_tensor(graph, value.name, elem_type, dims, rng)
+    return inputs
+
+
+def _dim(dim: int | str | None, options: VerifyOptions) -> int:
+    if isinstance(dim, int) and dim > 0:
+        return dim
+    if isinstance(dim, str) and dim in options.dims:
+        return options.dims[dim]
+    return options.default_dim
+
+
+def _random_tensor(graph: Graph, name: str, elem_type: int, dims: tuple[int, ...],
+                   rng: np.random.Generator) -> np.ndarray[Any, Any]:
+    dtype = numpy_dtype(elem_type)
+    if elem_type == onnx.TensorProto.BOOL:
+        return rng.random(dims) < 0.5
+    if elem_type == onnx.TensorProto.STRING:
+        return np.array(rng.choice(["a", "b", "c"], size=dims), dtype=object)
+    if np.issubdtype(dtype, np.integer):
+        high = _index_bound(graph, name)
+        low = 0 if np.issubdtype(dtype, np.unsignedinteger) or high is not None else -3
+        return rng.integers(low, high if high is not None else 4, size=dims).astype(dtype)
+    return (rng.standard_normal(dims) * 0.5).astype(dtype)
+
+
+def _index_bound(graph: Graph, name: str) -> int | None:
+    """The exclusive upper bound for an integer input used as indices, if one is known."""
+    bound: int | None = None
+    for use in graph.uses(name):
+        node = use.node
+        if node is None or use.slot < 0:
+            continue
+        if node.op_type in ("Gather", "GatherElements") and use.slot == 1:
+            axis = int(node.attribute("axis", 0))
+            size = _static_dim(graph, node.inputs[0], axis)
+        elif node.op_type == "OneHot" and use.slot == 0:
+            size = None
+        else:
+            continue
+        if size is not None:
+            bound = size if bound is None else min(bound, size)
+        elif bound is None:
+            bound = 2
+    return bound
+
+
+def _static_dim(graph: Graph, name: str, axis: int) -> int | None:
+    tensor = graph.initializers.get(name)
+    shape: tuple[Any, ...] | None = tensor.shape if tensor is not None else None
+    if shape is None:
+        value = graph.values.get(name)
+        shape = value.shape if value is not None else None
+    if not shape:
+        return None
+    dim = shape[axis] if -len(shape) <= axis < len(shape) else None
+    return dim if isinstance(dim, int) and dim > 0 else None
+
+
+# ====================================================================== running
+def run_model(model: Model, inputs: Mapping[str, Any], backend: str = "auto") -> RunOutcome:
+    """Run ``model`` on ``inputs`` and return its outputs (or why it could not run)."""
+    try:
+        proto, cleanup = _runnable_proto(model)
+    except GraphpassError as error:
+        return RunOutcome(None, reason=error.message)
+    try:
+        reasons = []
+        if backend in ("auto", "onnxruntime"):
+            outcome = _run_onnxruntime(proto, inputs)
+            if outcome.outputs is not None or backend == "onnxruntime":
+                return outcome
+            reasons.append(outcome.reason)
+        outcome = _run_reference(proto, inputs)
+        if outcome.outputs is None and reasons:
+            outcome.reason = "; ".join([*reasons, outcome.reason])
+        return outcome
+    finally:
+        cleanup()
+
+
+def _runnable_proto(model: Model) -> tuple[onnx.ModelProto | str, Any]:
+    total = sum(t.nbytes for g in model.graphs() for t in g.initializers.values())
+    if total < _EMBED_LIMIT:
+        proto = model_to_proto(model, lambda tensor: tensor.to_embedded_proto()
+                               if tensor.is_external else tensor.to_proto())
+        return proto, lambda: None
+    from graphpass.files import save
+
+    folder = tempfile.TemporaryDirectory(prefix="graphpass-verify-")
+    path = Path(folder.name) / "model.onnx"
+    save(model, path, external_data=True)
+    return str(path), folder.cleanup
+
+
+def _run_onnxruntime(proto: onnx.ModelProto | str, inputs: Mapping[str, Any]) -> RunOutcome:
+    try:
+        import onnxruntime
+    except ImportError:
+        return RunOutcome(None, reason="onnxruntime is not installed")
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        source = proto if isinstance(proto, str) else proto.SerializeToString()
+        session = onnxruntime.InferenceSession(source, options,
+                                               providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        feeds = {i.name: inputs[i.name] for i in session.get_inputs() if i.name in inputs}
+        values = session.run(names, feeds)
+    except Exception as error:  # onnxruntime raises its own exception types
+        return RunOutcome(None, "onnxruntime", reason=f"onnxruntime: {_first_line(error)}")
+    return RunOutcome(dict(zip(names, values, strict=True)), "onnxruntime")
+
+
+def _run_reference(proto: onnx.ModelProto | str, inputs: Mapping[str, Any]) -> RunOutcome:
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        evaluator = ReferenceEvaluator(proto)
+        feeds = {name: inputs[name] for name in evaluator.input_names if name in inputs}
+        values = evaluator.run(None, feeds)
+    except Exception as error:  # the reference evaluator raises anything
+        return RunOutcome(None, "reference", reason=f"reference evaluator: {_first_line(error)}")
+    return RunOutcome(dict(zip(evaluator.output_names, values, strict=True)), "reference")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:300]
+
+
+# =================================================================== comparing
+def compare_outputs(expected: Mapping[str, Any], actual: Mapping[str, Any],
+                    rtol: float = 1e-4, atol: float = 1e-5) -> list[Mismatch]:
+    """Compare two runs' outputs; return what differs (empty when they agree)."""
+    mismatches = []
+    for name, want in expected.items():
+        if name not in actual:
+            mismatches.append(Mismatch(name, "missing after the pipeline"))
+            continue
+        detail = _difference(want, actual[name], rtol, atol)
+        if detail:
+            mismatches.append(Mismatch(name, detail))
+    return mismatches
+
+
+def _difference(want: Any, got: Any, rtol: float, atol: float) -> str:
+    if isinstance(want, list) or isinstance(got, list):
+        if not isinstance(want, list) or not isinstance(got, list) or len(want) != len(got):
+            return "sequence lengths differ"
+        for index, (a, b) in enumerate(zip(want, got, strict=True)):
+            detail = _difference(a, b, rtol, atol)
+            if detail:
+                return f"item {index}: {detail}"
+        return ""
+    if want is None or got is None:
+        return "" if want is None and got is None else "one run gave no value"
+    a = np.asarray(want)
+    b = np.asarray(got)
+    if a.shape != b.shape:
+        return f"shape {list(a.shape)} became {list(b.shape)}"
+    if a.dtype != b.dtype:
+        return f"dtype {a.dtype} became {b.dtype}"
+    if a.dtype.kind in "fc":
+        a64 = a.astype(np.complex128 if a.dtype.kind == "c" else np.float64)
+        b64 = b.astype(a64.dtype)
+        both_nan = np.isnan(a64) & np.isnan(b64)
+        close = np.isclose(a64, b64, rtol=rtol, atol=atol) | both_nan
+        if not close.all():
+            diff = np.abs(np.where(both_nan, 0, a64 - b64))
+            return (f"{int((~close).sum())} of {close.size} values differ "
+                    f"(max abs difference {float(np.nanmax(diff)):.3g})")
+        return ""
+    if a.dtype == object:
+        return "" if a.tolist() == b.tolist() else "values differ"
+    if not np.array_equal(a, b):
+        return f"{int((a != b).sum())} of {a.size} values differ"
+    return ""
+
