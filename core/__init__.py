@@ -23,6 +23,8 @@ from graphpass.errors import (
     PluginError,
 )
 from graphpass.files import load, save
+from graphpass.findings import Finding, Severity
+from graphpass.instruments import Instrument
 from graphpass.ir import (
     Attribute,
     Function,
@@ -34,25 +36,41 @@ from graphpass.ir import (
     Use,
     Value,
 )
+from graphpass.manager import PassManager
+from graphpass.pass_base import AnalysisPass, Pass, PassContext, PassResult
+from graphpass.pipeline import Pipeline, PipelineStep
+from graphpass.results import PassRecord, RunResult
 
 __all__ = [
+    "AnalysisPass",
     "Attribute",
     "CheckpointError",
     "ConfigError",
     "CycleError",
     "ExternalDataError",
+    "Finding",
     "Function",
     "FunctionId",
     "Graph",
     "GraphpassError",
+    "Instrument",
     "InvalidModelError",
     "Model",
     "ModelLoadError",
     "ModelSaveError",
     "Node",
+    "Pass",
+    "PassContext",
     "PassError",
+    "PassManager",
+    "PassRecord",
+    "PassResult",
+    "Pipeline",
     "PipelineError",
+    "PipelineStep",
     "PluginError",
+    "RunResult",
+    "Severity",
     "Tensor",
     "Use",
     "Value",

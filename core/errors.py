@@ -72,7 +72,17 @@ class PipelineError(GraphpassError):
 
 
 class PassError(GraphpassError):
-    """A pass failed while running. The caller's model is left untouched."""
+    """A pass failed while running. The caller's model is left untouched.
+
+    Attributes:
+        pass_name: The pass that failed.
+        plugin: The plugin that gave it.
+        ran_before: The passes that ran before it in this run, in order.
+    """
+
+    pass_name: str = ""
+    plugin: str = ""
+    ran_before: tuple[str, ...] = ()
 
 
 class PluginError(GraphpassError):

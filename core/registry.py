@@ -42,6 +42,8 @@ class PluginInfo:
         error: Why it failed, when it did.
         provides: What it gave, by kind (``passes``, ``checkpoint_loaders`` ...).
         distribution: The name of the distribution that ships it.
+        warnings: Problems that did not stop it (a misspelled hook, an item that was
+            skipped because graphpass cannot use it).
     """
 
     name: str
@@ -50,6 +52,12 @@ class PluginInfo:
     error: str | None = None
     provides: dict[str, list[str]] = field(default_factory=dict)
     distribution: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """The plugin's name and version, for messages (``example 1.0``)."""
+        return f"{self.name} {self.version}".strip()
 
 
 class Registry:
@@ -61,6 +69,8 @@ class Registry:
         gradient_rules: Gradient rule sets by name.
         pipelines: Pipeline presets by name.
         plugins: Every plugin seen, with its status.
+        warnings: Problems not tied to one plugin (disabling a plugin that does not
+            exist).
     """
 
     def __init__(self) -> None:
@@ -69,6 +79,7 @@ class Registry:
         self.gradient_rules: dict[str, Registered[Any]] = {}
         self.pipelines: dict[str, Registered[Any]] = {}
         self.plugins: list[PluginInfo] = []
+        self.warnings: list[str] = []
 
     # -------------------------------------------------------------- adding
     def add(self, kind: str, name: str, item: Any, plugin: str) -> None:
@@ -123,9 +134,9 @@ class Registry:
             PipelineError: No such rule set.
         """
         if name is None:
-            for entry in self.gradient_rules.values():
-                if getattr(entry.item, "default", False):
-                    return entry.item
+            for candidate in self.gradient_rules.values():
+                if getattr(candidate.item, "default", False):
+                    return candidate.item
             if self.gradient_rules:
                 return next(iter(self.gradient_rules.values())).item
             raise PipelineError("no gradient rules are registered")
@@ -143,6 +154,23 @@ class Registry:
         """The plugin that registered ``name`` in ``kind``."""
         entry = getattr(self, kind).get(name)
         return entry.plugin if entry is not None else None
+
+    def plugin(self, name: str) -> PluginInfo | None:
+        """What is known about the plugin called ``name``."""
+        for info in self.plugins:
+            if info.name == name:
+                return info
+        return None
+
+    @property
+    def problems(self) -> list[str]:
+        """Every plugin problem, one readable line each (failures, then warnings)."""
+        lines = [f"plugin {info.label!r} failed and was skipped: {info.error}"
+                 for info in self.plugins if info.status == "failed"]
+        lines.extend(f"plugin {info.label!r}: {warning}"
+                     for info in self.plugins for warning in info.warnings)
+        lines.extend(self.warnings)
+        return lines
 
 
 def _suggest(name: str, known: Iterable[str], command: str) -> str:
@@ -174,7 +202,7 @@ def default_registry(*, disable: Iterable[str] = (), strict: bool = False,
     if _DEFAULT is None or reload or disable or strict:
         from graphpass.plugins.manager import build_registry
 
-        registry = build_registry(disable=disable, strict=strict)
+        registry: Registry = build_registry(disable=disable, strict=strict)
         if not (disable or strict) or reload:
             _DEFAULT = registry
         return registry

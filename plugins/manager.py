@@ -1,20 +1,47 @@
 """The plugin manager: finds plugins, calls their hooks, builds the registry.
 
-(First version: loads the built-in plugin and entry points. Hardened in issue #3.)
+Plugins are the built-in plugin (:mod:`graphpass.plugins.builtin`) and every entry
+point in the ``graphpass`` group. Each is loaded and asked separately, so one bad
+plugin never takes the others down:
+
+* a plugin that fails to import, fails pluggy's validation, or raises in a hook is
+  marked ``failed`` (with its name, version and the reason) and contributes nothing;
+* a hook implementation with a misspelled name (``graphpass_pases``) is reported with
+  a "did you mean" and ignored;
+* an item graphpass cannot use (a pass without a name, a string where a class
+  belongs, a hook that returns something not iterable) is reported and skipped;
+* with ``strict=True`` every one of these is a :class:`~graphpass.PluginError`.
+
+Two plugins that give the same pass (or loader, rule set, pipeline) name is always
+an error naming both. ``GRAPHPASS_DISABLE_PLUGINS=a,b`` and ``disable=`` switch
+plugins off before they are imported.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata
+import os
+import re
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 import pluggy
 
 from graphpass.errors import PluginError
+from graphpass.pass_base import Pass
+from graphpass.pipeline import Pipeline
 from graphpass.plugins import builtin, hookspecs
 from graphpass.registry import PluginInfo, Registry
 
-__all__ = ["build_registry"]
+__all__ = ["DISABLE_ENV", "build_registry", "disabled_plugins"]
+
+DISABLE_ENV = "GRAPHPASS_DISABLE_PLUGINS"
+"""Environment variable: comma-separated plugin names to switch off."""
+
+BUILTIN = "builtin"
+"""The name of the plugin that registers graphpass's own passes."""
 
 _KINDS = {
     "graphpass_passes": "passes",
@@ -22,34 +49,212 @@ _KINDS = {
     "graphpass_gradient_rules": "gradient_rules",
     "graphpass_pipelines": "pipelines",
 }
+_PASS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass
+class _Candidate:
+    info: PluginInfo
+    load: Any  # () -> plugin object
+
+
+class _PluginFailed(Exception):
+    """A plugin cannot be used (the message says why)."""
+
+
+def disabled_plugins(extra: Iterable[str] = ()) -> set[str]:
+    """The plugin names switched off by ``GRAPHPASS_DISABLE_PLUGINS`` and ``extra``."""
+    names = {name.strip() for name in os.environ.get(DISABLE_ENV, "").split(",")}
+    names.update(name.strip() for name in extra)
+    names.discard("")
+    return names
 
 
 def build_registry(*, disable: Iterable[str] = (), strict: bool = False) -> Registry:
-    """Load the built-in plugin and every installed plugin into a new registry."""
+    """Load the built-in plugin and every installed plugin into a new registry.
+
+    Args:
+        disable: Plugin names to switch off (added to ``GRAPHPASS_DISABLE_PLUGINS``).
+        strict: Turn every plugin problem into a :class:`~graphpass.PluginError`.
+
+    Returns:
+        The registry; ``registry.plugins`` says what happened to each plugin and
+        ``registry.problems`` lists every problem in one line each.
+
+    Raises:
+        PluginError: Two plugins give the same name; with ``strict``, any plugin
+            problem.
+    """
+    disabled = disabled_plugins(disable)
     manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     manager.add_hookspecs(hookspecs)
     registry = Registry()
-    manager.register(builtin, name="builtin")
-    registry.plugins.append(PluginInfo("builtin", _version("graphpass"), distribution="graphpass"))
-    for entry_point in importlib.metadata.entry_points(group=hookspecs.PROJECT_NAME):
-        if entry_point.name in set(disable):
+    candidates = [_Candidate(PluginInfo(BUILTIN, _version("graphpass"),
+                                        distribution="graphpass"), lambda: builtin)]
+    candidates.extend(_entry_point_candidates(registry))
+    seen_names = {c.info.name for c in candidates}
+    for name in sorted(disabled - seen_names):
+        close = difflib.get_close_matches(name, sorted(seen_names), n=1)
+        registry.warnings.append(
+            f"no plugin called {name!r} to disable"
+            + (f" (did you mean {close[0]!r}?)" if close else ""))
+    for candidate in candidates:
+        info = candidate.info
+        registry.plugins.append(info)
+        if info.status == "failed":
+            _check_strict(info, strict)
+            continue
+        if info.name in disabled:
+            info.status = "disabled"
             continue
         try:
-            plugin = entry_point.load()
-            manager.register(plugin, name=entry_point.name)
-        except Exception as error:
-            if strict:
-                raise PluginError(f"plugin {entry_point.name!r} failed to load: {error}") from None
+            items = _collect(manager, candidate)
+        except _PluginFailed as failure:
+            info.status = "failed"
+            info.error = str(failure)
+            _check_strict(info, strict)
             continue
+        if strict and info.warnings:
+            raise PluginError(f"plugin {info.label!r}: {info.warnings[0]}",
+                              hint="fix the plugin, or run without --strict-plugins to skip "
+                                   "what it gives that graphpass cannot use")
+        for kind, name, item in items:
+            registry.add(kind, name, item, info.name)
+            info.provides.setdefault(kind, []).append(name)
+    if strict and registry.warnings:
+        raise PluginError(registry.warnings[0])
+    return registry
+
+
+def _check_strict(info: PluginInfo, strict: bool) -> None:
+    if strict:
+        raise PluginError(f"plugin {info.label!r} failed: {info.error}",
+                          hint=f"fix or uninstall it, or switch it off with --disable-plugin "
+                               f"{info.name} (or {DISABLE_ENV}={info.name})")
+
+
+def _entry_point_candidates(registry: Registry) -> list[_Candidate]:
+    candidates: list[_Candidate] = []
+    by_name: dict[str, str] = {BUILTIN: "graphpass"}
+    seen: set[tuple[str, str]] = set()
+    for entry_point in importlib.metadata.entry_points(group=hookspecs.PROJECT_NAME):
+        if (entry_point.name, entry_point.value) in seen:
+            continue  # the same distribution found twice on sys.path
+        seen.add((entry_point.name, entry_point.value))
         dist = entry_point.dist
-        registry.plugins.append(PluginInfo(entry_point.name, dist.version if dist else "",
-                                           distribution=dist.name if dist else ""))
+        info = PluginInfo(entry_point.name, dist.version if dist else "",
+                          distribution=dist.name if dist else "")
+        if entry_point.name in by_name:
+            info.status = "failed"
+            info.error = (f"another plugin is already called {entry_point.name!r} "
+                          f"(from {by_name[entry_point.name]!r})")
+        by_name.setdefault(entry_point.name, info.distribution)
+        candidates.append(_Candidate(info, entry_point.load))
+    return candidates
+
+
+def _collect(manager: pluggy.PluginManager, candidate: _Candidate) -> list[tuple[str, str, Any]]:
+    """Import a plugin, register it, call each of its hooks; what it gives, checked."""
+    info = candidate.info
+    try:
+        plugin = candidate.load()
+    except Exception as error:
+        raise _PluginFailed(f"failed to import: {type(error).__name__}: {error}") from None
+    try:
+        manager.register(plugin, name=info.name)
+    except (pluggy.PluginValidationError, ValueError) as error:
+        raise _PluginFailed(f"not a valid plugin: {error}") from None
+    info.warnings.extend(_misspelled_hooks(manager, plugin, info.name))
+    items: list[tuple[str, str, Any]] = []
     for hook_name, kind in _KINDS.items():
         for impl in getattr(manager.hook, hook_name).get_hookimpls():
-            for item in impl.function() or ():
-                name = getattr(item, "name", None)
-                registry.add(kind, name, item, impl.plugin_name)
-    return registry
+            if impl.plugin_name != info.name:
+                continue
+            try:
+                returned = impl.function()
+            except Exception as error:
+                manager.unregister(name=info.name)
+                raise _PluginFailed(f"hook {hook_name} raised {type(error).__name__}: "
+                                    f"{error}") from None
+            items.extend(_checked_items(kind, hook_name, returned, info))
+    return items
+
+
+def _misspelled_hooks(manager: pluggy.PluginManager, plugin: Any, name: str) -> list[str]:
+    """Report hook implementations whose name matches no hook."""
+    known = sorted(_KINDS)
+    problems = []
+    unknown_impls = set()
+    for hook_name in dir(manager.hook):
+        caller = getattr(manager.hook, hook_name, None)
+        if not isinstance(caller, pluggy.HookCaller) or caller.has_spec():
+            continue
+        for impl in caller.get_hookimpls():
+            if impl.plugin_name == name and not impl.optionalhook:
+                unknown_impls.add(hook_name)
+    for attribute in sorted(dir(plugin)):
+        if not attribute.startswith("graphpass_"):
+            continue
+        value = getattr(plugin, attribute, None)
+        if not callable(value):
+            continue
+        marked = manager.parse_hookimpl_opts(plugin, attribute) is not None
+        if attribute in known and not marked:
+            problems.append(f"{attribute} is not decorated with @hookimpl "
+                            "(from graphpass.plugins import hookimpl), so it is never called")
+        elif attribute not in known and (marked or attribute in unknown_impls):
+            close = difflib.get_close_matches(attribute, known, n=1, cutoff=0.6)
+            suggestion = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(f"hook {attribute!r} is not a graphpass hook, ignored"
+                            f"{suggestion}")
+    return problems
+
+
+def _checked_items(kind: str, hook_name: str, returned: Any,
+                   info: PluginInfo) -> list[tuple[str, str, Any]]:
+    if returned is None:
+        return []
+    if isinstance(returned, (str, bytes, dict)) or not isinstance(returned, Iterable):
+        info.warnings.append(f"{hook_name} returned {type(returned).__name__}, not a list; "
+                             "ignored")
+        return []
+    items: list[tuple[str, str, Any]] = []
+    for item in list(returned):
+        problem = _item_problem(kind, item)
+        if problem is not None:
+            info.warnings.append(f"{hook_name} gave {_short_repr(item)}: {problem}; skipped")
+            continue
+        items.append((kind, item.name, item))
+    return items
+
+
+def _item_problem(kind: str, item: Any) -> str | None:
+    if kind == "passes":
+        if not (isinstance(item, type) and issubclass(item, Pass)):
+            return "not a graphpass.Pass subclass"
+        name = getattr(item, "name", "")
+        if not isinstance(name, str) or not name:
+            return "the pass has no name (set the class attribute `name`)"
+        if not _PASS_NAME.match(name):
+            return f"{name!r} is not a usable pass name (letters, digits, '-', '_', '.')"
+        for attribute in ("requires", "after", "before"):
+            value = getattr(item, attribute, ())
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                return f"`{attribute}` must be a list of pass names"
+        return None
+    if kind == "pipelines":
+        if not isinstance(item, Pipeline):
+            return "not a graphpass.Pipeline"
+        return None if item.name else "the pipeline has no name"
+    name = getattr(item, "name", None)
+    if not isinstance(name, str) or not name:
+        return "it has no `name`"
+    return None
+
+
+def _short_repr(item: Any) -> str:
+    text = item.__qualname__ if isinstance(item, type) else repr(item)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _version(distribution: str) -> str:

@@ -1,0 +1,267 @@
+"""The pass manager: plan passes once, then run them on a copy of a model.
+
+```python
+import graphpass
+
+manager = graphpass.PassManager(
+    ["inline-functions", "lint-gradients"],
+    options={"lint-gradients": {"frozen": ["embeddings.*"]}},
+    verify_each=True,
+)
+print(manager.plan_names)            # requires pulled in, topologically sorted
+result = manager.run(graphpass.load("model.onnx"))
+result.model, result.findings, result.changed, result.records
+```
+
+Planning happens when the manager is created (see :mod:`graphpass.planning`), so
+an unknown pass, a cycle or a bad option fails before any pass runs. ``run``
+works on ``model.copy()``: the caller's model is never changed, whatever a pass
+does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from graphpass.errors import GraphpassError, PassError
+from graphpass.findings import Finding, Severity
+from graphpass.instruments import DumpAfter, Instrument, VerifyEach
+from graphpass.ir import Model
+from graphpass.pass_base import PassContext, PassResult
+from graphpass.planning import PassSpec, PlannedPass, plan_passes
+from graphpass.registry import Registry, default_registry
+from graphpass.results import PassRecord, RunResult, unique_findings
+
+__all__ = ["FIXED_POINT_CODE", "PassManager"]
+
+FIXED_POINT_CODE = "GP001"
+"""A fixed-point run still changed the model in its last allowed round."""
+
+
+class PassManager:
+    """Plans passes and runs them.
+
+    Attributes:
+        plan: The planned passes, in the order they run.
+        registry: Where pass and preset names were looked up.
+        instruments: What watches each pass (verify-each, dumps, progress ...).
+        fixed_point: Whether :meth:`run` repeats the plan until nothing changes.
+        max_iterations: The most rounds a fixed-point run makes.
+        stop_on_error: Whether a run stops after a pass that reports an error finding.
+        base_dir: What relative paths in options are resolved against.
+        checkpoints: The checkpoints given for this run.
+    """
+
+    def __init__(
+        self,
+        passes: Iterable[PassSpec] | PassSpec,
+        options: Mapping[str, Any] | None = None,
+        *,
+        registry: Registry | None = None,
+        disable: Iterable[str] = (),
+        checkpoints: Iterable[str | Path] = (),
+        base_dir: str | Path | None = None,
+        instruments: Iterable[Instrument] = (),
+        verify_each: bool = False,
+        dump_after: Iterable[str] = (),
+        dump_dir: str | Path = ".",
+        fixed_point: bool = False,
+        max_iterations: int = 10,
+        stop_on_error: bool = True,
+    ):
+        """Plan the passes.
+
+        Args:
+            passes: Pass names, preset names, pass classes, pass instances or
+                :class:`~graphpass.Pipeline` objects (one, or an iterable).
+            options: Options by pass name (a mapping of option names to values, or the
+                pass's ``Options`` instance).
+            registry: Where names are looked up (default: built-ins and installed plugins).
+            disable: Pass names to leave out of the plan.
+            checkpoints: Checkpoint files for passes that read one (relative paths are
+                resolved against ``base_dir``). Preset steps marked ``when="checkpoint"``
+                are planned only when there is one.
+            base_dir: What relative paths in options are resolved against (default: the
+                current folder).
+            instruments: Extra instruments, run after the built-in ones.
+            verify_each: Run the ONNX checker after every transforming pass that
+                changed the model.
+            dump_after: Save the model after these passes (into ``dump_dir``).
+            dump_dir: Where ``dump_after`` writes.
+            fixed_point: Repeat the whole plan until no pass changes the model.
+            max_iterations: The most rounds of a fixed-point run (a warning finding says
+                when the model still changed in the last one).
+            stop_on_error: Stop after a pass that reports an error finding.
+
+        Raises:
+            PipelineError: An unknown pass or preset (with a suggestion), a dependency
+                cycle (naming the passes on it), a bad option (name, expected type,
+                allowed values), or a disabled pass that another pass requires.
+        """
+        if max_iterations < 1:
+            raise ValueError("max_iterations must be at least 1")
+        self.registry = registry if registry is not None else default_registry()
+        self.base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
+        self.checkpoints = tuple(self._resolve(Path(c)) for c in checkpoints)
+        requested: list[PassSpec] = (
+            [passes] if isinstance(passes, (str, type)) or not isinstance(passes, Iterable)
+            else list(passes))
+        self.plan: list[PlannedPass] = plan_passes(
+            requested, options, self.registry, has_checkpoint=bool(self.checkpoints),
+            disable=disable)
+        dump_names = tuple(dump_after)
+        planned_names = {p.name for p in self.plan}
+        for name in dump_names:
+            if name not in planned_names:
+                from graphpass.errors import PipelineError
+
+                raise PipelineError(f"--dump-after names pass {name!r}, which is not planned",
+                                    hint="planned passes: " + ", ".join(self.plan_names))
+        built_in: list[Instrument] = []
+        if verify_each:
+            built_in.append(VerifyEach())
+        if dump_names:
+            built_in.append(DumpAfter(dump_names, dump_dir))
+        self.instruments: list[Instrument] = [*built_in, *instruments]
+        self.fixed_point = fixed_point
+        self.max_iterations = max_iterations
+        self.stop_on_error = stop_on_error
+
+    @property
+    def plan_names(self) -> tuple[str, ...]:
+        """The planned pass names, in order."""
+        return tuple(p.name for p in self.plan)
+
+    def _resolve(self, path: Path) -> Path:
+        path = path.expanduser()
+        return path if path.is_absolute() else self.base_dir / path
+
+    # ------------------------------------------------------------------ running
+    def run(self, model: Model) -> RunResult:
+        """Run the plan on a copy of ``model``.
+
+        Args:
+            model: The model; it is not changed.
+
+        Returns:
+            The resulting model, findings and per-pass records. When a pass reports
+            an error finding (and ``stop_on_error``), the run stops after it:
+            ``result.stopped_after`` names it and ``result.ok`` is false.
+
+        Raises:
+            PassError: A pass raised, returned something other than a
+                :class:`~graphpass.PassResult`, or (being an analysis pass) changed the
+                model. The error names the pass, its plugin and the passes that ran
+                before it; the original exception is its ``__cause__``.
+        """
+        working = model.copy()
+        working.source_path = model.source_path
+        working.base_dir = model.base_dir
+        context = PassContext(base_dir=self.base_dir, checkpoints=self.checkpoints,
+                              plan=self.plan_names, _registry=self.registry)
+        result = RunResult(working, plan=self.plan_names)
+        for instrument in self.instruments:
+            instrument.before_run(self.plan, working, context)
+        try:
+            self._run_rounds(working, context, result)
+        except BaseException:
+            for instrument in self.instruments:
+                instrument.after_run(None, context)
+            raise
+        result.findings = unique_findings(
+            finding for record in result.records for finding in record.findings)
+        if self._unconverged(result):
+            changing = sorted({r.name for r in result.records
+                               if r.changed and r.iteration == result.iterations})
+            result.findings.append(Finding(
+                FIXED_POINT_CODE, Severity.WARNING,
+                f"no fixed point after {self.max_iterations} rounds: the last round still "
+                f"changed the model ({', '.join(changing)})",
+                hint="raise max-iterations, or check whether these passes undo each other",
+                data={"iterations": self.max_iterations, "changing": changing}))
+        for instrument in self.instruments:
+            instrument.after_run(result, context)
+        return result
+
+    def _unconverged(self, result: RunResult) -> bool:
+        return (self.fixed_point and result.stopped_after is None
+                and result.iterations == self.max_iterations
+                and any(r.changed for r in result.records if r.iteration == result.iterations))
+
+    def _run_rounds(self, working: Model, context: PassContext, result: RunResult) -> None:
+        ran: list[str] = []
+        for iteration in range(1, self.max_iterations + 1):
+            result.iterations = iteration
+            changed = False
+            for planned in self.plan:
+                record = self._run_one(planned, working, context, ran, iteration)
+                result.records.append(record)
+                ran.append(planned.name)
+                changed |= record.changed
+                if self.stop_on_error and record.has_errors:
+                    result.stopped_after = planned.name
+                    return
+            if not self.fixed_point or not changed:
+                return
+
+    def _run_one(self, planned: PlannedPass, working: Model, context: PassContext,
+                 ran: Sequence[str], iteration: int) -> PassRecord:
+        version = working.version
+        fingerprint = working.fingerprint()
+        for instrument in self.instruments:
+            instrument.before_pass(planned, working, context)
+        start = time.perf_counter()
+        try:
+            outcome = planned.instance.run(working, context)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except GraphpassError as error:
+            raise _pass_error(planned, ran, error.message, error, hint=error.hint,
+                              where=error.where) from error
+        except Exception as error:
+            raise _pass_error(
+                planned, ran, f"{type(error).__name__}: {error}", error,
+                hint=f"this is a bug in pass {planned.name!r}; report it to the authors of "
+                     f"plugin {planned.plugin!r} (the original traceback is the error's "
+                     "__cause__; --traceback shows it)") from error
+        seconds = time.perf_counter() - start
+        if not isinstance(outcome, PassResult):
+            raise _pass_error(planned, ran, f"run() returned {type(outcome).__name__}, not "
+                              "a graphpass.PassResult", None)
+        bad = [f for f in outcome.findings if not isinstance(f, Finding)]
+        if bad:
+            raise _pass_error(planned, ran, f"reported {bad[0]!r}, which is not a "
+                              "graphpass.Finding", None)
+        mutated = working.version != version or working.fingerprint() != fingerprint
+        if planned.analysis and mutated:
+            raise _pass_error(planned, ran, "changed the model, but it is an analysis pass "
+                              "(analysis passes must only report)", None,
+                              hint=f"this is a bug in plugin {planned.plugin!r}")
+        record = PassRecord(
+            planned.name, planned.plugin, seconds,
+            changed=not planned.analysis and (bool(outcome.changed) or mutated),
+            findings=[f.with_pass(planned.name) for f in outcome.findings],
+            stats=dict(outcome.stats), iteration=iteration, analysis=planned.analysis)
+        context.results[planned.name] = outcome
+        for instrument in self.instruments:
+            extra = list(instrument.after_pass(planned, working, record, context) or ())
+            record.findings.extend(f.with_pass(planned.name) for f in extra)
+        return record
+
+
+def _pass_error(planned: PlannedPass, ran: Sequence[str], message: str,
+                cause: BaseException | None, *, hint: str | None = None,
+                where: str | None = None) -> PassError:
+    before = ", ".join(dict.fromkeys(ran)) if ran else "none (it was the first)"
+    text = f"pass {planned.name!r} (plugin {planned.plugin!r}) failed: {message}"
+    if where:
+        text += f" [{where}]"
+    error = PassError(f"{text}\n  passes run before it: {before}", hint=hint)
+    error.pass_name = planned.name
+    error.plugin = planned.plugin
+    error.ran_before = tuple(dict.fromkeys(ran))
+    error.__cause__ = cause
+    return error

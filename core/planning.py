@@ -1,0 +1,332 @@
+"""Planning: from what the user asked for to the order passes run in.
+
+The user names passes and presets (or gives pass classes and instances). Planning
+
+1. expands presets into their passes, in order;
+2. adds every pass a planned pass ``requires``, transitively;
+3. drops the passes the user disabled;
+4. sorts the passes topologically on a networkx graph whose edges come from
+   ``requires`` (always) and ``after``/``before`` (only between planned passes),
+   using the order in which passes were first mentioned as the tie-break;
+5. checks each pass's options.
+
+Every problem (an unknown name, a cycle, a bad option) is a
+:class:`~graphpass.PipelineError` raised before any pass runs.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import networkx as nx
+
+from graphpass.errors import PipelineError
+from graphpass.pass_base import Pass
+from graphpass.pipeline import Pipeline
+
+if TYPE_CHECKING:
+    from graphpass.registry import Registry
+
+__all__ = ["PassSpec", "PlannedPass", "plan_passes"]
+
+PassSpec: TypeAlias = "str | type[Pass] | Pass | Pipeline"
+"""What a user can put in a pass list: a pass or preset name, a pass class, a pass
+instance, or a :class:`~graphpass.Pipeline`."""
+
+
+@dataclass(frozen=True)
+class PlannedPass:
+    """One pass of a plan.
+
+    Attributes:
+        name: The pass name.
+        instance: The pass, with its validated options.
+        plugin: The plugin that gave it (``"<user>"`` for classes given directly).
+        requested: Whether the user asked for it (directly or through a preset).
+        required_by: The planned passes whose ``requires`` pulled it in.
+        preset: The preset that brought it in, if any.
+    """
+
+    name: str
+    instance: Pass
+    plugin: str
+    requested: bool = True
+    required_by: tuple[str, ...] = ()
+    preset: str | None = None
+
+    @property
+    def analysis(self) -> bool:
+        """Whether the pass only reports."""
+        return bool(self.instance.analysis)
+
+
+@dataclass
+class _Entry:
+    name: str
+    pass_class: type[Pass]
+    plugin: str
+    instance: Pass | None = None
+    requested: bool = False
+    required_by: list[str] = field(default_factory=list)
+    preset: str | None = None
+    options: dict[str, Any] | None = None
+    options_object: Any = None
+
+
+USER_PLUGIN = "<user>"
+"""The plugin name credited to pass classes and instances given directly."""
+
+
+def plan_passes(
+    requested: Iterable[PassSpec],
+    options: Mapping[str, Any] | None,
+    registry: Registry,
+    *,
+    has_checkpoint: bool = False,
+    disable: Iterable[str] = (),
+) -> list[PlannedPass]:
+    """Resolve what the user asked for into the passes to run, in order.
+
+    Args:
+        requested: Pass names, preset names, pass classes or instances, pipelines.
+        options: Options by pass name: an ``Options`` instance or a mapping of option
+            names to values. User options win over a preset's.
+        registry: Where names are looked up.
+        has_checkpoint: Whether a checkpoint is given (decides conditional preset steps).
+        disable: Pass names to leave out.
+
+    Returns:
+        The plan, in the order the passes run.
+
+    Raises:
+        PipelineError: An unknown pass or preset, options for an unknown pass, a
+            disabled pass another pass requires, a dependency cycle, a bad option.
+    """
+    items: list[Any] = list(requested)
+    if isinstance(requested, (str, Pass, Pipeline)) or (
+            isinstance(requested, type) and issubclass(requested, Pass)):
+        items = [requested]
+    user_options = dict(options or {})
+    entries: dict[str, _Entry] = {}
+    mention: list[str] = []
+    given: dict[str, _Entry] = {}
+
+    # Pass classes and instances given directly take precedence over registered names.
+    for item in items:
+        if isinstance(item, Pass):
+            entry = _Entry(_name_of(type(item)), type(item), _plugin_of(registry, type(item)),
+                           instance=item)
+            given[entry.name] = entry
+        elif isinstance(item, type) and issubclass(item, Pass):
+            given[_name_of(item)] = _Entry(_name_of(item), item, _plugin_of(registry, item))
+
+    def lookup(name: str, wanted_by: str | None) -> _Entry:
+        if name in entries:
+            return entries[name]
+        if name in given:
+            entry = given[name]
+        elif name in registry.passes:
+            registered = registry.passes[name]
+            entry = _Entry(name, registered.item, registered.plugin)
+        else:
+            known = [*registry.passes, *given]
+            if wanted_by is not None:
+                raise PipelineError(f"pass {wanted_by!r} requires unknown pass {name!r}",
+                                    hint=_did_you_mean(name, known)
+                                    or "install the plugin that provides it")
+            raise PipelineError(f"unknown pass or pipeline {name!r}",
+                                hint=_did_you_mean(name, [*known, *registry.pipelines])
+                                or "see `graphpass passes` for the passes available")
+        entries[name] = entry
+        return entry
+
+    def visit(name: str, wanted_by: str | None, stack: tuple[str, ...]) -> None:
+        entry = lookup(name, wanted_by)
+        if wanted_by is not None and wanted_by not in entry.required_by:
+            entry.required_by.append(wanted_by)
+        if name in mention:
+            return
+        if name in stack:  # a requires-cycle: reported with the full cycle below
+            return
+        for required in _names(entry.pass_class, "requires"):
+            visit(required, name, (*stack, name))
+        if name not in mention:
+            mention.append(name)
+
+    def request(name: str, preset: str | None, preset_options: Mapping[str, Any]) -> None:
+        entry = lookup(name, None)
+        entry.requested = True
+        if entry.preset is None:
+            entry.preset = preset
+        if preset_options:
+            merged = {**preset_options, **(entry.options or {})}
+            if entry.options is not None and any(
+                    entry.options.get(k, v) != v for k, v in preset_options.items()):
+                raise PipelineError(
+                    f"pass {name!r} is planned twice with different options",
+                    hint="a pass runs once per plan; give its options once")
+            entry.options = merged
+        visit(name, None, ())
+
+    for item in items:
+        if isinstance(item, Pipeline):
+            _expand(item, request, has_checkpoint)
+        elif isinstance(item, str):
+            if item in registry.passes or item in given:
+                request(item, None, {})
+            elif item in registry.pipelines:
+                pipeline = registry.pipeline(item)
+                if not isinstance(pipeline, Pipeline):
+                    raise PipelineError(f"pipeline {item!r} is not a graphpass.Pipeline")
+                _expand(pipeline, request, has_checkpoint)
+            else:
+                lookup(item, None)  # raises with a suggestion
+        elif isinstance(item, Pass) or (isinstance(item, type) and issubclass(item, Pass)):
+            request(_name_of(item if isinstance(item, type) else type(item)), None, {})
+        else:
+            raise PipelineError(
+                f"cannot plan {item!r}: give pass names, pipeline names, Pass classes, Pass "
+                "instances or Pipeline objects")
+
+    _apply_user_options(entries, user_options, registry, given)
+    _drop_disabled(entries, mention, set(disable), registry, given)
+    order = _sort(entries, mention)
+    return [_finish(entries[name]) for name in order]
+
+
+def _expand(pipeline: Pipeline, request: Any, has_checkpoint: bool) -> None:
+    for name, step_options in pipeline.steps(has_checkpoint=has_checkpoint):
+        request(name, pipeline.name, step_options)
+
+
+def _apply_user_options(entries: dict[str, _Entry], options: dict[str, Any],
+                        registry: Registry, given: Mapping[str, _Entry]) -> None:
+    for name, value in options.items():
+        entry = entries.get(name)
+        if entry is None:
+            if name in registry.passes or name in given:
+                continue  # a known pass that is not planned (e.g. a skipped preset step)
+            raise PipelineError(f"options given for unknown pass {name!r}",
+                                hint=_did_you_mean(name, [*registry.passes, *given])
+                                or "see `graphpass passes` for the passes available")
+        if entry.instance is not None:
+            raise PipelineError(
+                f"options given for pass {name!r}, which was given as an instance",
+                hint="give the options when creating the instance, or pass the class")
+        if isinstance(value, entry.pass_class.Options):
+            entry.options_object = value
+        elif isinstance(value, Mapping):
+            entry.options = {**(entry.options or {}), **value}
+        else:
+            raise PipelineError(
+                f"options of pass {name!r} must be a table of option names to values or a "
+                f"{entry.pass_class.__name__}.Options instance, not {type(value).__name__}")
+
+
+def _drop_disabled(entries: dict[str, _Entry], mention: list[str], disable: set[str],
+                   registry: Registry, given: Mapping[str, _Entry]) -> None:
+    for name in sorted(disable):
+        if name not in registry.passes and name not in given:
+            raise PipelineError(f"cannot disable unknown pass {name!r}",
+                                hint=_did_you_mean(name, [*registry.passes, *given])
+                                or "see `graphpass passes` for the passes available")
+    for name in list(entries):
+        if name not in disable:
+            continue
+        needing = [other for other in entries
+                   if other not in disable and name in _names(entries[other].pass_class,
+                                                                "requires")]
+        if needing:
+            raise PipelineError(
+                f"pass {name!r} is disabled, but {_join(needing)} require"
+                f"{'s' if len(needing) == 1 else ''} it",
+                hint="disable those passes too, or do not disable this one")
+        del entries[name]
+        mention.remove(name)
+
+
+def _sort(entries: dict[str, _Entry], mention: list[str]) -> list[str]:
+    graph: nx.DiGraph = nx.DiGraph()
+    graph.add_nodes_from(mention)
+    for name in mention:
+        pass_class = entries[name].pass_class
+        for required in _names(pass_class, "requires"):
+            _add_edge(graph, required, name, f"{name} requires {required}")
+        for earlier in _names(pass_class, "after"):
+            if earlier in entries:
+                _add_edge(graph, earlier, name, f"{name} runs after {earlier}")
+        for later in _names(pass_class, "before"):
+            if later in entries:
+                _add_edge(graph, name, later, f"{name} runs before {later}")
+    if not nx.is_directed_acyclic_graph(graph):
+        cycle = nx.find_cycle(graph)
+        path = " -> ".join([edge[0] for edge in cycle] + [cycle[0][0]])
+        reasons = "; ".join(sorted({graph.edges[edge[0], edge[1]]["reason"] for edge in cycle}))
+        raise PipelineError(f"the passes form a cycle: {path} ({reasons})",
+                            hint="remove one of these requires/after/before declarations, "
+                                 "or leave one of the passes out")
+    index = {name: position for position, name in enumerate(mention)}
+    return list(nx.lexicographical_topological_sort(graph, key=index.__getitem__))
+
+
+def _add_edge(graph: nx.DiGraph, first: str, then: str, reason: str) -> None:
+    if graph.has_edge(first, then):
+        graph.edges[first, then]["reason"] += f"; {reason}"
+    else:
+        graph.add_edge(first, then, reason=reason)
+
+
+def _finish(entry: _Entry) -> PlannedPass:
+    instance = entry.instance
+    if instance is None:
+        options = entry.options_object
+        if options is None:
+            try:
+                instance = entry.pass_class(entry.options or {})
+            except PipelineError:
+                raise
+            except Exception as error:
+                raise PipelineError(
+                    f"cannot create pass {entry.name!r} (plugin {entry.plugin!r}): "
+                    f"{type(error).__name__}: {error}") from error
+        else:
+            instance = entry.pass_class(options)
+    return PlannedPass(entry.name, instance, entry.plugin, entry.requested,
+                       tuple(entry.required_by), entry.preset)
+
+
+def _names(pass_class: type[Pass], attribute: str) -> tuple[str, ...]:
+    value = getattr(pass_class, attribute, ())
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value or ())
+
+
+def _name_of(pass_class: type[Pass]) -> str:
+    name = getattr(pass_class, "name", "")
+    if not isinstance(name, str) or not name:
+        raise PipelineError(f"pass class {pass_class.__qualname__} has no name",
+                            hint="set the class attribute `name`, e.g. name = 'my-pass'")
+    return str(name)
+
+
+def _plugin_of(registry: Registry, pass_class: type[Pass]) -> str:
+    registered = registry.passes.get(getattr(pass_class, "name", ""))
+    if registered is not None and registered.item is pass_class:
+        return str(registered.plugin)
+    return USER_PLUGIN
+
+
+def _did_you_mean(name: str, known: Sequence[str]) -> str | None:
+    close = difflib.get_close_matches(name, sorted(set(known)), n=3, cutoff=0.6)
+    if not close:
+        return None
+    return "did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
+def _join(names: Sequence[str]) -> str:
+    quoted = [repr(n) for n in names]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
