@@ -23,9 +23,21 @@ from typing import BinaryIO, Final
 import onnx
 from google.protobuf.message import DecodeError
 
-from graphpass.errors import ExternalDataError, GraphpassError, ModelLoadError, ModelSaveError
+from graphpass.errors import (
+    ExternalDataError,
+    GraphpassError,
+    InvalidModelError,
+    ModelLoadError,
+    ModelSaveError,
+)
 from graphpass.ir import Model, Tensor
-from graphpass.proto import model_from_proto, model_to_proto
+from graphpass.proto import (
+    TENSOR_ATTRIBUTE_TYPES,
+    attribute_tensors,
+    model_from_proto,
+    model_to_proto,
+)
+from graphpass.validate import validate as validate_model
 
 __all__ = ["AUTO_EXTERNAL_BYTES", "load", "save"]
 
@@ -87,9 +99,7 @@ def load(path: str | os.PathLike[str], *, check_external_data: bool = True) -> M
     try:
         model = model_from_proto(proto, file_path.resolve().parent)
         if check_external_data:
-            for graph in model.graphs():
-                for tensor in graph.initializers.values():
-                    tensor.check_data()
+            _check_external_data(model)
     except GraphpassError as error:
         raise type(error)(error.message, where=_join(where, error.where),
                           hint=error.hint) from None
@@ -108,8 +118,14 @@ def save(
     location: str | None = None,
     size_threshold: int = 1024,
     overwrite_input: bool = False,
+    validate: bool = True,
 ) -> Path:
     """Write a model atomically, keeping external data external.
+
+    External data that already sits where the output needs it is referenced in
+    place (saving next to the input writes no data at all); a data file the model
+    uses (almost) whole is copied under its own name; anything else, and every
+    in-memory tensor that goes external, is streamed into one new data file.
 
     Args:
         model: The model.
@@ -122,15 +138,28 @@ def save(
             ``<output file name>.data``.
         size_threshold: Tensors smaller than this stay embedded.
         overwrite_input: Allow ``path`` to be the file the model was loaded from.
+        validate: Check the model's structure first (:func:`graphpass.validate`) and
+            refuse to write a model that no runtime would accept. Turn it off only to
+            write a deliberately broken model (a test fixture, say).
 
     Returns:
         The path written.
 
     Raises:
+        InvalidModelError: ``validate`` found a structural problem (a dangling name, a
+            cycle, nodes out of order, a domain without an opset import); nothing
+            was written.
         ModelSaveError: The model cannot be written; nothing was changed on disk.
     """
     out_path = Path(path)
     where = str(out_path)
+    if validate:
+        try:
+            validate_model(model)
+        except InvalidModelError as error:
+            raise type(error)(
+                f"refusing to save an invalid model: {error.message}",
+                where=_join(where, error.where), hint=error.hint) from None
     if model.source_path is not None and not overwrite_input and _same_file(out_path,
                                                                              model.source_path):
         raise ModelSaveError(
@@ -148,10 +177,10 @@ def save(
     if Path(data_name).is_absolute() or ".." in Path(data_name).parts:
         raise ModelSaveError(f"external data location {data_name!r} must be a plain relative path",
                              where=where)
-    plan = _plan_tensors(model, out_dir.resolve(), out_dir / data_name, data_name,
-                         external_data, size_threshold)
     with _Transaction(out_dir) as transaction:
         try:
+            plan = _plan_tensors(model, out_dir.resolve(), out_dir / data_name, data_name,
+                                 external_data, size_threshold)
             emitted = _write_data(plan, transaction, where)
             proto = model_to_proto(model, lambda tensor: emitted[id(tensor)])
             size = proto.ByteSize()
@@ -182,6 +211,7 @@ class _Plan:
     embed: list[Tensor] = field(default_factory=list)
     keep: list[Tensor] = field(default_factory=list)
     copy_files: dict[Path, list[Tensor]] = field(default_factory=dict)
+    copy_loose: dict[Path, str] = field(default_factory=dict)  # source -> location
     stream: list[Tensor] = field(default_factory=list)
     data_path: Path = Path()
     data_name: str = ""
@@ -190,6 +220,14 @@ class _Plan:
 def _all_tensors(model: Model) -> Iterator[Tensor]:
     for graph in model.graphs():
         yield from graph.initializers.values()
+
+
+def _check_external_data(model: Model) -> None:
+    """Check that every external data file exists and is long enough (no reading)."""
+    for tensor in _all_tensors(model):
+        tensor.check_data()
+    for proto in _loose_external_tensors(model):
+        _loose_source(model, proto).check_data()
 
 
 def _plan_tensors(model: Model, out_dir: Path, data_path: Path, data_name: str,
@@ -201,56 +239,129 @@ def _plan_tensors(model: Model, out_dir: Path, data_path: Path, data_name: str,
             sum(t.nbytes for t in tensors) > AUTO_EXTERNAL_BYTES)
     else:
         external_data_mode = external_data
-    by_file: dict[Path, list[Tensor]] = {}
+    by_file: dict[tuple[Path, str], list[Tensor]] = {}
     for tensor in tensors:
-        if not external_data_mode or tensor.nbytes < size_threshold and not tensor.is_external:
+        tensor.check_data()
+        if (not external_data_mode or tensor.dtype == onnx.TensorProto.STRING
+                or (tensor.nbytes < size_threshold and not tensor.is_external)):
             plan.embed.append(tensor)
         elif tensor.is_external and tensor.proto is not None:
-            by_file.setdefault(_resolved(tensor.external_path), []).append(tensor)
+            source = _resolved(tensor.external_path)
+            by_file.setdefault((source, _proto_location(tensor)), []).append(tensor)
         else:
             plan.stream.append(tensor)
-    if not external_data_mode:
-        return plan
     target = _resolved(data_path)
-    for source, group in by_file.items():
-        location = _proto_location(group[0])
-        if source.parent == out_dir and source != target:
-            plan.keep.extend(group)  # already next to the output: reference in place
-        elif source == target and not plan.stream:
-            plan.keep.extend(group)
-        elif source != target and (out_dir / location).resolve() != target and \
-                _mostly_used(source, group) and _location_free(out_dir, location, by_file):
+    sources = {source for source, _ in by_file}
+    for (source, location), group in by_file.items():
+        destination = (out_dir / location).resolve()
+        if destination == source:
+            plan.keep.extend(group)  # already where the output needs it: reference in place
+        elif (destination != target and destination not in sources
+              and _inside(destination, out_dir) and _mostly_used(source, by_file)
+              and plan.copy_files.get(source, group) is group):
             plan.copy_files[source] = group  # copy the whole file under the same name
         else:
             plan.stream.extend(group)
-    if any(_resolved(t.external_path) == target for t in plan.keep) and plan.stream:
+    if plan.stream and any(_resolved(t.external_path) == target for t in plan.keep):
         # The data file being written is referenced in place: rewrite it in full.
         moved = [t for t in plan.keep if _resolved(t.external_path) == target]
         plan.keep = [t for t in plan.keep if _resolved(t.external_path) != target]
         plan.stream = moved + plan.stream
+    _plan_loose(model, plan, out_dir, target)
     return plan
+
+
+def _plan_loose(model: Model, plan: _Plan, out_dir: Path, target: Path) -> None:
+    """Keep or copy the data files of external tensors that are not initializers.
+
+    Tensors in attributes (a ``Constant`` saved with ``convert_attribute=True``),
+    sparse initializers and training_info graphs stay protos in the IR. Their
+    data file is referenced in place when the output folder sees it under the
+    same name, and otherwise copied whole under that name.
+    """
+    rewritten = {target} if plan.stream else set()
+    rewritten.update((out_dir / _proto_location(g[0])).resolve() for g in plan.copy_files.values())
+    for proto in _loose_external_tensors(model):
+        tensor = _loose_source(model, proto)
+        tensor.check_data()
+        source = _resolved(tensor.external_path)
+        location = _location(proto)
+        destination = (out_dir / location).resolve()
+        if destination == source and source not in rewritten:
+            continue
+        copied = plan.copy_files.get(source)
+        if copied is not None and destination == (out_dir / _proto_location(copied[0])).resolve():
+            continue  # the whole file is copied under this name already
+        if destination in rewritten or plan.copy_loose.get(source, location) != location:
+            raise ModelSaveError(
+                f"tensor {proto.name!r} (not an initializer) keeps its data in {location!r}, "
+                "which this save would overwrite or cannot place",
+                hint="save with another location= for the data file, or to another folder",
+            )
+        plan.copy_loose[source] = location
+
+
+def _loose_external_tensors(model: Model) -> list[onnx.TensorProto]:
+    """External tensors the IR keeps as protos: attributes, sparse, training_info."""
+    found: list[onnx.TensorProto] = []
+
+    def from_attribute(attribute: onnx.AttributeProto) -> None:
+        if attribute.type in TENSOR_ATTRIBUTE_TYPES:
+            found.extend(attribute_tensors(attribute))
+
+    for graph in model.graphs():
+        for sparse in graph.sparse_initializers.values():
+            found.extend((sparse.values, sparse.indices))
+        for node in graph:
+            for attribute in node.attributes.values():
+                from_attribute(attribute.proto)
+    for function in model.functions.values():
+        for default in function.attribute_defaults.values():
+            from_attribute(default.proto)
+    training_graphs: list[onnx.GraphProto] = []
+    for info in model.extra_fields.get("training_info", ()):
+        training_graphs.extend((info.initialization, info.algorithm))
+    while training_graphs:
+        graph_proto = training_graphs.pop()
+        found.extend(graph_proto.initializer)
+        for sparse in graph_proto.sparse_initializer:
+            found.extend((sparse.values, sparse.indices))
+        for node_proto in graph_proto.node:
+            for attribute in node_proto.attribute:
+                from_attribute(attribute)
+                if attribute.HasField("g"):
+                    training_graphs.append(attribute.g)
+                training_graphs.extend(attribute.graphs)
+    return [t for t in found if t.data_location == onnx.TensorProto.EXTERNAL]
+
+
+def _loose_source(model: Model, proto: onnx.TensorProto) -> Tensor:
+    return Tensor.from_proto(proto, model.base_dir)
+
+
+def _location(proto: onnx.TensorProto) -> str:
+    for entry in proto.external_data:
+        if entry.key == "location":
+            return str(entry.value)
+    return ""
 
 
 def _proto_location(tensor: Tensor) -> str:
     assert tensor.proto is not None
-    for entry in tensor.proto.external_data:
-        if entry.key == "location":
-            return entry.value
-    return ""
+    return _location(tensor.proto)
 
 
-def _mostly_used(source: Path, group: list[Tensor]) -> bool:
+def _mostly_used(source: Path, by_file: dict[tuple[Path, str], list[Tensor]]) -> bool:
     try:
         size = source.stat().st_size
     except OSError:
         return False
-    return sum(t.nbytes for t in group) >= 0.9 * size
+    used = sum(t.nbytes for (path, _), group in by_file.items() if path == source for t in group)
+    return used >= 0.9 * size
 
 
-def _location_free(out_dir: Path, location: str, by_file: dict[Path, list[Tensor]]) -> bool:
-    destination = (out_dir / location).resolve()
-    return destination not in by_file and (destination.parent == out_dir or
-                                           out_dir in destination.parents)
+def _inside(path: Path, folder: Path) -> bool:
+    return folder in path.parents
 
 
 # ====================================================================== writing
@@ -262,8 +373,9 @@ def _write_data(plan: _Plan, transaction: _Transaction, where: str) -> dict[int,
     for tensor in plan.keep:
         assert tensor.proto is not None
         emitted[id(tensor)] = tensor.proto
-    for source, group in plan.copy_files.items():
-        location = _proto_location(group[0])
+    copies = {source: _proto_location(group[0]) for source, group in plan.copy_files.items()}
+    copies.update(plan.copy_loose)
+    for source, location in copies.items():
         destination = transaction.out_dir / location
         destination.parent.mkdir(parents=True, exist_ok=True)
         tmp = transaction.new_file(destination.name, folder=destination.parent)
@@ -273,6 +385,7 @@ def _write_data(plan: _Plan, transaction: _Transaction, where: str) -> dict[int,
             raise ExternalDataError(f"cannot copy external data file {str(source)!r} "
                                     f"({error.strerror})") from None
         transaction.commit_order.append((tmp, destination))
+    for group in plan.copy_files.values():
         for tensor in group:
             assert tensor.proto is not None
             emitted[id(tensor)] = tensor.proto

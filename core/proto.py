@@ -12,7 +12,7 @@ loaded ``TensorProto`` so weights are never duplicated in memory.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +22,22 @@ from google.protobuf.descriptor import FieldDescriptor
 from graphpass.errors import InvalidModelError
 from graphpass.ir._attribute import Attribute
 from graphpass.ir._function import Function
+from graphpass.ir._gc import paused_gc
 from graphpass.ir._graph import Graph
-from graphpass.ir._model import Model
+from graphpass.ir._model import UNKNOWN_FIELDS, Model
 from graphpass.ir._node import Node
-from graphpass.ir._tensor import Tensor
+from graphpass.ir._tensor import Tensor, resolve_external_location
 from graphpass.ir._value import Use, Value
 
+try:  # protobuf >= 4.22
+    from google.protobuf.unknown_fields import UnknownFieldSet
+except ImportError:  # pragma: no cover - older protobuf: unknown fields are not kept
+    UnknownFieldSet = None
+
 __all__ = [
+    "TENSOR_ATTRIBUTE_TYPES",
     "TensorEmitter",
+    "attribute_tensors",
     "attribute_to_proto",
     "function_from_proto",
     "function_to_proto",
@@ -45,7 +53,11 @@ TensorEmitter = Callable[[Tensor], onnx.TensorProto]
 
 _GRAPH = onnx.AttributeProto.GRAPH
 _GRAPHS = onnx.AttributeProto.GRAPHS
+TENSOR_ATTRIBUTE_TYPES = frozenset({onnx.AttributeProto.TENSOR, onnx.AttributeProto.TENSORS,
+                                onnx.AttributeProto.SPARSE_TENSOR,
+                                onnx.AttributeProto.SPARSE_TENSORS})
 _EMPTY: frozenset[str] = frozenset()
+_UNKNOWN = UNKNOWN_FIELDS
 
 
 def _default_emitter(tensor: Tensor) -> onnx.TensorProto:
@@ -63,6 +75,9 @@ def _copy_extra(value: Any, field: FieldDescriptor) -> Any:
 
 
 def _write_extra(message: Any, name: str, value: Any) -> None:
+    if name == _UNKNOWN:
+        message.MergeFromString(value)
+        return
     field = message.DESCRIPTOR.fields_by_name[name]
     if field.is_repeated:
         getattr(message, name).extend(value)
@@ -70,6 +85,53 @@ def _write_extra(message: Any, name: str, value: Any) -> None:
         getattr(message, name).CopyFrom(value)
     else:
         setattr(message, name, value)
+
+
+def _unknown_fields(message: Any) -> bytes | None:
+    """The wire bytes of the fields in ``message`` that its schema does not know.
+
+    A model written by a newer ONNX release can carry fields this ``onnx`` does not
+    know; protobuf keeps them as "unknown fields". The IR stores their bytes and
+    writes them back, so they survive a round trip.
+    """
+    if UnknownFieldSet is None:  # pragma: no cover
+        return None
+    fields = UnknownFieldSet(message)
+    if not len(fields):
+        return None
+    return bytes(_encode_unknown(fields, bytearray()))
+
+
+def _encode_unknown(fields: Any, out: bytearray) -> bytearray:
+    for entry in fields:
+        number, wire_type, data = entry.field_number, entry.wire_type, entry.data
+        _encode_varint(out, number << 3 | wire_type)
+        if wire_type == 0:
+            _encode_varint(out, data)
+        elif wire_type == 1:
+            out += data.to_bytes(8, "little")
+        elif wire_type == 5:
+            out += data.to_bytes(4, "little")
+        elif wire_type == 2:
+            _encode_varint(out, len(data))
+            out += data
+        else:  # 3: a group, ended by its end tag
+            _encode_unknown(data, out)
+            _encode_varint(out, number << 3 | 4)
+    return out
+
+
+def _encode_varint(out: bytearray, value: int) -> None:
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _keep_unknown(message: Any, extra: dict[str, Any]) -> None:
+    unknown = _unknown_fields(message)
+    if unknown is not None:
+        extra[_UNKNOWN] = unknown
 
 
 # ==================================================================== loading
@@ -83,8 +145,14 @@ def model_from_proto(proto: onnx.ModelProto, base_dir: str | Path | None = None)
     Raises:
         InvalidModelError: The model cannot be represented (no graph, a name defined twice,
             a function defined twice).
+        ExternalDataError: A tensor's external data location is unsafe (absolute, ``..``,
+            or a link out of ``base_dir``).
     """
-    base = Path(base_dir) if base_dir is not None else None
+    with paused_gc():
+        return _model_from_proto(proto, Path(base_dir) if base_dir is not None else None)
+
+
+def _model_from_proto(proto: onnx.ModelProto, base: Path | None) -> Model:
     present_empty: set[str] = set()
     extra: dict[str, Any] = {}
     fields: dict[str, Any] = {}
@@ -99,6 +167,7 @@ def model_from_proto(proto: onnx.ModelProto, base_dir: str | Path | None = None)
             fields[name] = value
         else:
             extra[name] = _copy_extra(value, field)
+    _keep_unknown(proto, extra)
     if "graph" not in fields:
         raise InvalidModelError(
             "the model has no graph",
@@ -146,6 +215,7 @@ def function_from_proto(proto: onnx.FunctionProto, base_dir: Path | None = None)
             fields[name] = value
         else:
             extra[name] = _copy_extra(value, field)
+    _keep_unknown(proto, extra)
     label = f"{fields.get('domain', '')}::{fields.get('name', '')}"
     graph = Graph(fields.get("name", ""))
     for input_name in fields.get("input", ()):
@@ -155,9 +225,7 @@ def function_from_proto(proto: onnx.FunctionProto, base_dir: Path | None = None)
     for slot, output_name in enumerate(fields.get("output", ())):
         graph._use(output_name, None, slot)
         graph._outputs.append(graph._values[output_name])
-    for info in fields.get("value_info", ()):
-        _declare_loaded(graph, info, "value_info")
-        graph._value_info.append(graph._values[info.name])
+    _load_declarations(graph, fields.get("value_info", ()), "value_info", graph._value_info)
     opsets = fields.get("opset_import", ())
     function = Function(
         fields.get("domain", ""),
@@ -171,6 +239,7 @@ def function_from_proto(proto: onnx.FunctionProto, base_dir: Path | None = None)
         doc_string=fields.get("doc_string", ""),
         metadata={e.key: e.value for e in fields.get("metadata_props", ())},
     )
+    function._metadata_proto = fields.get("metadata_props")
     function._opset_protos = opsets if opsets else None
     function._present_empty = frozenset(present_empty) if present_empty else _EMPTY
     function._extra = extra or None
@@ -194,12 +263,12 @@ def graph_from_proto(proto: onnx.GraphProto, base_dir: Path | None = None) -> Gr
             fields[name] = value
         else:
             extra[name] = _copy_extra(value, field)
+    _keep_unknown(proto, extra)
     graph = Graph(fields.get("name", ""), doc_string=fields.get("doc_string", ""))
     where = f"graph {graph.name!r}"
-    for info in fields.get("input", ()):
-        value = _declare_loaded(graph, info, "input")
-        graph._inputs.append(value)
-        graph._input_names[info.name] = graph._input_names.get(info.name, 0) + 1
+    _load_declarations(graph, fields.get("input", ()), "input", graph._inputs)
+    for value in graph._inputs:
+        graph._input_names[value.name] = graph._input_names.get(value.name, 0) + 1
     for tensor_proto in fields.get("initializer", ()):
         name = tensor_proto.name
         if name in graph._initializers:
@@ -211,14 +280,16 @@ def graph_from_proto(proto: onnx.GraphProto, base_dir: Path | None = None) -> Gr
         name = sparse.values.name
         if name in graph._sparse_initializers or name in graph._initializers:
             raise InvalidModelError(f"initializer {name!r} is defined twice", where=where)
+        if base_dir is not None:
+            _check_tensor_locations((sparse.values, sparse.indices), base_dir)
         graph._sparse_initializers[name] = sparse
         graph._value_for(name)
     _load_nodes(graph, fields.get("node", ()), base_dir, where=where)
-    for slot, info in enumerate(fields.get("output", ())):
+    outputs = fields.get("output", ())
+    for slot, info in enumerate(outputs):
         graph._use(info.name, None, slot)
-        graph._outputs.append(_declare_loaded(graph, info, "output"))
-    for info in fields.get("value_info", ()):
-        graph._value_info.append(_declare_loaded(graph, info, "value_info"))
+    _load_declarations(graph, outputs, "output", graph._outputs)
+    _load_declarations(graph, fields.get("value_info", ()), "value_info", graph._value_info)
     graph._metadata_proto = fields.get("metadata_props")
     graph._present_empty = frozenset(present_empty) if present_empty else _EMPTY
     graph._extra = extra or None
@@ -226,15 +297,33 @@ def graph_from_proto(proto: onnx.GraphProto, base_dir: Path | None = None) -> Gr
     return graph
 
 
-def _declare_loaded(graph: Graph, info: onnx.ValueInfoProto, kind: str) -> Value:
-    value = graph._value_for(info.name)
-    if value._info is None:
-        value._info = info
-    elif value._info is not info and value._info != info:
-        if value._alt_info is None:
-            value._alt_info = {}
-        value._alt_info.setdefault(kind, info)
-    return value
+def _load_declarations(graph: Graph, infos: Iterable[onnx.ValueInfoProto], kind: str,
+                       target: list[Value]) -> None:
+    """Attach loaded declarations to their values and append the values to ``target``.
+
+    The first declaration of a value becomes its declaration; a later one that
+    differs is kept verbatim for that entry (see ``Value._alt_info``).
+    """
+    values = graph._values
+    seen: dict[str, int] | None = None
+    for info in infos:
+        name = info.name
+        value = values.get(name)
+        if value is None:
+            value = values[name] = Value(graph, name)
+        if value._info is None:
+            value._info = info
+        elif value._info is not info and value._info != info:
+            if seen is None:
+                seen = {}
+                for earlier in target:
+                    seen[earlier.name] = seen.get(earlier.name, 0) + 1
+            if value._alt_info is None:
+                value._alt_info = {}
+            value._alt_info[(kind, seen.get(name, 0))] = info
+        if seen is not None:
+            seen[name] = seen.get(name, 0) + 1
+        target.append(value)
 
 
 def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) -> None:
@@ -350,11 +439,15 @@ def _node_from_proto(proto: onnx.NodeProto, base_dir: Path | None) -> Node:
                 present_empty = (present_empty or set()) | {name}
         else:
             node._extra = {**(node._extra or {}), name: _copy_extra(value, field)}
+    if UnknownFieldSet is not None and len(UnknownFieldSet(proto)):
+        node._extra = {**(node._extra or {}), _UNKNOWN: _unknown_fields(proto)}
     node._present_empty = frozenset(present_empty) if present_empty else _EMPTY
     return node
 
 
 def _attribute_from_proto(proto: onnx.AttributeProto, base_dir: Path | None) -> Attribute:
+    if base_dir is not None and proto.type in TENSOR_ATTRIBUTE_TYPES:
+        _check_tensor_locations(attribute_tensors(proto), base_dir)
     has_graph = proto.HasField("g") or len(proto.graphs) > 0
     if not has_graph:
         return Attribute(proto.name, proto.type, proto, None, proto.ref_attr_name)
@@ -362,11 +455,34 @@ def _attribute_from_proto(proto: onnx.AttributeProto, base_dir: Path | None) -> 
     for field, value in proto.ListFields():
         if field.name not in ("g", "graphs"):
             _write_extra(stripped, field.name, value)
+    unknown = _unknown_fields(proto)
+    if unknown is not None:
+        stripped.MergeFromString(unknown)
     if proto.HasField("g"):
         graphs = [graph_from_proto(proto.g, base_dir)]
     else:
         graphs = [graph_from_proto(g, base_dir) for g in proto.graphs]
     return Attribute(proto.name, proto.type, stripped, graphs, proto.ref_attr_name)
+
+
+def attribute_tensors(proto: onnx.AttributeProto) -> list[onnx.TensorProto]:
+    """The ``TensorProto`` messages held directly by a tensor-typed attribute."""
+    tensors: list[onnx.TensorProto] = []
+    if proto.HasField("t"):
+        tensors.append(proto.t)
+    tensors.extend(proto.tensors)
+    sparse = [proto.sparse_tensor] if proto.HasField("sparse_tensor") else []
+    for item in (*sparse, *proto.sparse_tensors):
+        tensors.extend((item.values, item.indices))
+    return tensors
+
+
+def _check_tensor_locations(tensors: Sequence[onnx.TensorProto], base_dir: Path) -> None:
+    """Refuse external data locations outside ``base_dir`` in tensors the IR keeps as protos."""
+    for tensor in tensors:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            resolve_external_location(base_dir, location, tensor.name)
 
 
 # ==================================================================== writing
@@ -379,7 +495,11 @@ def model_to_proto(model: Model, emit_tensor: TensorEmitter | None = None) -> on
             default a tensor loaded from a proto is written as it was loaded and any
             other tensor is embedded.
     """
-    emit = emit_tensor or _default_emitter
+    with paused_gc():
+        return _model_to_proto(model, emit_tensor or _default_emitter)
+
+
+def _model_to_proto(model: Model, emit: TensorEmitter) -> onnx.ModelProto:
     proto = onnx.ModelProto()
     present_empty = model._present_empty
     if model.ir_version or "ir_version" in present_empty:
@@ -390,13 +510,7 @@ def model_to_proto(model: Model, emit_tensor: TensorEmitter | None = None) -> on
         if value or name in present_empty:
             setattr(proto, name, value)
     graph_to_proto(model.graph, proto.graph, emit)
-    original_metadata = model._metadata_proto
-    if original_metadata is not None and model.metadata == {
-            e.key: e.value for e in original_metadata}:
-        proto.metadata_props.extend(original_metadata)
-    else:
-        for key, value in model.metadata.items():
-            proto.metadata_props.add(key=key, value=value)
+    _write_metadata(proto.metadata_props, model.metadata, model._metadata_proto)
     for function in model.functions.values():
         function_to_proto(function, proto.functions.add(), emit)
     if model._extra:
@@ -432,10 +546,8 @@ def function_to_proto(function: Function, proto: onnx.FunctionProto | None = Non
         proto.attribute_proto.append(attribute_to_proto(attribute, emit))
     _write_nodes(graph, proto.node, emit)
     _write_opsets(proto.opset_import, function.opset_imports, function._opset_protos)
-    for value in graph._value_info:
-        proto.value_info.append(value._info_proto("value_info"))
-    for key, text in function.metadata.items():
-        proto.metadata_props.add(key=key, value=text)
+    _write_declarations(proto.value_info, graph._value_info, "value_info")
+    _write_metadata(proto.metadata_props, function.metadata, function._metadata_proto)
     if function._extra:
         for name, extra in function._extra.items():
             _write_extra(proto, name, extra)
@@ -448,6 +560,7 @@ def graph_to_proto(graph: Graph, proto: onnx.GraphProto | None = None,
     emit = emit_tensor or _default_emitter
     if proto is None:
         proto = onnx.GraphProto()
+    proto.SetInParent()  # an empty graph is still present
     _write_nodes(graph, proto.node, emit)
     present_empty = graph._present_empty
     if graph.name or "name" in present_empty:
@@ -458,12 +571,9 @@ def graph_to_proto(graph: Graph, proto: onnx.GraphProto | None = None,
         proto.sparse_initializer.extend(graph._sparse_initializers.values())
     if graph.doc_string or "doc_string" in present_empty:
         proto.doc_string = graph.doc_string
-    for value in graph._inputs:
-        proto.input.append(value._info_proto("input"))
-    for value in graph._outputs:
-        proto.output.append(value._info_proto("output"))
-    for value in graph._value_info:
-        proto.value_info.append(value._info_proto("value_info"))
+    _write_declarations(proto.input, graph._inputs, "input")
+    _write_declarations(proto.output, graph._outputs, "output")
+    _write_declarations(proto.value_info, graph._value_info, "value_info")
     if graph._metadata_proto is not None:
         proto.metadata_props.extend(graph._metadata_proto)
     elif graph._metadata:
@@ -473,6 +583,26 @@ def graph_to_proto(graph: Graph, proto: onnx.GraphProto | None = None,
         for name, extra in graph._extra.items():
             _write_extra(proto, name, extra)
     return proto
+
+
+def _write_declarations(target: Any, values: list[Value], kind: str) -> None:
+    append = target.append
+    seen: dict[str, int] = {}
+    for value in values:
+        if value._alt_info is None:
+            append(value._info_proto(kind))
+        else:
+            occurrence = seen.get(value.name, 0)
+            seen[value.name] = occurrence + 1
+            append(value._info_proto(kind, occurrence))
+
+
+def _write_metadata(target: Any, metadata: dict[str, str], original: Any) -> None:
+    if original is not None and metadata == {entry.key: entry.value for entry in original}:
+        target.extend(original)
+    else:
+        for key, value in metadata.items():
+            target.add(key=key, value=value)
 
 
 def _write_nodes(graph: Graph, target: Any, emit: TensorEmitter) -> None:

@@ -71,7 +71,8 @@ class Attribute:
     @classmethod
     def reference(cls, name: str, ref_attr_name: str, type: int) -> Attribute:
         """Make an attribute that refers to an attribute of the enclosing function."""
-        proto = onnx.AttributeProto(name=name, ref_attr_name=ref_attr_name, type=type)
+        proto = onnx.AttributeProto(name=name, ref_attr_name=ref_attr_name)
+        proto.type = type  # type: ignore[assignment]  # an AttributeType value
         return cls(name, type, proto, ref_attr_name=ref_attr_name)
 
     @property

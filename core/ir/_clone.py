@@ -98,6 +98,7 @@ def clone_function(function: Function) -> Function:
     copy._extra = dict(function._extra) if function._extra else None
     copy._present_empty = function._present_empty
     copy._opset_protos = function._opset_protos
+    copy._metadata_proto = function._metadata_proto
     return copy
 
 

@@ -71,6 +71,7 @@ class Function:
         self._extra: dict[str, Any] | None = None
         self._present_empty: frozenset[str] = frozenset()
         self._opset_protos: Any = None
+        self._metadata_proto: Any = None
 
     @property
     def id(self) -> FunctionId:

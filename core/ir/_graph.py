@@ -154,51 +154,63 @@ class Graph:
             node = preceding
 
     def append(self, node: Node) -> Node:
-        """Add a node at the end."""
+        """Add a node at the end.
+
+        Raises:
+            ValueError: The node already belongs to a graph.
+            InvalidModelError: One of its outputs is already defined in this graph
+                (nothing is changed).
+        """
         self._check_detached(node)
-        node._prev = self._tail
-        node._next = None
-        if self._tail is None:
-            self._head = node
-        else:
-            self._tail._next = node
-        self._tail = node
         self._attach(node)
+        self._link(node, self._tail, None)
         return node
 
     def extend(self, nodes: Iterable[Node]) -> None:
-        """Add nodes at the end, in order."""
-        for node in nodes:
-            self.append(node)
+        """Add nodes at the end, in order (all or none of them)."""
+        if self._tail is None:
+            self._insert(list(nodes), None, None)
+        else:
+            self.insert_after(self._tail, nodes)
 
     def insert_before(self, anchor: Node, nodes: Node | Iterable[Node]) -> None:
-        """Insert one or more nodes, in order, just before ``anchor``."""
+        """Insert one or more nodes, in order, just before ``anchor`` (all or none)."""
         self._check_member(anchor)
-        for node in [nodes] if _is_node(nodes) else list(nodes):  # type: ignore[list-item]
-            self._check_detached(node)
-            node._next = anchor
-            node._prev = anchor._prev
-            if anchor._prev is None:
-                self._head = node
-            else:
-                anchor._prev._next = node
-            anchor._prev = node
-            self._attach(node)
+        self._insert(_as_list(nodes), anchor._prev, anchor)
 
     def insert_after(self, anchor: Node, nodes: Node | Iterable[Node]) -> None:
-        """Insert one or more nodes, in order, just after ``anchor``."""
+        """Insert one or more nodes, in order, just after ``anchor`` (all or none)."""
         self._check_member(anchor)
-        for node in [nodes] if _is_node(nodes) else list(nodes):  # type: ignore[list-item]
+        self._insert(_as_list(nodes), anchor, anchor._next)
+
+    def _insert(self, nodes: list[Node], previous: Node | None, following: Node | None) -> None:
+        for node in nodes:
             self._check_detached(node)
-            node._prev = anchor
-            node._next = anchor._next
-            if anchor._next is None:
-                self._tail = node
-            else:
-                anchor._next._prev = node
-            anchor._next = node
-            self._attach(node)
-            anchor = node
+        if len({id(node) for node in nodes}) != len(nodes):
+            raise ValueError("the same node is listed twice")
+        inserted: list[Node] = []
+        try:
+            for node in nodes:
+                self._attach(node)
+                self._link(node, previous, following)
+                inserted.append(node)
+                previous = node
+        except Exception:
+            for node in reversed(inserted):
+                self.remove(node, safe=False)
+            raise
+
+    def _link(self, node: Node, previous: Node | None, following: Node | None) -> None:
+        node._prev = previous
+        node._next = following
+        if previous is None:
+            self._head = node
+        else:
+            previous._next = node
+        if following is None:
+            self._tail = node
+        else:
+            following._prev = node
 
     def remove(self, node: Node, *, safe: bool = True) -> None:
         """Remove a node.
@@ -240,17 +252,32 @@ class Graph:
             new_nodes: The nodes that take its place (inserted where it was).
             output_map: For each output of ``old``, the name that now carries it (by
                 default, the new nodes must produce the same output names, and ``old``
-                is removed first so that they can).
+                is removed first so that they can). Outputs left out must be unused.
+
+        Raises:
+            ValueError: A node is not in (or already in) a graph, or a used output of
+                ``old`` has no replacement in ``output_map``.
+            InvalidModelError: A new node defines a name that is already defined.
+
+        On an error the graph is left as it was.
         """
         self._check_member(old)
+        new_nodes = list(new_nodes)
         if output_map is None:
-            anchor = old._next
+            previous = old._prev
             self.remove(old, safe=False)
-            if anchor is None:
-                self.extend(new_nodes)
-            else:
-                self.insert_before(anchor, new_nodes)
+            try:
+                self._insert(new_nodes, previous,
+                             previous._next if previous is not None else self._head)
+            except Exception:
+                self._attach(old)
+                self._link(old, previous, previous._next if previous is not None else self._head)
+                raise
             return
+        for name in old._outputs:
+            if name and name not in output_map and self._values[name]._uses:
+                raise ValueError(f"output {name!r} of {_describe_node(old)} is still used; "
+                                 "give its replacement in output_map")
         self.insert_before(old, new_nodes)
         for old_name in old._outputs:
             if old_name and old_name in output_map:
@@ -357,7 +384,7 @@ class Graph:
         graph: Graph | None = self
         while graph is not None:
             if graph._is_defined(name):
-                return graph._values[name] if name in graph._values else None
+                return graph._values.get(name)
             graph = graph.parent_graph
         return None
 
@@ -623,6 +650,7 @@ class Graph:
         value = self._values.get(old)
         if value is None or old == new:
             return 0
+        self._check_not_shadowed(old, new, value)
         changed = 0
         for node, slot in list(value._uses):
             if node is None:
@@ -630,6 +658,9 @@ class Graph:
                     outputs: list[str | Value] = list(self._outputs)
                     outputs[slot] = new
                     self.set_outputs(outputs)
+                    replacement = self._values[new]
+                    if replacement._info is None and value._info is not None:
+                        replacement.declare(value._info)  # the output keeps its declared type
                     changed += 1
             elif slot == CAPTURE:
                 for subgraph in list(node.subgraphs()):
@@ -640,11 +671,32 @@ class Graph:
                 changed += 1
         return changed
 
+    def _check_not_shadowed(self, old: str, new: str, value: Value) -> None:
+        """Refuse to move captured uses of ``old`` into a subgraph that defines ``new``."""
+        for node, slot in value._uses:
+            if slot != CAPTURE or node is None:
+                continue
+            for subgraph in node.subgraphs():
+                if old not in subgraph._free:
+                    continue
+                if subgraph._is_defined(new):
+                    raise ValueError(
+                        f"cannot replace {old!r} by {new!r}: subgraph {subgraph.name!r} of node "
+                        f"{_describe_node(node)} uses {old!r} from outside but defines its own "
+                        f"{new!r}, which would hide it"
+                    )
+                subgraph._check_not_shadowed(old, new, subgraph._values[old])
+
     def rename_value(self, old: str, new: str) -> None:
         """Rename a value everywhere in this graph and in subgraphs that capture it.
 
+        The declaration (type, doc string, metadata), the producer's output, the
+        graph input or output entry and the initializer all move to the new name.
+
         Raises:
-            ValueError: ``new`` is already used or defined in this graph.
+            KeyError: This graph has no value ``old``.
+            ValueError: ``new`` is already used or defined in this graph, or a subgraph
+                that uses ``old`` defines ``new`` itself.
         """
         if old == new:
             return
@@ -652,6 +704,7 @@ class Graph:
         if existing is not None and (existing._uses or self._is_defined(new)):
             raise ValueError(f"cannot rename {old!r} to {new!r}: {new!r} already exists")
         value = self._values[old]
+        self._check_not_shadowed(old, new, value)
         self.replace_uses(old, new, include_outputs=True)
         producer = value._producer
         if producer is not None:
@@ -710,14 +763,20 @@ class Graph:
         ]
 
     def subgraphs(self) -> Iterator[Graph]:
-        """Yield every nested graph, depth first, at any depth."""
-        stack: list[Graph] = [self]
+        """Yield every nested graph at any depth, in order, each before its own subgraphs."""
+        stack: list[Iterator[Graph]] = [self._child_graphs()]
         while stack:
-            graph = stack.pop()
-            for node in reversed(graph):
-                for subgraph in reversed(list(node.subgraphs())):
-                    yield subgraph
-                    stack.append(subgraph)
+            for graph in stack[-1]:
+                yield graph
+                stack.append(graph._child_graphs())
+                break
+            else:
+                stack.pop()
+
+    def _child_graphs(self) -> Iterator[Graph]:
+        for node in self:
+            if node._attributes:
+                yield from node.subgraphs()
 
     def walk(self) -> Iterator[Node]:
         """Yield every node of this graph and of all nested graphs.
@@ -745,6 +804,8 @@ class Graph:
         Raises:
             CycleError: The nodes depend on each other in a cycle.
         """
+        if self.is_sorted():
+            return self.nodes
         position = {node: index for index, node in enumerate(self)}
         pred = self._nx._pred
         indegree = {node: len(pred[node]) for node in position}
@@ -838,10 +899,10 @@ class Graph:
                 f"{len(self._outputs)} outputs, {len(self._initializers)} initializers)")
 
 
-def _is_node(item: object) -> bool:
+def _as_list(nodes: Node | Iterable[Node]) -> list[Node]:
     from graphpass.ir._node import Node
 
-    return isinstance(item, Node)
+    return [nodes] if isinstance(nodes, Node) else list(nodes)
 
 
 def _same_domain(a: str, b: str) -> bool:

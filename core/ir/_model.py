@@ -16,6 +16,9 @@ from graphpass.ir._node import Node
 
 __all__ = ["Model"]
 
+UNKNOWN_FIELDS = "<unknown fields>"
+"""Key in an IR object's ``_extra`` for the bytes of fields the protobuf schema does not know."""
+
 
 class Model:
     """An ONNX model.
@@ -102,6 +105,15 @@ class Model:
         """Return the model-local function a node calls, or ``None`` for an operator."""
         return self._functions.get((node.domain, node.op_type, node.overload))
 
+    @property
+    def extra_fields(self) -> Mapping[str, Any]:
+        """``ModelProto`` fields the IR does not model (``training_info`` ...), read-only.
+
+        They are written back unchanged by :meth:`to_proto`.
+        """
+        return MappingProxyType({k: v for k, v in (self._extra or {}).items()
+                                 if k != UNKNOWN_FIELDS})
+
     # ================================================================= walking
     def graphs(self) -> Iterator[Graph]:
         """Yield the main graph, every function body, and all their subgraphs."""
@@ -129,8 +141,9 @@ class Model:
             parts.append((graph.input_names, graph.output_names,
                           tuple((k, id(t)) for k, t in graph._initializers.items())))
             for node in graph:
+                attributes = tuple((k, id(a)) for k, a in node._attributes.items())
                 parts.append((node.op_type, node.domain, node.overload, node._inputs,
-                              node._outputs, tuple((k, id(a)) for k, a in node._attributes.items())))
+                              node._outputs, attributes))
         return hash(tuple(parts))
 
     # ============================================================= conversion

@@ -189,6 +189,7 @@ class Node:
         old = self._attributes.get(attribute.name)
         if old is not None:
             self._detach_subgraphs(old)
+        self._forget_verbatim_attributes()
         self._attributes[attribute.name] = attribute
         self._attach_subgraphs(attribute)
         if self._graph is not None:
@@ -198,6 +199,7 @@ class Node:
         """Remove attribute ``name`` if present."""
         old = self._attributes.pop(name, None)
         if old is not None:
+            self._forget_verbatim_attributes()
             self._detach_subgraphs(old)
             if self._graph is not None:
                 self._graph._touch()
@@ -250,6 +252,12 @@ class Node:
         from graphpass.ir._clone import clone_node
 
         return clone_node(self)
+
+    def _forget_verbatim_attributes(self) -> None:
+        # A node loaded with duplicate attribute names keeps its attribute list verbatim
+        # (in ``_extra``) until an attribute changes; then the mapping is written.
+        if self._extra is not None and "attribute" in self._extra:
+            self._extra = {k: v for k, v in self._extra.items() if k != "attribute"} or None
 
     def _attach_subgraphs(self, attribute: Attribute) -> None:
         for subgraph in attribute.graphs:

@@ -78,10 +78,7 @@ class _Source:
         raise NotImplementedError
 
     def iter_bytes(self, tensor: Tensor) -> Iterator[bytes | memoryview]:
-        data = np.ascontiguousarray(self.array(tensor))
-        if data.dtype.byteorder == ">":
-            data = data.astype(data.dtype.newbyteorder("<"))
-        yield memoryview(data).cast("B")
+        yield from _array_bytes(tensor, self.array(tensor))
 
 
 class _ProtoSource(_Source):
@@ -98,6 +95,49 @@ class _ProtoSource(_Source):
             yield self.proto.raw_data
         else:
             yield from super().iter_bytes(tensor)
+
+
+def _array_bytes(tensor: Tensor, array: np.ndarray[Any, Any]) -> Iterator[bytes | memoryview]:
+    """The bytes ONNX stores for ``array`` as raw data (packed for 4- and 2-bit types)."""
+    if tensor.dtype in _PACKED_4BIT:
+        yield _embed_array(tensor, array).raw_data
+        return
+    data = np.ascontiguousarray(array)
+    if data.dtype.byteorder == ">":
+        data = data.astype(data.dtype.newbyteorder("<"))
+    yield data.reshape(-1).view(np.uint8).data
+
+
+def _embed_array(tensor: Tensor, array: np.ndarray[Any, Any]) -> onnx.TensorProto:
+    """A ``TensorProto`` holding ``array`` under the tensor's name and element type."""
+    proto = numpy_helper.from_array(np.asarray(array), tensor.name)
+    if proto.data_type != tensor.dtype:
+        proto = onnx.helper.make_tensor(tensor.name, tensor.dtype, tensor.shape,
+                                        np.asarray(array).tobytes(), raw=True)
+    return proto
+
+
+class _UnplacedSource(_Source):
+    """External data of a proto converted without knowing the model's folder."""
+
+    __slots__ = ("location",)
+
+    def __init__(self, location: str):
+        self.location = location
+
+    def problem(self, tensor: Tensor) -> ExternalDataError:
+        return ExternalDataError(
+            f"tensor {tensor.name!r} keeps its data in {self.location!r}, but the model was "
+            "not loaded from a file, so that file cannot be found",
+            hint="load the model with graphpass.load(path), or pass base_dir= to "
+                 "Model.from_proto",
+        )
+
+    def array(self, tensor: Tensor) -> np.ndarray[Any, Any]:
+        raise self.problem(tensor)
+
+    def iter_bytes(self, tensor: Tensor) -> Iterator[bytes | memoryview]:
+        raise self.problem(tensor)
 
 
 class _FileRegionSource(_Source):
@@ -198,24 +238,24 @@ class Tensor:
 
         Args:
             proto: The tensor. It is referenced, not copied: do not change it afterwards.
-            base_dir: The folder external data locations are relative to. Required when
-                the tensor's data is external.
+            base_dir: The folder external data locations are relative to. Without it,
+                external data cannot be read (the tensor still converts back to the
+                same proto).
 
         Raises:
-            ExternalDataError: The external data location is unsafe, or ``base_dir`` is
-                missing for external data.
+            ExternalDataError: The external data location is unsafe (absolute, ``..``, or
+                a link leading out of ``base_dir``).
         """
         if proto.data_location == onnx.TensorProto.EXTERNAL:
             info = _external_info(proto)
+            location = info.get("location", "")
             if base_dir is None:
-                raise ExternalDataError(
-                    f"tensor {proto.name!r} keeps its data in {info.get('location', '?')!r}, "
-                    "but the model was not loaded from a file",
-                    hint="load the model with graphpass.load(path) so that the data file is found",
-                )
-            path = resolve_external_location(Path(base_dir), info.get("location", ""), proto.name)
+                check_external_location(location, proto.name)
+                return cls(proto.name, proto.data_type, proto.dims, _UnplacedSource(location),
+                           proto)
+            path = resolve_external_location(Path(base_dir), location, proto.name)
             offset = int(info.get("offset", 0) or 0)
-            if "length" in info and info["length"]:
+            if info.get("length"):
                 length = int(info["length"])
             else:
                 length = int(_element_count(proto.dims) * dtype_size(proto.data_type) + 0.5)
@@ -268,7 +308,7 @@ class Tensor:
     @property
     def is_external(self) -> bool:
         """Whether the data lives in a file rather than in memory."""
-        return isinstance(self._source, _FileRegionSource)
+        return isinstance(self._source, (_FileRegionSource, _UnplacedSource))
 
     @property
     def external_path(self) -> Path | None:
@@ -306,6 +346,8 @@ class Tensor:
         """
         if isinstance(self._source, _FileRegionSource):
             self._source._check()
+        elif isinstance(self._source, _UnplacedSource):
+            raise self._source.problem(self)
 
     def data_problem(self) -> str | None:
         """Describe why the data is missing or incomplete, or return ``None`` if it is whole."""
@@ -315,6 +357,8 @@ class Tensor:
             except ExternalDataError as error:
                 return error.message
             return None
+        if isinstance(self._source, _UnplacedSource):
+            return self._source.problem(self).message
         if isinstance(self._source, _ProtoSource):
             return _embedded_data_problem(self._source.proto)
         return None
@@ -345,10 +389,7 @@ class Tensor:
         if isinstance(self._source, _ProtoSource):
             return self._source.proto
         if self.dtype in _PACKED_4BIT or not isinstance(self._source, _FileRegionSource):
-            proto = numpy_helper.from_array(np.asarray(self.numpy()), self.name)
-            if proto.data_type != self.dtype:
-                proto = onnx.helper.make_tensor(self.name, self.dtype, self.shape,
-                                                np.asarray(self.numpy()).tobytes(), raw=True)
+            proto = _embed_array(self, self.numpy())
         else:
             proto = onnx.TensorProto(name=self.name, data_type=self.dtype, dims=self.shape)
             proto.raw_data = b"".join(bytes(chunk) for chunk in self.iter_bytes())
@@ -387,17 +428,17 @@ def _embedded_data_problem(proto: onnx.TensorProto) -> str | None:
     return None
 
 
-def resolve_external_location(base_dir: Path, location: str, tensor_name: str) -> Path:
-    """Resolve an external data location safely inside ``base_dir``.
+def check_external_location(location: str, tensor_name: str) -> None:
+    """Refuse an external data location that is empty, absolute, or climbs out with ``..``.
 
     Raises:
-        ExternalDataError: The location is empty, absolute, or leads outside ``base_dir``
-            (``..`` components or a symbolic link out of the folder).
+        ExternalDataError: The location is not a plain relative path.
     """
     if not location:
         raise ExternalDataError(f"tensor {tensor_name!r} has external data without a location")
     candidate = Path(location)
-    if candidate.is_absolute() or location.startswith(("/", "\\")) or ":" in candidate.parts[0]:
+    if (candidate.is_absolute() or location.startswith(("/", "\\"))
+            or (len(location) > 1 and location[1] == ":")):
         raise ExternalDataError(
             f"tensor {tensor_name!r} points at external data by an absolute path ({location!r})",
             hint="external data must sit in the model's folder; graphpass refuses other paths",
@@ -408,6 +449,17 @@ def resolve_external_location(base_dir: Path, location: str, tensor_name: str) -
             f"({location!r})",
             hint="external data must sit in the model's folder; graphpass refuses '..' paths",
         )
+
+
+def resolve_external_location(base_dir: Path, location: str, tensor_name: str) -> Path:
+    """Resolve an external data location safely inside ``base_dir``.
+
+    Raises:
+        ExternalDataError: The location is empty, absolute, or leads outside ``base_dir``
+            (``..`` components or a symbolic link out of the folder).
+    """
+    check_external_location(location, tensor_name)
+    candidate = Path(location)
     root = base_dir.resolve()
     resolved = (root / candidate).resolve()
     if resolved != root and root not in resolved.parents:

@@ -52,9 +52,11 @@ class Value:
         self._index = -1
         self._uses: list[Use] = []
         self._info: onnx.ValueInfoProto | None = None
-        # A value declared differently in two of (inputs, outputs, value_info) keeps the
-        # other declarations verbatim so that the model round-trips exactly.
-        self._alt_info: dict[str, onnx.ValueInfoProto] | None = None
+        # A value declared differently in several entries of (inputs, outputs, value_info)
+        # keeps the other declarations verbatim, keyed by (list, n-th entry of this value
+        # in that list), so that the model round-trips exactly. Any change to the
+        # declaration drops them: from then on every entry writes the one declaration.
+        self._alt_info: dict[tuple[str, int], onnx.ValueInfoProto] | None = None
 
     # ------------------------------------------------------------------ topology
     @property
@@ -193,6 +195,7 @@ class Value:
         elif isinstance(info, onnx.TypeProto):
             proto.type.CopyFrom(info)
         self._info = proto
+        self._alt_info = None
         self.graph._touch()
 
     def _own_info(self) -> onnx.ValueInfoProto:
@@ -202,13 +205,17 @@ class Value:
             fresh.CopyFrom(self._info)
         fresh.name = self.name
         self._info = fresh
+        self._alt_info = None
         return fresh
 
-    def _info_proto(self, kind: str) -> onnx.ValueInfoProto:
-        """The declaration to write into ``kind`` (``input``, ``output``, ``value_info``)."""
+    def _info_proto(self, kind: str, occurrence: int = 0) -> onnx.ValueInfoProto:
+        """The declaration to write as this value's ``occurrence``-th entry in ``kind``.
+
+        ``kind`` is ``input``, ``output`` or ``value_info``.
+        """
         info = self._info
-        if self._alt_info is not None and kind in self._alt_info:
-            info = self._alt_info[kind]
+        if self._alt_info is not None:
+            info = self._alt_info.get((kind, occurrence), info)
         if info is None:
             return onnx.ValueInfoProto(name=self.name)
         if info.name != self.name:
