@@ -1,11 +1,54 @@
-"""The ``detect-missing-buffers``  pass (placeholder: being written)."""
+"""The ``detect-missing-buffers`` pass: name every tensor the model needs and nothing provides.
+
+A PyTorch module's non-persistent buffers (``register_buffer(..., persistent=False)``:
+rotary ``inv_freq``, position ids, causal masks) and plain tensor attributes are not
+in ``state_dict()``. Export a model without its weights, fill them from a
+checkpoint, and those names stay empty: the model does not load ("Node input
+'block.scale' is not a graph input, initializer, or output of a previous node"), or
+they linger as graph inputs that every run (and every ONNX Runtime training step)
+must feed. This pass finds them before anything is written and says, for each, what
+it is and how to provide it.
+
+It reports, one finding per name, sorted by module path:
+
+* ``GP301`` (error): a name nodes use that nothing defines (in the main graph, a
+  subgraph, where outer scopes are searched, or a function body, which has none);
+* ``GP302`` (error; warning when unused): an initializer whose data is not all there;
+* ``GP303`` (error): a graph input without an initializer that stands for model state.
+
+Each finding's ``data`` holds ``kind``, ``module``, ``attribute``, ``problem``,
+``consumers``, ``evidence``, ``checkpoint`` and ``fix``.
+"""
 
 from __future__ import annotations
 
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from graphpass.findings import Finding, Severity
 from graphpass.ir import Model
 from graphpass.pass_base import AnalysisPass, PassContext, PassResult
+from graphpass.passes._missing_gaps import Gap, find_gaps
+from graphpass.passes._missing_kinds import (
+    STATE_KINDS,
+    CheckpointNames,
+    Classification,
+    classify,
+)
 
 __all__ = ["DetectMissingBuffers"]
+
+_RECONCILE: Final = "reconcile-initializers"
+_CODES: Final = {"undefined": "GP301", "no-data": "GP302", "input": "GP303"}
+_SHOWN_CONSUMERS: Final = 3
+# The last part of a module path that names state in practice; a bare graph input so
+# named is state even before any other input has shown itself to be.
+_STATE_ATTRIBUTES: Final = frozenset({
+    "weight", "bias", "running_mean", "running_var", "num_batches_tracked", "inv_freq",
+    "original_inv_freq", "position_ids", "in_proj_weight", "in_proj_bias", "freqs_cis",
+    "causal_mask", "masked_bias",
+})
 
 
 class DetectMissingBuffers(AnalysisPass):
@@ -13,7 +56,232 @@ class DetectMissingBuffers(AnalysisPass):
 
     name = "detect-missing-buffers"
     description = "Name every weight, buffer or constant the graph needs and nothing provides."
+    after = (_RECONCILE,)
+
+    @dataclass
+    class Options:
+        """Options of ``detect-missing-buffers``.
+
+        Attributes:
+            checkpoints: Checkpoints whose key names help tell state from data and
+                say where a missing tensor can be found (besides ``--checkpoint``).
+            data_inputs: Graph inputs that are data even though they look like state
+                (``fnmatch`` patterns, e.g. ``past_key_values.*``).
+        """
+
+        checkpoints: list[str] = field(default_factory=list)
+        data_inputs: list[str] = field(default_factory=list)
 
     def run(self, model: Model, context: PassContext) -> PassResult:
-        """Not written yet."""
-        raise NotImplementedError("detect-missing-buffers is not implemented yet")
+        """Find the missing tensors and report one finding per name.
+
+        Args:
+            model: The model (not changed).
+            context: Checkpoints (``--checkpoint``) and earlier results.
+
+        Returns:
+            The findings (none for a complete model) and counts per problem and module.
+        """
+        checkpoints = CheckpointNames(self._checkpoint_keys(context))
+        reconciled = _RECONCILE in context.results
+        reported: list[tuple[Gap, Classification]] = []
+        inputs: list[tuple[Gap, Classification]] = []
+        for gap in find_gaps(model):
+            classification = classify(gap, model, checkpoints)
+            if gap.problem == "input":
+                inputs.append((gap, classification))
+            else:
+                reported.append((gap, classification))
+        reported.extend(self._state_inputs(model, inputs))
+        reported.sort(key=lambda item: (item[1].module, item[0].name))
+        findings = [_finding(gap, classification, reconciled)
+                    for gap, classification in reported]
+        return PassResult(changed=False, findings=findings, stats=_stats(reported))
+
+    def _checkpoint_keys(self, context: PassContext) -> dict[str, list[str]]:
+        paths = [context.resolve_path(path) for path in self.options.checkpoints]
+        paths.extend(context.checkpoints)
+        keys: dict[str, list[str]] = {}
+        for path in paths:
+            keys[str(path)] = _read_checkpoint_keys(path)
+        return keys
+
+    def _state_inputs(self, model: Model, candidates: list[tuple[Gap, Classification]]
+                      ) -> list[tuple[Gap, Classification]]:
+        """Keep the bare graph inputs that stand for model state, not data.
+
+        Certain: torch's metadata or a checkpoint says so. Likely enough to report: a
+        module-path name with a fixed shape whose last part names state (``.weight``)
+        or that follows an input known to be state (exporters list the user's inputs
+        first, then the state); a name torch makes up for folded constants, after
+        state inputs, in a model torch wrote.
+        """
+        graph = model.graph
+        first_state = next((index for index, value in enumerate(graph.inputs)
+                            if value.name in graph.initializers), len(graph.inputs))
+        for gap, classification in candidates:
+            if (classification.strong and classification.kind in STATE_KINDS) or (
+                    classification.kind == "module state"
+                    and classification.attribute in _STATE_ATTRIBUTES
+                    and _static_shape(model, gap)):
+                first_state = min(first_state, gap.input_index)
+        from_torch = model.producer_name == "pytorch"
+        kept = []
+        for gap, classification in candidates:
+            if any(fnmatch.fnmatchcase(gap.name, pattern)
+                   for pattern in self.options.data_inputs):
+                continue
+            kind = classification.kind
+            if classification.strong:
+                keep = kind in STATE_KINDS
+            elif kind == "module state":
+                keep = _static_shape(model, gap) and (
+                    classification.attribute in _STATE_ATTRIBUTES
+                    or gap.input_index > first_state)
+            elif kind in ("folded constant", "lifted constant"):
+                keep = from_torch and gap.input_index > first_state and _static_shape(model, gap)
+            else:
+                keep = False
+            if keep:
+                kept.append((gap, classification))
+        return kept
+
+
+def _read_checkpoint_keys(path: Any) -> list[str]:
+    from graphpass import checkpoint
+
+    opener = getattr(checkpoint, "open_checkpoint", None)
+    if opener is None:  # the checkpoint readers are not there yet
+        return []
+    opened = opener(path)
+    try:
+        return [str(key) for key in opened]
+    finally:
+        close = getattr(opened, "close", None)
+        if callable(close):
+            close()
+
+
+def _static_shape(model: Model, gap: Gap) -> bool:
+    value = model.graph.values.get(gap.name)
+    shape = value.shape if value is not None else None
+    return shape is None or all(isinstance(dim, int) for dim in shape)
+
+
+# ================================================================ the findings
+_PROBLEM_TEXT: Final = {
+    "undefined": "is used but nothing provides it (no graph input, initializer or node "
+                 "output defines it)",
+    "no-data": "is an initializer without its data",
+    "input": "is a graph input with no initializer: every run must feed it (ONNX Runtime "
+             "training asks for it at every step)",
+}
+
+
+def _finding(gap: Gap, classification: Classification, reconciled: bool) -> Finding:
+    kind = classification.kind
+    subject = f"{kind} {gap.name!r}" if kind != "unknown" else repr(gap.name)
+    text = f"{subject} {_PROBLEM_TEXT[gap.problem]}"
+    if gap.problem == "no-data" and gap.detail:
+        text += f" ({gap.detail})"
+    if gap.function is not None and gap.problem == "undefined":
+        text += "; a function body sees only its own inputs"
+    if classification.module:
+        text = f"module {classification.module!r}: {text}"
+    text += f"; used by {_describe_consumers(gap)}" if gap.consumers else "; not used"
+    fix, hint = _fix(gap, classification, reconciled)
+    severity = Severity.ERROR
+    if gap.problem == "no-data" and not gap.consumers:
+        severity = Severity.WARNING
+    first = next((c for c in gap.consumers if c.node is not None), None)
+    checkpoint = classification.checkpoint
+    data: dict[str, Any] = {
+        "kind": kind,
+        "module": classification.module,
+        "attribute": classification.attribute,
+        "problem": gap.problem,
+        "consumers": [consumer.to_dict() for consumer in gap.consumers],
+        "evidence": list(classification.evidence),
+        "checkpoint": None if checkpoint is None else {
+            "path": checkpoint.checkpoint, "key": checkpoint.key, "exact": checkpoint.exact},
+        "fix": fix,
+    }
+    if gap.detail:
+        data["detail"] = gap.detail
+    return Finding(
+        code=_CODES[gap.problem],
+        severity=severity,
+        message=text,
+        pass_name=DetectMissingBuffers.name,
+        node=first.node_name if first is not None else None,
+        function=gap.function.qualified_name if gap.function is not None else None,
+        value=gap.name,
+        hint=hint,
+        graph=first.graph if first is not None else None,
+        data=data,
+    )
+
+
+def _describe_consumers(gap: Gap) -> str:
+    described = list(dict.fromkeys(consumer.describe() for consumer in gap.consumers))
+    shown = ", ".join(described[:_SHOWN_CONSUMERS])
+    if len(described) > _SHOWN_CONSUMERS:
+        shown += f" and {len(described) - _SHOWN_CONSUMERS} more"
+    return shown
+
+
+_EXPORT_STATE: Final = (
+    "it is not in state_dict() (non-persistent buffers and tensor attributes never are), so "
+    "a checkpoint saved from state_dict() cannot fill it: save the module's full state with "
+    "graphpass.torch.save_state(model, 'state.safetensors') (or save "
+    "model.state_dict() | dict(model.named_buffers())) and pass it as another --checkpoint "
+    "to reconcile-initializers")
+
+
+def _fix(gap: Gap, classification: Classification, reconciled: bool) -> tuple[str, str]:
+    """The fix, as a stable keyword (for tools) and in words (for people)."""
+    kind = classification.kind
+    match = classification.checkpoint
+    if match is not None:
+        how = "" if match.exact else f" as {match.key!r}"
+        hint = (f"checkpoint {match.checkpoint} has it{how}: fill the model from it with "
+                f"reconcile-initializers (graphpass run MODEL -o OUT --checkpoint "
+                f"{match.checkpoint})")
+        if reconciled:
+            hint += "; reconcile-initializers ran but did not fill it: see its findings"
+        return "reconcile", hint
+    if kind in ("parameter", "persistent buffer"):
+        return "reconcile", ("it is in state_dict(): fill the model from the checkpoint with "
+                             "reconcile-initializers (--checkpoint model.safetensors)")
+    if kind in ("non-persistent buffer", "tensor constant"):
+        return "export-state", _EXPORT_STATE
+    if kind in ("buffer", "module state"):
+        return "export-state", (
+            "a parameter or persistent buffer is in state_dict(): fill it from the checkpoint "
+            "with reconcile-initializers; a non-persistent buffer or tensor attribute is not: "
+            "save the module's full state with graphpass.torch.save_state(model, "
+            "'state.safetensors') and pass it as another --checkpoint")
+    if kind == "lifted constant":
+        return "export-state", (
+            "torch.export made it from a tensor created inside forward(), which no module "
+            "attribute holds: save it from the export with graphpass.torch.save_state("
+            "onnx_program, 'constants.safetensors') and pass that as another --checkpoint, or "
+            "save the export with its initializers (include_initializers=True)")
+    if kind == "folded constant":
+        return "re-export", (
+            "the exporter computed it by constant folding and did not save it, so no "
+            "checkpoint has it: re-export with folding off (dynamo=True: optimize=False; "
+            "dynamo=False: do_constant_folding=False), or save the export with its initializers")
+    if gap.problem == "input":
+        return "provide", "give it an initializer, or feed it at every run"
+    return "provide", ("give it an initializer (or a node that computes it); if it is model "
+                       "state, add it to the checkpoint")
+
+
+def _stats(reported: list[tuple[Gap, Classification]]) -> dict[str, Any]:
+    by_problem: dict[str, int] = {}
+    by_module: dict[str, list[str]] = {}
+    for gap, classification in reported:
+        by_problem[gap.problem] = by_problem.get(gap.problem, 0) + 1
+        by_module.setdefault(classification.module, []).append(gap.name)
+    return {"missing": len(reported), "by problem": by_problem, "by module": by_module}

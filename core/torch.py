@@ -1,0 +1,234 @@
+"""The full state of a PyTorch model, under the names its ONNX export uses.
+
+``state_dict()`` leaves out non-persistent buffers (``register_buffer(...,
+persistent=False)``: rotary ``inv_freq``, position ids, causal masks) and plain
+tensor attributes, yet an exported graph needs them. :func:`capture_state` returns
+everything, and :func:`save_state` writes it as a safetensors checkpoint that
+``graphpass run --checkpoint`` (``reconcile-initializers``) can fill a model from::
+
+    import graphpass.torch
+
+    graphpass.torch.save_state(model, "state.safetensors")
+    # graphpass run model.onnx -o filled.onnx --checkpoint state.safetensors
+
+The names are the ones both exporters give initializers: ``torch.onnx.export(...,
+dynamo=True)`` names them by fully qualified name (``block.linear.weight``, tied
+weights under one of their names, tensor attributes as ``block.offset``); the
+legacy exporter (``dynamo=False``) by ``state_dict()`` key. Every alias of a shared
+tensor is included, so whichever name an exporter picked is there.
+
+PyTorch is imported only when these functions are called.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from graphpass.errors import CheckpointError, GraphpassError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["capture_state", "save_state"]
+
+_SHOWN: int = 5
+
+
+def _import_torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise GraphpassError(
+            "graphpass.torch needs PyTorch, which is not installed",
+            hint="install it (pip install 'graphpass[torch]'), or save the state in the "
+                 "environment where the model lives",
+        ) from None
+    return torch
+
+
+def capture_state(source: Any, *, skip_unmaterialized: bool = False) -> dict[str, torch.Tensor]:
+    """Return a model's full state: parameters, buffers (persistent or not), tensor constants.
+
+    Args:
+        source: A ``torch.nn.Module``; a ``torch.export.ExportedProgram`` (its
+            ``state_dict`` and ``constants``, which include the tensors created inside
+            ``forward`` that torch.export lifts as ``lifted_tensor_0`` ...); or the
+            ``torch.onnx.ONNXProgram`` that ``torch.onnx.export(..., dynamo=True)``
+            returns (every initializer of its ONNX graph, under its ONNX name, folded
+            constants included).
+        skip_unmaterialized: Leave out tensors without values (on the ``meta`` device,
+            or fake tensors from ``FakeTensorMode``) instead of refusing them.
+
+    Returns:
+        The tensors by name (detached, not copied). Shared tensors appear under each
+        of their names.
+
+    Raises:
+        GraphpassError: PyTorch is not installed, ``source`` is none of the above, or
+            some tensors have no values (and ``skip_unmaterialized`` is false).
+    """
+    torch = _import_torch()
+    if isinstance(source, torch.nn.Module):
+        entries = _module_state(torch, source)
+    elif isinstance(source, torch.export.ExportedProgram):
+        entries = _exported_state(torch, source)
+    elif isinstance(source, torch.onnx.ONNXProgram):
+        entries = _onnx_program_state(torch, source)
+    else:
+        raise GraphpassError(
+            f"cannot capture the state of a {type(source).__name__}",
+            hint="pass a torch.nn.Module, a torch.export.ExportedProgram, or the ONNXProgram "
+                 "that torch.onnx.export(..., dynamo=True) returns",
+        )
+    state: dict[str, Any] = {}
+    empty: list[str] = []
+    for name, tensor in entries:
+        if name in state:
+            continue
+        if _has_no_values(torch, tensor):
+            empty.append(name)
+            continue
+        state[name] = tensor.detach()
+    if empty and not skip_unmaterialized:
+        raise GraphpassError(
+            f"{len(empty)} tensor(s) have no values (meta device or fake tensors): "
+            f"{_some(empty)}",
+            where=type(source).__name__,
+            hint="capture the state of a module that holds real values (built normally or "
+                 "loaded with its weights): non-persistent buffers are computed in __init__, "
+                 "so a module built under FakeTensorMode or on the meta device lacks them; or "
+                 "pass skip_unmaterialized=True to leave them out",
+        )
+    return state
+
+
+def save_state(source: Any, path: str | os.PathLike[str], *,
+               skip_unmaterialized: bool = False) -> Path:
+    """Write a model's full state as a safetensors checkpoint (atomically).
+
+    Tensors that share memory (tied weights) are each written whole, under every
+    name; non-contiguous tensors are made contiguous; tensors on other devices are
+    copied to the CPU.
+
+    Args:
+        source: A module, an exported program or an ONNX program (see
+            :func:`capture_state`), or a mapping of names to tensors.
+        path: The ``.safetensors`` file to write.
+        skip_unmaterialized: See :func:`capture_state`.
+
+    Returns:
+        The path written.
+
+    Raises:
+        GraphpassError: PyTorch or safetensors is missing, or the state cannot be captured.
+        CheckpointError: The file cannot be written; nothing was changed on disk.
+    """
+    torch = _import_torch()
+    if isinstance(source, Mapping):
+        state = {str(name): tensor for name, tensor in source.items()}
+        bad = [name for name, tensor in state.items() if not isinstance(tensor, torch.Tensor)]
+        if bad:
+            raise GraphpassError(f"these entries are not tensors: {_some(bad)}",
+                                 hint="pass a mapping of names to torch tensors")
+        empty = [name for name, tensor in state.items() if _has_no_values(torch, tensor)]
+        if empty and not skip_unmaterialized:
+            raise GraphpassError(
+                f"{len(empty)} tensor(s) have no values (meta device or fake tensors): "
+                f"{_some(empty)}",
+                hint="pass real tensors, or skip_unmaterialized=True to leave them out")
+        state = {name: tensor for name, tensor in state.items() if name not in empty}
+    else:
+        state = capture_state(source, skip_unmaterialized=skip_unmaterialized)
+    try:
+        from safetensors.torch import save_file
+    except ImportError:
+        raise GraphpassError("saving a state needs safetensors, which is not installed",
+                             hint="pip install safetensors") from None
+    tensors = _writable(torch, state)
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
+                                             dir=target.parent)
+        os.close(handle)
+        try:
+            save_file(tensors, temporary, metadata={"format": "pt",
+                                                    "producer": "graphpass.torch.save_state"})
+            os.replace(temporary, target)
+        finally:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+    except OSError as error:
+        raise CheckpointError(f"cannot write the state ({error.strerror or error})",
+                              where=str(target)) from None
+    return target
+
+
+# ===================================================================== sources
+def _module_state(torch: Any, module: torch.nn.Module) -> Iterator[tuple[str, Any]]:
+    yield from module.named_parameters(remove_duplicate=False)
+    yield from module.named_buffers(remove_duplicate=False)
+    for prefix, submodule in module.named_modules(remove_duplicate=False):
+        for attribute, value in vars(submodule).items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                yield (f"{prefix}.{attribute}" if prefix else attribute), value
+    # Modules that rename their entries in state_dict() (hooks) are filled by those names.
+    for key, value in module.state_dict(keep_vars=True).items():
+        if isinstance(value, torch.Tensor):
+            yield key, value
+
+
+def _exported_state(torch: Any, program: Any) -> Iterator[tuple[str, Any]]:
+    yield from program.state_dict.items()
+    for name, value in program.constants.items():
+        if isinstance(value, torch.Tensor):
+            yield name, value
+
+
+def _onnx_program_state(torch: Any, program: Any) -> Iterator[tuple[str, Any]]:
+    for name, value in program.model.graph.initializers.items():
+        data = value.const_value
+        if data is None:
+            continue
+        raw = getattr(data, "raw", None)
+        if isinstance(raw, torch.Tensor):
+            yield name, raw
+        else:
+            yield name, torch.from_numpy(data.numpy().copy())
+
+
+def _has_no_values(torch: Any, tensor: Any) -> bool:
+    if tensor.device.type == "meta":
+        return True
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(tensor, FakeTensor)
+
+
+# ====================================================================== saving
+def _writable(torch: Any, state: Mapping[str, Any]) -> dict[str, Any]:
+    """Contiguous CPU tensors, no two sharing memory (safetensors refuses shared storage)."""
+    tensors: dict[str, Any] = {}
+    seen_storage: set[tuple[str, int]] = set()
+    for name, tensor in state.items():
+        data = tensor.detach()
+        if data.device.type != "cpu":
+            data = data.cpu()
+        storage = (data.device.type, data.untyped_storage().data_ptr())
+        shared = storage in seen_storage and data.numel() > 0
+        seen_storage.add(storage)
+        if shared:
+            data = data.clone(memory_format=torch.contiguous_format)
+        elif not data.is_contiguous():
+            data = data.contiguous()
+        tensors[name] = data
+    return tensors
+
+
+def _some(names: list[str]) -> str:
+    shown = ", ".join(repr(name) for name in names[:_SHOWN])
+    return shown + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
