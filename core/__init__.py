@@ -40,6 +40,7 @@ from graphpass.manager import PassManager
 from graphpass.pass_base import AnalysisPass, Pass, PassContext, PassResult
 from graphpass.pipeline import Pipeline, PipelineStep
 from graphpass.results import PassRecord, RunResult
+from graphpass.validate import validate
 
 __all__ = [
     "AnalysisPass",
@@ -76,4 +77,5 @@ __all__ = [
     "Value",
     "load",
     "save",
+    "validate",
 ]
