@@ -218,6 +218,10 @@ class PassManager:
             outcome = planned.instance.run(working, context)
         except (KeyboardInterrupt, SystemExit):
             raise
+        except PassError as error:
+            # The pass's own error type (e.g. a subclass with a code): keep it, add context.
+            _describe_failure(error, planned, ran, error.message, error.where, error.hint)
+            raise
         except GraphpassError as error:
             raise _pass_error(planned, ran, error.message, error, hint=error.hint,
                               where=error.where) from error
@@ -255,13 +259,21 @@ class PassManager:
 def _pass_error(planned: PlannedPass, ran: Sequence[str], message: str,
                 cause: BaseException | None, *, hint: str | None = None,
                 where: str | None = None) -> PassError:
-    before = ", ".join(dict.fromkeys(ran)) if ran else "none (it was the first)"
+    error = PassError(message)
+    _describe_failure(error, planned, ran, message, where, hint)
+    error.__cause__ = cause
+    return error
+
+
+def _describe_failure(error: PassError, planned: PlannedPass, ran: Sequence[str], message: str,
+                      where: str | None, hint: str | None) -> None:
+    """Make ``error`` name the pass, its plugin and the passes that ran before it."""
+    ran_before = tuple(dict.fromkeys(ran))
+    before = ", ".join(ran_before) if ran_before else "none (it was the first)"
     text = f"pass {planned.name!r} (plugin {planned.plugin!r}) failed: {message}"
     if where:
         text += f" [{where}]"
-    error = PassError(f"{text}\n  passes run before it: {before}", hint=hint)
+    GraphpassError.__init__(error, f"{text}\n  passes run before it: {before}", hint=hint)
     error.pass_name = planned.name
     error.plugin = planned.plugin
-    error.ran_before = tuple(dict.fromkeys(ran))
-    error.__cause__ = cause
-    return error
+    error.ran_before = ran_before

@@ -1,0 +1,5 @@
+"""``python -m graphpass``: the command line."""
+
+from graphpass.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,161 @@
+"""What ``graphpass passes``, ``plan`` and ``plugins`` print (as tables or JSON data)."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from graphpass.pass_base import Pass, describe_type, option_fields
+from graphpass.planning import PlannedPass
+from graphpass.registry import Registry
+
+__all__ = ["describe_options", "passes_data", "plan_data", "plugins_data", "print_passes",
+           "print_plan", "print_plugins"]
+
+
+def describe_options(pass_class: type[Pass]) -> list[dict[str, Any]]:
+    """Each option of a pass: ``name`` (as written in files), ``type`` and ``default``."""
+    fields = option_fields(pass_class)
+    if not fields:
+        return []
+    try:
+        hints = typing.get_type_hints(pass_class.Options)
+    except Exception:  # an unresolvable annotation in a plugin: show it as written
+        hints = {}
+    described = []
+    for option in fields:
+        if option.default is not dataclasses.MISSING:
+            default = option.default
+        elif option.default_factory is not dataclasses.MISSING:
+            default = option.default_factory()
+        else:
+            default = None
+        described.append({"name": option.name.replace("_", "-"),
+                          "type": describe_type(hints.get(option.name, option.type)),
+                          "default": default})
+    return described
+
+
+def passes_data(registry: Registry) -> list[dict[str, Any]]:
+    """Every registered pass as JSON-ready data."""
+    entries = []
+    for name, entry in sorted(registry.passes.items()):
+        pass_class = entry.item
+        entries.append({
+            "name": name,
+            "plugin": entry.plugin,
+            "kind": "analysis" if pass_class.analysis else "transform",
+            "description": pass_class.description,
+            "requires": list(pass_class.requires),
+            "after": list(pass_class.after),
+            "before": list(pass_class.before),
+            "options": describe_options(pass_class),
+        })
+    return entries
+
+
+def print_passes(registry: Registry, console: Console) -> None:
+    """A table of passes: name, plugin, kind, description and options."""
+    table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
+    for column in ("pass", "plugin", "kind", "description / options"):
+        table.add_column(column)
+    for entry in passes_data(registry):
+        text = Text(entry["description"])
+        for option in entry["options"]:
+            text.append(f"\n  {option['name']}", style="bold")
+            text.append(f": {option['type']} = {option['default']!r}", style="dim")
+        for key in ("requires", "after", "before"):
+            if entry[key]:
+                text.append(f"\n  {key}: {', '.join(entry[key])}", style="dim")
+        table.add_row(entry["name"], entry["plugin"], entry["kind"], text)
+    console.print(table)
+    if registry.pipelines:
+        presets = Table(title="pipeline presets", title_justify="left", title_style="bold",
+                        box=None, show_edge=False, pad_edge=False, header_style="bold")
+        for column in ("preset", "plugin", "passes", "description"):
+            presets.add_column(column)
+        for name, registered in sorted(registry.pipelines.items()):
+            pipeline = registered.item
+            steps = ", ".join(s.pass_name + (" (with a checkpoint)" if s.when == "checkpoint"
+                                             else "") for s in pipeline.passes)
+            presets.add_row(name, registered.plugin, steps, pipeline.description)
+        console.print()
+        console.print(presets)
+
+
+def plan_data(plan: Sequence[PlannedPass]) -> list[dict[str, Any]]:
+    """A plan as JSON-ready data."""
+    return [{
+        "position": index,
+        "name": planned.name,
+        "plugin": planned.plugin,
+        "kind": "analysis" if planned.analysis else "transform",
+        "requested": planned.requested,
+        "required_by": list(planned.required_by),
+        "preset": planned.preset,
+        "options": _options_dict(planned.instance.options),
+    } for index, planned in enumerate(plan, 1)]
+
+
+def print_plan(plan: Sequence[PlannedPass], console: Console) -> None:
+    """The order passes will run in, noting why each is there."""
+    table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
+    for column in ("#", "pass", "plugin", "kind", "why"):
+        table.add_column(column)
+    for entry in plan_data(plan):
+        reasons = []
+        if entry["requested"]:
+            reasons.append(f"from preset {entry['preset']}" if entry["preset"] else "requested")
+        if entry["required_by"]:
+            reasons.append("required by " + ", ".join(entry["required_by"]))
+        table.add_row(str(entry["position"]), entry["name"], entry["plugin"], entry["kind"],
+                      "; ".join(reasons))
+    console.print(table)
+
+
+def plugins_data(registry: Registry) -> list[dict[str, Any]]:
+    """Every plugin seen, with status and what it gives, as JSON-ready data."""
+    return [{
+        "name": info.name,
+        "version": info.version,
+        "distribution": info.distribution,
+        "status": info.status,
+        "error": info.error,
+        "warnings": list(info.warnings),
+        "provides": {kind: list(names) for kind, names in info.provides.items()},
+    } for info in registry.plugins]
+
+
+def print_plugins(registry: Registry, console: Console) -> None:
+    """A table of plugins: name, version, status, what each gives, problems."""
+    table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
+    for column in ("plugin", "version", "status", "gives / problems"):
+        table.add_column(column)
+    styles = {"active": "green", "disabled": "dim", "failed": "bold red"}
+    for entry in plugins_data(registry):
+        text = Text()
+        for kind, names in entry["provides"].items():
+            if text:
+                text.append("\n")
+            text.append(f"{kind.replace('_', ' ')}: {', '.join(names)}")
+        if entry["error"]:
+            text.append(("\n" if text else "") + entry["error"], style="red")
+        for warning in entry["warnings"]:
+            text.append(("\n" if text else "") + f"warning: {warning}", style="yellow")
+        table.add_row(entry["name"], entry["version"],
+                      Text(entry["status"], style=styles.get(entry["status"], "")), text)
+    console.print(table)
+    for warning in registry.warnings:
+        console.print(Text(f"warning: {warning}", style="yellow"))
+
+
+def _options_dict(options: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(options) and not isinstance(options, type):
+        return {k.replace("_", "-"): v for k, v in dataclasses.asdict(options).items()}
+    return {}

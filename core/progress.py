@@ -1,0 +1,96 @@
+"""Progress on long runs: which pass is running, and that a big model is loading.
+
+Shown on standard error, and only when it is a terminal: logs, pipes and CI output
+stay clean. The display disappears when the work is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+
+from graphpass.findings import Finding
+from graphpass.instruments import Instrument
+from graphpass.ir import Model
+from graphpass.pass_base import PassContext
+from graphpass.planning import PlannedPass
+from graphpass.results import PassRecord, RunResult
+
+__all__ = ["PassProgress", "loading"]
+
+
+class PassProgress(Instrument):
+    """An instrument that shows a progress bar over the planned passes.
+
+    Attributes:
+        console: Where it draws (standard error by default).
+        enabled: Whether it draws at all (only on a terminal).
+    """
+
+    name = "progress"
+
+    def __init__(self, console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self.enabled = self.console.is_terminal
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        self._total = 0
+        self._done = 0
+
+    def before_run(self, plan: Sequence[PlannedPass], model: Model, context: PassContext) -> None:
+        """Start the display."""
+        if not self.enabled:
+            return
+        self._total = len(plan)
+        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                                  BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                                  TimeElapsedColumn(), console=self.console, transient=True)
+        self._task = self._progress.add_task("planning", total=self._total)
+        self._progress.start()
+
+    def before_pass(self, planned: PlannedPass, model: Model, context: PassContext) -> None:
+        """Name the pass that starts."""
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, description=f"running {planned.name}")
+
+    def after_pass(self, planned: PlannedPass, model: Model, record: PassRecord,
+                   context: PassContext) -> list[Finding]:
+        """Count the pass as done (a fixed-point round starts the count again)."""
+        if self._progress is not None and self._task is not None:
+            self._done = self._done + 1 if self._done < self._total else 1
+            self._progress.update(self._task, completed=self._done)
+        return []
+
+    def after_run(self, result: RunResult | None, context: PassContext) -> None:
+        """Remove the display."""
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+@contextlib.contextmanager
+def loading(path: str | Path, console: Console | None = None) -> Iterator[None]:
+    """Show a spinner while a model file is read (on a terminal only)."""
+    console = console or Console(stderr=True)
+    if not console.is_terminal:
+        yield
+        return
+    try:
+        size = Path(path).stat().st_size
+    except OSError:
+        size = 0
+    with console.status(f"loading {path} ({_size(size)})"):
+        yield
+
+
+def _size(count: int) -> str:
+    amount = float(count)
+    for unit in ("B", "KB", "MB", "GB"):
+        if amount < 1024 or unit == "GB":
+            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    return f"{amount:.1f} GB"  # pragma: no cover

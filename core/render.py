@@ -1,0 +1,282 @@
+"""Reports of a run: text for people, JSON for scripts, SARIF for code-scanning tools.
+
+* :func:`render_text` prints one table of passes and one table of findings per pass
+  (worst first), coloured only when the output is a terminal (``rich`` decides, and
+  respects ``NO_COLOR``).
+* :func:`render_json` gives a stable document (``"schema": "graphpass-report/1"``):
+  the passes run, with timing and stats, and every finding.
+* :func:`render_sarif` gives SARIF 2.1.0: one run whose tool lists a rule for every
+  code seen, and one result per finding with its level, message, the model file as
+  the artifact and the node, function or value as logical locations.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import quote
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from graphpass.findings import Finding, Severity, count_by_severity
+from graphpass.results import RunResult
+
+__all__ = [
+    "FRAMEWORK_CODES",
+    "JSON_SCHEMA_ID",
+    "SARIF_SCHEMA",
+    "ReportInfo",
+    "render_json",
+    "render_sarif",
+    "render_text",
+]
+
+JSON_SCHEMA_ID: Final = "graphpass-report/1"
+"""The ``schema`` field of JSON reports; it changes only when the layout does."""
+
+SARIF_SCHEMA: Final = "https://json.schemastore.org/sarif-2.1.0.json"
+
+FRAMEWORK_CODES: Final[Mapping[str, str]] = {
+    "GP001": "A fixed-point run did not settle within its maximum number of rounds.",
+    "GP010": "The model fails the ONNX checker after a transforming pass (verify-each).",
+    "GP011": "The model was saved after a pass (dump-after).",
+}
+"""Short descriptions of the framework's own finding codes."""
+
+_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+_SARIF_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+
+
+@dataclass
+class ReportInfo:
+    """What a report says besides the run itself.
+
+    Attributes:
+        command: ``run`` or ``lint``.
+        model: The model file, as the user named it.
+        output: The file written, if any.
+        tool_version: graphpass's version.
+        rules: Short descriptions of finding codes (for SARIF rules).
+        show_time: Show per-pass timing in text reports.
+    """
+
+    command: str = "run"
+    model: str | None = None
+    output: str | None = None
+    tool_version: str = ""
+    rules: Mapping[str, str] = field(default_factory=dict)
+    show_time: bool = False
+
+
+# ========================================================================= text
+def render_text(result: RunResult, console: Console, info: ReportInfo) -> None:
+    """Print the passes, the findings grouped by pass (worst first), and a summary."""
+    passes = Table(title=None, show_edge=False, pad_edge=False, box=None, header_style="bold")
+    passes.add_column("pass")
+    passes.add_column("plugin", style="dim")
+    passes.add_column("changed")
+    passes.add_column("findings", justify="right")
+    if info.show_time:
+        passes.add_column("seconds", justify="right")
+    passes.add_column("stats", style="dim")
+    for record in result.records:
+        name = record.name if record.iteration == 1 else f"{record.name} (round {record.iteration})"
+        counts = count_by_severity(record.findings)
+        cells = [name, record.plugin, "yes" if record.changed else "-",
+                 _counts_text(counts)]
+        if info.show_time:
+            cells.append(f"{record.seconds:.3f}")
+        cells.append(", ".join(f"{k}: {v}" for k, v in record.stats.items()))
+        passes.add_row(*cells)
+    if result.records:
+        console.print(passes)
+    by_pass: dict[str, list[Finding]] = {}
+    for finding in result.findings:
+        by_pass.setdefault(finding.pass_name or "graphpass", []).append(finding)
+    for pass_name, findings in by_pass.items():
+        console.print()
+        table = Table(title=f"{pass_name}", title_justify="left", title_style="bold",
+                      show_edge=False, pad_edge=False, box=None, header_style="bold")
+        table.add_column("severity", no_wrap=True)
+        table.add_column("code", no_wrap=True)
+        table.add_column("where")
+        table.add_column("message", ratio=1)
+        for finding in sorted(findings, key=lambda f: -f.severity.rank):
+            message = Text(finding.message)
+            if finding.hint:
+                message.append(f"\nhint: {finding.hint}", style="dim")
+            table.add_row(Text(finding.severity.value, style=_STYLE[finding.severity]),
+                          finding.code, finding.location, message)
+        console.print(table)
+    console.print()
+    console.print(_summary(result, info))
+
+
+def _counts_text(counts: Mapping[Severity, int]) -> Text:
+    text = Text()
+    for severity in Severity:
+        if counts[severity]:
+            if text:
+                text.append(" ")
+            text.append(f"{counts[severity]} {severity.value}", style=_STYLE[severity])
+    return text if text else Text("-")
+
+
+def _summary(result: RunResult, info: ReportInfo) -> Text:
+    counts = count_by_severity(result.findings)
+    text = Text()
+    text.append(f"{counts[Severity.ERROR]} error{'s' * (counts[Severity.ERROR] != 1)}",
+                style=_STYLE[Severity.ERROR] if counts[Severity.ERROR] else "")
+    text.append(f", {counts[Severity.WARNING]} warning"
+                f"{'s' * (counts[Severity.WARNING] != 1)}, {counts[Severity.INFO]} note"
+                f"{'s' * (counts[Severity.INFO] != 1)}")
+    ran = len({r.name for r in result.records})
+    text.append(f" from {ran} pass{'es' * (ran != 1)} in {result.seconds:.2f} s")
+    if result.iterations > 1:
+        text.append(f" ({result.iterations} rounds)")
+    if result.stopped_after:
+        text.append(f"; stopped after {result.stopped_after!r} because of errors",
+                    style="bold red")
+        if info.command == "run":
+            text.append(" - nothing was written", style="bold red")
+    elif info.output:
+        text.append(f"; wrote {info.output}")
+    return text
+
+
+# ========================================================================= JSON
+def report_dict(result: RunResult, info: ReportInfo) -> dict[str, Any]:
+    """The JSON report as a dictionary (see :func:`render_json`)."""
+    counts = count_by_severity(result.findings)
+    return {
+        "schema": JSON_SCHEMA_ID,
+        "tool": {"name": "graphpass", "version": info.tool_version},
+        "command": info.command,
+        "model": info.model,
+        "output": info.output if result.ok else None,
+        "ok": result.ok,
+        "changed": result.changed,
+        "stopped_after": result.stopped_after,
+        "iterations": result.iterations,
+        "plan": list(result.plan),
+        "summary": {severity.value: counts[severity] for severity in Severity},
+        "passes": [record.to_dict() for record in result.records],
+        "findings": [finding.to_dict() for finding in result.findings],
+    }
+
+
+def render_json(result: RunResult, info: ReportInfo) -> str:
+    """A JSON report.
+
+    Layout (``schema`` = ``graphpass-report/1``): ``tool`` {name, version}, ``command``,
+    ``model``, ``output`` (null when nothing was written), ``ok``, ``changed``,
+    ``stopped_after``, ``iterations``, ``plan`` (names), ``summary`` {error, warning,
+    info}, ``passes`` (name, plugin, iteration, analysis, seconds, changed, findings
+    {error, warning, info}, stats) and ``findings`` (code, severity, message, pass, and
+    node, function, value, graph, hint, data where they apply).
+    """
+    return json.dumps(report_dict(result, info), indent=2, default=str)
+
+
+# ======================================================================== SARIF
+def sarif_dict(result: RunResult, info: ReportInfo) -> dict[str, Any]:
+    """The SARIF 2.1.0 log as a dictionary (see :func:`render_sarif`)."""
+    codes: list[str] = []
+    first_finding: dict[str, Finding] = {}
+    for finding in result.findings:
+        if finding.code not in first_finding:
+            codes.append(finding.code)
+            first_finding[finding.code] = finding
+    descriptions = {**FRAMEWORK_CODES, **info.rules}
+    rules = []
+    for code in codes:
+        finding = first_finding[code]
+        text = descriptions.get(code) or f"Reported by the {finding.pass_name or 'graphpass'} pass."
+        rule: dict[str, Any] = {
+            "id": code,
+            "shortDescription": {"text": text},
+            "defaultConfiguration": {"level": _SARIF_LEVEL[finding.severity]},
+            "properties": {"pass": finding.pass_name},
+        }
+        rules.append(rule)
+    index = {code: position for position, code in enumerate(codes)}
+    artifact_uri = _uri(info.model) if info.model else None
+    results = []
+    for finding in result.findings:
+        message = finding.message
+        if finding.hint:
+            message = f"{message} (hint: {finding.hint})"
+        entry: dict[str, Any] = {
+            "ruleId": finding.code,
+            "ruleIndex": index[finding.code],
+            "level": _SARIF_LEVEL[finding.severity],
+            "message": {"text": message},
+        }
+        location: dict[str, Any] = {}
+        if artifact_uri is not None:
+            location["physicalLocation"] = {"artifactLocation": {"uri": artifact_uri,
+                                                                 "index": 0}}
+        logical = _logical_locations(finding)
+        if logical:
+            location["logicalLocations"] = logical
+        if location:
+            entry["locations"] = [location]
+        properties: dict[str, Any] = {"pass": finding.pass_name}
+        if finding.hint:
+            properties["hint"] = finding.hint
+        if finding.graph:
+            properties["graph"] = finding.graph
+        if finding.data:
+            properties["data"] = json.loads(json.dumps(dict(finding.data), default=str))
+        entry["properties"] = properties
+        results.append(entry)
+    run: dict[str, Any] = {
+        "tool": {"driver": {
+            "name": "graphpass",
+            "version": info.tool_version or "0",
+            "informationUri": "https://example.invalid/graphpass",
+            "rules": rules,
+        }},
+        "invocations": [{
+            "executionSuccessful": True,
+            "properties": {"command": info.command, "stoppedAfter": result.stopped_after,
+                           "passes": [r.to_dict() for r in result.records]},
+        }],
+        "results": results,
+    }
+    if artifact_uri is not None:
+        run["artifacts"] = [{"location": {"uri": artifact_uri}, "roles": ["analysisTarget"]}]
+    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
+
+
+def render_sarif(result: RunResult, info: ReportInfo) -> str:
+    """A SARIF 2.1.0 log (for GitHub code scanning and other SARIF viewers)."""
+    return json.dumps(sarif_dict(result, info), indent=2)
+
+
+def _logical_locations(finding: Finding) -> list[dict[str, str]]:
+    scope = finding.function or "main"
+    if finding.graph and finding.graph != "main":
+        scope = f"{scope} > {finding.graph}" if finding.function else finding.graph
+    locations = []
+    if finding.function:
+        locations.append({"name": finding.function, "kind": "function"})
+    if finding.node:
+        locations.append({"name": finding.node, "kind": "element",
+                          "fullyQualifiedName": f"{scope}/{finding.node}"})
+    if finding.value:
+        locations.append({"name": finding.value, "kind": "variable",
+                          "fullyQualifiedName": f"{scope}/{finding.value}"})
+    return locations
+
+
+def _uri(path: str) -> str:
+    candidate = Path(path)
+    if candidate.is_absolute():
+        return candidate.as_uri()
+    return quote("/".join(part for part in candidate.as_posix().split("/") if part != "."))

@@ -1,0 +1,1 @@
+"""An example graphpass plugin (the worked example of docs/plugins.md)."""
