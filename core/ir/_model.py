@@ -62,6 +62,7 @@ class Model:
         self.model_version = model_version
         self.doc_string = doc_string
         self.metadata: dict[str, str] = dict(metadata or {})
+        self._version = 0
         self._functions: dict[FunctionId, Function] = {}
         for function in functions:
             self.add_function(function)
@@ -71,7 +72,6 @@ class Model:
         self._present_empty: frozenset[str] = frozenset()
         self._opset_protos: Any = None
         self._metadata_proto: Any = None
-        self._version = 0
 
     # =============================================================== functions
     @property
