@@ -41,6 +41,8 @@ __all__ = ["DetectMissingBuffers"]
 
 _RECONCILE: Final = "reconcile-initializers"
 _CODES: Final = {"undefined": "GP301", "no-data": "GP302", "input": "GP303"}
+_STAT_LABELS: Final = {"undefined": "undefined", "no-data": "without data",
+                       "input": "state inputs"}
 _SHOWN_CONSUMERS: Final = 3
 # The last part of a module path that names state in practice; a bare graph input so
 # named is state even before any other input has shown itself to be.
@@ -83,11 +85,16 @@ class DetectMissingBuffers(AnalysisPass):
             The findings (none for a complete model) and counts per problem and module.
         """
         checkpoints = CheckpointNames(self._checkpoint_keys(context))
-        reconciled = _RECONCILE in context.results
+        reconcile = context.results.get(_RECONCILE)
+        reconciled = reconcile is not None
+        unfilled = set(reconcile.stats.get("unmatched initializers", ())) if reconcile else set()
         reported: list[tuple[Gap, Classification]] = []
         inputs: list[tuple[Gap, Classification]] = []
         for gap in find_gaps(model):
             classification = classify(gap, model, checkpoints)
+            if gap.name in unfilled:
+                classification.evidence.append(
+                    "reconcile-initializers found no checkpoint key for it")
             if gap.problem == "input":
                 inputs.append((gap, classification))
             else:
@@ -99,67 +106,64 @@ class DetectMissingBuffers(AnalysisPass):
         return PassResult(changed=False, findings=findings, stats=_stats(reported))
 
     def _checkpoint_keys(self, context: PassContext) -> dict[str, list[str]]:
+        """The keys of this pass's checkpoints and ``--checkpoint``'s (headers only)."""
         paths = [context.resolve_path(path) for path in self.options.checkpoints]
-        paths.extend(context.checkpoints)
-        keys: dict[str, list[str]] = {}
-        for path in paths:
-            keys[str(path)] = _read_checkpoint_keys(path)
-        return keys
+        paths.extend(path for path in context.checkpoints if path not in paths)
+        if not paths:
+            return {}
+        from graphpass.checkpoint import open_checkpoint
+
+        loaders = context.registry.loaders()
+        return {str(path): list(open_checkpoint(path, loaders)) for path in paths}
 
     def _state_inputs(self, model: Model, candidates: list[tuple[Gap, Classification]]
                       ) -> list[tuple[Gap, Classification]]:
         """Keep the bare graph inputs that stand for model state, not data.
 
-        Certain: torch's metadata or a checkpoint says so. Likely enough to report: a
-        module-path name with a fixed shape whose last part names state (``.weight``)
-        or that follows an input known to be state (exporters list the user's inputs
-        first, then the state); a name torch makes up for folded constants, after
-        state inputs, in a model torch wrote.
+        Certain: torch's metadata or a checkpoint says so. Otherwise the order of the
+        inputs decides: exporters list the user's inputs first, then the state, so
+        the state is a run of inputs named like module paths (with fixed shapes),
+        which must hold at least one input known to be state: one with an
+        initializer, one torch or a checkpoint vouches for, or one whose name ends
+        like state (``.weight``, ``.running_mean`` ...). A name torch's exporters give
+        folded constants (``onnx::MatMul_13``) joins the run only after such an input,
+        in a model torch wrote; the user's inputs can be named that way too.
         """
         graph = model.graph
-        first_state = next((index for index, value in enumerate(graph.inputs)
-                            if value.name in graph.initializers), len(graph.inputs))
-        for gap, classification in candidates:
-            if (classification.strong and classification.kind in STATE_KINDS) or (
-                    classification.kind == "module state"
-                    and classification.attribute in _STATE_ATTRIBUTES
-                    and _static_shape(model, gap)):
-                first_state = min(first_state, gap.input_index)
-        from_torch = model.producer_name == "pytorch"
-        kept = []
-        for gap, classification in candidates:
-            if any(fnmatch.fnmatchcase(gap.name, pattern)
-                   for pattern in self.options.data_inputs):
-                continue
-            kind = classification.kind
+        count = len(graph.inputs)
+        by_index = {gap.input_index: (gap, classification)
+                    for gap, classification in candidates
+                    if not any(fnmatch.fnmatchcase(gap.name, pattern)
+                               for pattern in self.options.data_inputs)}
+        known = [value.name in graph.initializers for value in graph.inputs]
+        state_like = list(known)
+        folded: list[int] = []
+        for index, (gap, classification) in by_index.items():
             if classification.strong:
-                keep = kind in STATE_KINDS
-            elif kind == "module state":
-                keep = _static_shape(model, gap) and (
-                    classification.attribute in _STATE_ATTRIBUTES
-                    or gap.input_index > first_state)
-            elif kind in ("folded constant", "lifted constant"):
-                keep = from_torch and gap.input_index > first_state and _static_shape(model, gap)
-            else:
-                keep = False
-            if keep:
-                kept.append((gap, classification))
+                known[index] = state_like[index] = classification.kind in STATE_KINDS
+            elif classification.kind == "module state" and _static_shape(model, gap):
+                state_like[index] = True
+                known[index] = classification.attribute in _STATE_ATTRIBUTES
+            elif classification.kind in ("folded constant", "lifted constant"):
+                folded.append(index)
+        first_known = known.index(True) if any(known) else count
+        for index in folded:
+            if (model.producer_name == "pytorch" and index > first_known
+                    and _static_shape(model, by_index[index][0])):
+                state_like[index] = True
+        kept: list[tuple[Gap, Classification]] = []
+        start = 0
+        while start < count:
+            if not state_like[start]:
+                start += 1
+                continue
+            end = start
+            while end < count and state_like[end]:
+                end += 1
+            if any(known[start:end]):
+                kept.extend(by_index[i] for i in range(start, end) if i in by_index)
+            start = end
         return kept
-
-
-def _read_checkpoint_keys(path: Any) -> list[str]:
-    from graphpass import checkpoint
-
-    opener = getattr(checkpoint, "open_checkpoint", None)
-    if opener is None:  # the checkpoint readers are not there yet
-        return []
-    opened = opener(path)
-    try:
-        return [str(key) for key in opened]
-    finally:
-        close = getattr(opened, "close", None)
-        if callable(close):
-            close()
 
 
 def _static_shape(model: Model, gap: Gap) -> bool:
@@ -170,8 +174,8 @@ def _static_shape(model: Model, gap: Gap) -> bool:
 
 # ================================================================ the findings
 _PROBLEM_TEXT: Final = {
-    "undefined": "is used but nothing provides it (no graph input, initializer or node "
-                 "output defines it)",
+    "undefined": "is used but nothing provides it (not a graph input, initializer or node "
+                 "output)",
     "no-data": "is an initializer without its data",
     "input": "is a graph input with no initializer: every run must feed it (ONNX Runtime "
              "training asks for it at every step)",
@@ -279,9 +283,12 @@ def _fix(gap: Gap, classification: Classification, reconciled: bool) -> tuple[st
 
 
 def _stats(reported: list[tuple[Gap, Classification]]) -> dict[str, Any]:
-    by_problem: dict[str, int] = {}
-    by_module: dict[str, list[str]] = {}
-    for gap, classification in reported:
-        by_problem[gap.problem] = by_problem.get(gap.problem, 0) + 1
-        by_module.setdefault(classification.module, []).append(gap.name)
-    return {"missing": len(reported), "by problem": by_problem, "by module": by_module}
+    """Counts for the report: missing names, modules they belong to, and per problem."""
+    stats: dict[str, Any] = {
+        "missing": len(reported),
+        "modules": len({classification.module for _, classification in reported}),
+    }
+    for gap, _ in reported:
+        label = _STAT_LABELS[gap.problem]
+        stats[label] = stats.get(label, 0) + 1
+    return stats
