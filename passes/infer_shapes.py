@@ -1,8 +1,34 @@
-"""The ``infer-shapes``  pass (placeholder: being written)."""
+"""The ``infer-shapes`` pass: declare the types and shapes ONNX shape inference finds.
+
+Runs ``onnx.shape_inference.infer_shapes`` (not strict, with data propagation) on the
+model's structure and copies the results back:
+
+* a ``value_info`` entry for every node output (main graph and subgraphs) that has no
+  declaration yet;
+* the type of every graph output that has none (common in subgraphs), and the shape of
+  every declaration that gives a tensor type without a shape.
+
+Declared types and shapes are never changed (only completed), and nothing else is
+touched. Weights are not
+read or embedded: large and external initializers are given to shape inference as
+typed graph inputs (:func:`graphpass.checking.structural_proto`), so the pass works on
+models with external data and past 2 GiB. Function bodies are left as they are (ONNX
+shape inference does not type them).
+
+If shape inference itself fails, the pass changes nothing and reports ``GP510``
+(warning).
+"""
 
 from __future__ import annotations
 
-from graphpass.ir import Model
+from collections.abc import Iterator, Mapping
+from typing import ClassVar
+
+import onnx
+
+from graphpass.checking import structural_proto
+from graphpass.findings import Finding, Severity
+from graphpass.ir import Graph, Model
 from graphpass.pass_base import Pass, PassContext, PassResult
 
 __all__ = ["InferShapes"]
@@ -13,7 +39,89 @@ class InferShapes(Pass):
 
     name = "infer-shapes"
     description = "Add value_info for every value ONNX shape inference can type."
+    codes: ClassVar[Mapping[str, str]] = {
+        "GP510": "ONNX shape inference failed; no types were added."}
 
     def run(self, model: Model, context: PassContext) -> PassResult:
-        """Not written yet."""
-        raise NotImplementedError("infer-shapes is not implemented yet")
+        """Infer and declare types; report how many declarations were added."""
+        proto = structural_proto(model)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(
+                proto, check_type=False, strict_mode=False, data_prop=True)
+        except (onnx.shape_inference.InferenceError, ValueError, RuntimeError) as error:
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            return PassResult(findings=[Finding(
+                "GP510", Severity.WARNING, f"ONNX shape inference failed: {first_line[:500]}",
+                hint="run the `check` pass for the details; nothing was changed")])
+        added = typed_outputs = 0
+        for graph, graph_proto in _graph_pairs(model.graph, inferred.graph):
+            added += _declare_values(graph, graph_proto)
+            typed_outputs += _type_outputs(graph, graph_proto)
+        return PassResult(changed=bool(added or typed_outputs),
+                          stats={"value_info added": added, "outputs typed": typed_outputs})
+
+
+def _graph_pairs(graph: Graph, proto: onnx.GraphProto) -> Iterator[tuple[Graph, onnx.GraphProto]]:
+    """Walk a graph and its proto (written from it, so nodes line up) side by side."""
+    yield graph, proto
+    for node, node_proto in zip(graph, proto.node, strict=False):
+        for attribute_proto in node_proto.attribute:
+            attribute = node.attributes.get(attribute_proto.name)
+            if attribute is None or not attribute.graphs:
+                continue
+            subgraph_protos = ([attribute_proto.g] if attribute_proto.HasField("g")
+                               else list(attribute_proto.graphs))
+            for subgraph, subgraph_proto in zip(attribute.graphs, subgraph_protos, strict=False):
+                yield from _graph_pairs(subgraph, subgraph_proto)
+
+
+def _declare_values(graph: Graph, proto: onnx.GraphProto) -> int:
+    added = 0
+    for info in proto.value_info:
+        value = graph.values.get(info.name)
+        if value is None or value.producer is None:
+            continue  # not a node output of this graph
+        if not value.is_declared:
+            if info.type.WhichOneof("value") is not None:
+                graph.add_value_info(info)
+                added += 1
+            continue
+        completed = _completed(value.type, info.type)
+        if completed is not None:
+            value.type = completed
+            added += 1
+    return added
+
+
+def _type_outputs(graph: Graph, proto: onnx.GraphProto) -> int:
+    typed = 0
+    for value, info in zip(graph.outputs, proto.output, strict=False):
+        if info.name != value.name:
+            continue
+        completed = _completed(value.type, info.type)
+        if completed is not None:
+            value.type = completed
+            typed += 1
+    return typed
+
+
+def _completed(declared: onnx.TypeProto | None, inferred: onnx.TypeProto) -> onnx.TypeProto | None:
+    """The declared type with what inference adds (a missing type or shape), or ``None``."""
+    if inferred.WhichOneof("value") is None:
+        return None
+    if declared is None or declared.WhichOneof("value") is None:
+        return inferred
+    if declared.WhichOneof("value") != "tensor_type" or inferred.WhichOneof(
+            "value") != "tensor_type":
+        return None
+    mine, theirs = declared.tensor_type, inferred.tensor_type
+    if mine.HasField("shape") or not theirs.HasField("shape"):
+        return None
+    if mine.elem_type and theirs.elem_type and mine.elem_type != theirs.elem_type:
+        return None
+    completed = onnx.TypeProto()
+    completed.CopyFrom(declared)
+    completed.tensor_type.shape.CopyFrom(theirs.shape)
+    if not completed.tensor_type.elem_type:
+        completed.tensor_type.elem_type = theirs.elem_type
+    return completed
