@@ -1,19 +1,246 @@
-"""The ``reconcile-initializers``  pass (placeholder: being written)."""
+"""The ``reconcile-initializers`` pass: fill a model's weights from a checkpoint.
+
+A model exported with placeholder weights (``torch.onnx.export`` under
+``FakeTensorMode``, ``ONNXProgram.save(include_initializers=False)``,
+``export_params=False``, ``keep_initializers_as_inputs=True``, or simply a freshly
+initialised copy) is filled from a checkpoint whose keys rarely match the
+initializer names exactly. Keys are matched level by level (renames, regex rules,
+exact, wrapper prefixes, separators, one base-prefix change for the whole
+checkpoint), ambiguity is an error, shapes and element types must agree, and what
+torch's exporter optimizer did to placeholder weights (folded transposes, merged
+identical initializers) is undone rather than silently filled wrong.
+
+Filled initializers reference the checkpoint file (no copies); ``graphpass.save``
+streams them into the output's external data file.
+
+The pass's :attr:`~graphpass.PassResult.stats` (also what later passes see in
+``context.results["reconcile-initializers"].stats``)::
+
+    {
+        "filled": 14,                       # initializers written
+        "unmatched": 0,                     # weights no key fills
+        "unused keys": 1,
+        "matched by": {"exact": 12, "folded-transpose": 2},
+        "base prefix": "add 'transformer.'" or None,
+        "table": {initializer: {"key": str, "rule": str, "file": str,
+                                "computes": [folded values],      # replayed transposes
+                                "split_from": str, "nodes": [...]}},  # split merges
+        "unmatched initializers": [names],
+        "unused checkpoint keys": [keys],
+        "checkpoints": [files],
+    }
+"""
 
 from __future__ import annotations
 
-from graphpass.ir import Model
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import onnx
+
+from graphpass.checkpoint import Checkpoint, open_checkpoint
+from graphpass.errors import CheckpointError, PipelineError
+from graphpass.ir import Graph, Model, Node
 from graphpass.pass_base import Pass, PassContext, PassResult
+from graphpass.passes._reconcile_exporter import (
+    fx_arguments,
+    graph_signature,
+    is_placeholder_name,
+)
+from graphpass.passes._reconcile_match import match_names
+from graphpass.passes._reconcile_plan import Fill, Plan, plan_fills
+from graphpass.passes._reconcile_report import build_report
+from graphpass.passes._reconcile_targets import Target, collect_targets
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["ReconcileInitializers"]
 
+_SHOWN = 12
+_REPLAY_TAG = "graphpass.reconcile-initializers"
+
 
 class ReconcileInitializers(Pass):
-    """Fill the model's weights from a checkpoint, matching names across prefixes and separators."""
+    """Fill the model's weights from a checkpoint, matching names across prefixes and separators.
+
+    Options:
+        checkpoints: Checkpoint files or folders (relative to the pipeline file); when
+            empty, the run's ``--checkpoint`` paths.
+        checkpoint: The same, for one path (the spelling pipeline files often use).
+        renames: Explicit choices, checkpoint key -> initializer name (or a list of
+            names, for tied weights). Tried first.
+        rules: Regex rewrites of checkpoint keys, pattern -> replacement (``re.sub``
+            syntax), tried in order; the first whose pattern is found rewrites a key.
+        strict: Make a weight no key fills an error (nothing is written).
+        keep_inputs: Keep weights that were graph inputs as inputs, with the
+            checkpoint's values as defaults.
+    """
 
     name = "reconcile-initializers"
-    description = "Fill the model's weights from a checkpoint, matching names across prefixes and separators."
+    description = ("Fill the model's weights from a checkpoint, matching names across "
+                   "prefixes and separators.")
+    preserves_semantics = False
+
+    @dataclass
+    class Options:
+        """Options of ``reconcile-initializers``."""
+
+        checkpoints: list[str] = field(default_factory=list)
+        checkpoint: str | None = None
+        renames: dict[str, str | list[str]] = field(default_factory=dict)
+        rules: dict[str, str] = field(default_factory=dict)
+        strict: bool = False
+        keep_inputs: bool = False
+
+    def __init__(self, options: Any = None):
+        """Validate the options and compile the regex rules.
+
+        Raises:
+            PipelineError: An option has a wrong type, or a rule is not a valid regex.
+        """
+        super().__init__(options)
+        self._rules: list[tuple[re.Pattern[str], str]] = []
+        for pattern, replacement in self.options.rules.items():
+            try:
+                self._rules.append((re.compile(pattern), replacement))
+            except re.error as error:
+                raise PipelineError(
+                    f"rule {pattern!r} of pass {self.name!r} is not a valid regex: {error}",
+                    hint="rules are Python regular expressions mapped to re.sub replacements"
+                ) from None
 
     def run(self, model: Model, context: PassContext) -> PassResult:
-        """Not written yet."""
-        raise NotImplementedError("reconcile-initializers is not implemented yet")
+        """Match, check everything, then fill; raise before changing anything.
+
+        Raises:
+            CheckpointError: No checkpoint, an unreadable one, an ambiguous match, a
+                shape or element-type mismatch, an exporter fold that cannot be
+                replayed, or (with ``strict``) a weight no key fills.
+        """
+        checkpoint = self._open(context)
+        graph = model.graph
+        signature = graph_signature(graph)
+        targets = collect_targets(graph, signature)
+        names = [t.name for t in targets] + _vanished_names(graph, targets, signature)
+        renames = {key: [value] if isinstance(value, str) else list(value)
+                   for key, value in self.options.renames.items()}
+        matching = match_names(names, list(checkpoint), renames=renames, rules=self._rules,
+                               same_data=lambda a, b: checkpoint[a].storage
+                               == checkpoint[b].storage)
+        _raise_problems("checkpoint keys do not match the model unambiguously",
+                        matching.problems, checkpoint,
+                        "add renames (checkpoint key = initializer) or regex rules to say "
+                        "which key is meant")
+        plan = plan_fills(graph, targets, matching, checkpoint, signature)
+        _raise_problems("the checkpoint cannot fill this model correctly", plan.problems,
+                        checkpoint, None)
+        if self.options.strict:
+            missing = [t.name for t in plan.unmatched if t.required]
+            _raise_problems("strict: some weights have no checkpoint key",
+                            [f"no key fills {name!r}" for name in missing], checkpoint,
+                            "add renames or rules, or run without strict")
+        _apply(graph, plan, targets, checkpoint, keep_inputs=self.options.keep_inputs)
+        findings, stats = build_report(plan, matching, targets, checkpoint,
+                                       keep_inputs=self.options.keep_inputs)
+        return PassResult(changed=bool(plan.fills), findings=findings, stats=stats)
+
+    def _open(self, context: PassContext) -> Checkpoint:
+        paths: list[Path] = [context.resolve_path(p) for p in self.options.checkpoints]
+        if self.options.checkpoint:
+            paths.append(context.resolve_path(self.options.checkpoint))
+        if not paths:
+            paths = list(context.checkpoints)
+        if not paths:
+            raise CheckpointError(
+                "no checkpoint given", where=f"pass {self.name}",
+                hint="pass --checkpoint PATH on the command line, or set checkpoint = "
+                     "\"PATH\" in [passes.reconcile-initializers]")
+        registry_loaders = context.registry.loaders()
+        parts = [open_checkpoint(path, registry_loaders) for path in paths]
+        if len(parts) == 1:
+            return parts[0]
+        return Checkpoint.combine(parts, path=paths[0])
+
+
+def _vanished_names(graph: Graph, targets: list[Target], signature: dict[str, str]) -> list[str]:
+    """Names the exporter dropped that its records still mention (folds, merges)."""
+    real = {t.name for t in targets}
+    real_placeholders = {t.placeholder for t in targets if t.placeholder}
+    names: dict[str, None] = {}
+    for target in targets:
+        for source in target.folded_from:
+            if source not in real:
+                names[source] = None
+    for placeholder, name in signature.items():
+        if name not in real and placeholder not in real_placeholders:
+            names[name] = None
+    for node in graph:  # the legacy exporter's merge: own_name = Identity(shared weight)
+        if node.op_type == "Identity" and len(node.outputs) == 1 and \
+                any(name in real for name in node.inputs):
+            names.setdefault(node.outputs[0], None)
+    if not signature:  # no record of names: use placeholders met in FX metadata
+        for node in graph:
+            for argument in fx_arguments(node):
+                if is_placeholder_name(argument) and argument not in real_placeholders \
+                        and argument not in real:
+                    names[argument] = None
+    return list(names)
+
+
+def _raise_problems(summary: str, problems: list[str], checkpoint: Checkpoint,
+                    hint: str | None) -> None:
+    if not problems:
+        return
+    lines = "\n".join(f"  - {p}" for p in problems[:_SHOWN])
+    more = f"\n  ... and {len(problems) - _SHOWN} more" if len(problems) > _SHOWN else ""
+    raise CheckpointError(f"{summary}:\n{lines}{more}", where=str(checkpoint.path), hint=hint)
+
+
+def _apply(graph: Graph, plan: Plan, targets: list[Target], checkpoint: Checkpoint, *,
+           keep_inputs: bool) -> None:
+    by_name = {t.name: t for t in targets}
+    position = {id(node): index for index, node in enumerate(graph)}
+    written: dict[str, str] = {}
+    for fill in plan.fills:
+        if fill.removes is not None:
+            graph.remove(fill.removes, safe=False)
+        if written.get(fill.name) != fill.key:
+            graph.set_initializer(checkpoint[fill.key].tensor(fill.name))
+            written[fill.name] = fill.key
+        if fill.replaces is not None:
+            _replay_transpose(graph, fill, by_name[fill.replaces], position, keep_inputs)
+        elif fill.uses:
+            for node, slot in fill.uses:
+                node.set_input(slot, fill.name)
+        elif fill.is_plain and by_name[fill.name].is_input and not keep_inputs:
+            _drop_input(graph, fill.name)
+
+
+def _replay_transpose(graph: Graph, fill: Fill, folded: Target, position: dict[int, int],
+                      keep_inputs: bool) -> None:
+    name = folded.name
+    if name in graph.initializers:
+        graph.remove_initializer(name)
+    if folded.is_input:
+        _drop_input(graph, name)
+        if keep_inputs and fill.name not in graph.input_names:
+            tensor = graph.initializers[fill.name]
+            graph.add_input(onnx.helper.make_tensor_value_info(fill.name, tensor.dtype,
+                                                               tensor.shape))
+    consumers = [node for node, _ in graph.uses(name) if node is not None]
+    first = min(consumers, key=lambda node: position.get(id(node), len(position)))
+    transpose = Node("Transpose", [fill.name], [name], name=f"{name}__transpose",
+                     attributes={"perm": [1, 0]},
+                     metadata={_REPLAY_TAG: f"replays the exporter's folded transpose of "
+                                            f"{fill.name} (key {fill.key})"})
+    graph.insert_before(first, transpose)
+
+
+def _drop_input(graph: Graph, name: str) -> None:
+    value = graph.value(name)
+    keep_declaration = bool(value.metadata or value.doc_string)
+    graph.remove_input(name)
+    if keep_declaration:  # keep what the exporter recorded about the weight
+        graph.add_value_info(value.declaration())

@@ -1,0 +1,258 @@
+"""Checkpoints: a read-only mapping of keys to lazy tensor entries.
+
+A :class:`Checkpoint` knows every key's element type and shape without reading
+tensor data. Each :class:`CheckpointEntry` points at its bytes (a region of a
+file, for safetensors, torch zip and uncompressed ``.npz`` files) or knows how to
+load them on demand; :meth:`CheckpointEntry.tensor` turns it into a
+:class:`graphpass.Tensor` that still reads nothing until the model is saved.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from graphpass.errors import CheckpointError
+from graphpass.ir import Tensor, dtype_name, dtype_size, numpy_dtype
+
+__all__ = ["Checkpoint", "CheckpointEntry"]
+
+
+class CheckpointEntry:
+    """One tensor of a checkpoint: its key, element type, shape, and where its bytes are.
+
+    Attributes:
+        key: The key in the checkpoint (``transformer.h.0.attn.c_attn.weight``).
+        dtype: The ONNX element type (``onnx.TensorProto.FLOAT`` ...).
+        shape: The dimensions.
+        file: The file that holds the bytes.
+        storage: An identity of the bytes: two entries with equal ``storage`` share
+            their data (tied weights saved once).
+    """
+
+    __slots__ = ("_length", "_load", "_offset", "dtype", "file", "key", "shape", "storage")
+
+    def __init__(
+        self,
+        key: str,
+        dtype: int,
+        shape: Iterable[int],
+        *,
+        file: str | os.PathLike[str],
+        offset: int | None = None,
+        length: int | None = None,
+        load: Callable[[], np.ndarray[Any, Any]] | None = None,
+        storage: Hashable | None = None,
+    ):
+        """Describe an entry; use :meth:`from_file_region` or :meth:`from_loader`.
+
+        Args:
+            key: The key.
+            dtype: The ONNX element type.
+            shape: The dimensions.
+            file: The file holding the bytes.
+            offset: Where the raw little-endian bytes start in ``file``.
+            length: How many bytes they take.
+            load: Instead of a file region, a function that returns the data as an array.
+            storage: The identity of the bytes (defaults to the file region, or to the
+                entry itself for loaded data).
+        """
+        if (offset is None) == (load is None):
+            raise ValueError("give either a file region (offset, length) or a load function")
+        self.key = key
+        self.dtype = int(dtype)
+        self.shape: tuple[int, ...] = tuple(int(d) for d in shape)
+        self.file = Path(file)
+        self._offset = offset
+        self._length = length
+        self._load = load
+        if storage is None:
+            storage = ("array", id(self)) if offset is None else (str(self.file), offset, length)
+        self.storage = storage
+
+    @classmethod
+    def from_file_region(cls, key: str, dtype: int, shape: Iterable[int],
+                         path: str | os.PathLike[str], offset: int, length: int) -> CheckpointEntry:
+        """An entry whose raw little-endian bytes lie at ``offset`` in ``path``."""
+        return cls(key, dtype, shape, file=path, offset=int(offset), length=int(length))
+
+    @classmethod
+    def from_loader(cls, key: str, dtype: int, shape: Iterable[int],
+                    load: Callable[[], np.ndarray[Any, Any]], *, file: str | os.PathLike[str],
+                    storage: Hashable | None = None) -> CheckpointEntry:
+        """An entry whose data ``load()`` returns when needed (compressed or pickled data)."""
+        return cls(key, dtype, shape, file=file, load=load, storage=storage)
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def dtype_name(self) -> str:
+        """The ONNX name of the element type (``FLOAT``, ``BFLOAT16`` ...)."""
+        return dtype_name(self.dtype)
+
+    @property
+    def size(self) -> int:
+        """The number of elements."""
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count
+
+    @property
+    def nbytes(self) -> int:
+        """The size of the data in bytes."""
+        if self._length is not None:
+            return self._length
+        return int(self.size * dtype_size(self.dtype) + 0.5)
+
+    @property
+    def is_file_region(self) -> bool:
+        """Whether the bytes are a plain region of :attr:`file` (streamed, never held)."""
+        return self._offset is not None
+
+    # ---------------------------------------------------------------------- data
+    def tensor(self, name: str | None = None) -> Tensor:
+        """Return the data as a lazy :class:`graphpass.Tensor` called ``name``.
+
+        A file-region entry gives a tensor that references the checkpoint file: the
+        bytes are read (in chunks) only when the model is saved or run.
+
+        Raises:
+            CheckpointError: The data cannot be loaded, or is not what the header says.
+        """
+        tensor_name = self.key if name is None else name
+        if self._offset is not None:
+            assert self._length is not None
+            return Tensor.from_file_region(tensor_name, self.dtype, self.shape, self.file,
+                                           self._offset, self._length)
+        return Tensor.from_array(tensor_name, self._loaded(), self.dtype)
+
+    def numpy(self) -> np.ndarray[Any, Any]:
+        """Return the data as a numpy array (memory-mapped for file regions)."""
+        if self._offset is not None:
+            return self.tensor().numpy()
+        return self._loaded()
+
+    def _loaded(self) -> np.ndarray[Any, Any]:
+        assert self._load is not None
+        try:
+            array = np.asarray(self._load())
+        except CheckpointError:
+            raise
+        except Exception as error:  # a broken file surfaces here, on first use
+            raise CheckpointError(f"cannot read tensor {self.key!r} ({error})",
+                                  where=str(self.file)) from None
+        if tuple(array.shape) != self.shape or array.dtype != numpy_dtype(self.dtype):
+            raise CheckpointError(
+                f"tensor {self.key!r} holds {array.dtype}{list(array.shape)}, but the file "
+                f"says {self.dtype_name}{list(self.shape)}",
+                where=str(self.file), hint="the checkpoint is corrupt; write it again")
+        return array
+
+    def __repr__(self) -> str:
+        where = "file region" if self.is_file_region else "loaded on demand"
+        return f"CheckpointEntry({self.key!r}, {self.dtype_name}, {list(self.shape)}, {where})"
+
+
+class Checkpoint(Mapping[str, CheckpointEntry]):
+    """A checkpoint: keys mapped to lazy entries. Read-only; reads no tensor data.
+
+    ```python
+    checkpoint = graphpass.checkpoint.open_checkpoint("model.safetensors")
+    for key, entry in checkpoint.items():
+        print(key, entry.dtype_name, entry.shape)
+    weight = checkpoint["lm_head.weight"].tensor("lm_head.weight")   # lazy Tensor
+    ```
+
+    Attributes:
+        path: The file or folder the checkpoint was opened from.
+        format: The name of the loader that read it (``safetensors``, ``torch`` ...).
+        files: Every file holding data (several for a sharded checkpoint).
+        metadata: Free-form string metadata stored with the checkpoint.
+        skipped: Keys the loader could not represent (with the reason), e.g. a tensor
+            of an element type ONNX lacks or a non-tensor value.
+    """
+
+    def __init__(
+        self,
+        entries: Iterable[CheckpointEntry],
+        *,
+        path: str | os.PathLike[str],
+        format: str,
+        files: Iterable[str | os.PathLike[str]] = (),
+        metadata: Mapping[str, str] | None = None,
+        skipped: Mapping[str, str] | None = None,
+    ):
+        """Collect entries.
+
+        Raises:
+            CheckpointError: Two entries have the same key.
+        """
+        self.path = Path(path)
+        self.format = format
+        self._entries: dict[str, CheckpointEntry] = {}
+        for entry in entries:
+            if entry.key in self._entries:
+                first = self._entries[entry.key].file
+                raise CheckpointError(
+                    f"key {entry.key!r} appears twice (in {str(first)!r} and {str(entry.file)!r})",
+                    where=str(self.path),
+                    hint="a checkpoint must give every key once; remove the duplicate shard")
+            self._entries[entry.key] = entry
+        self.files: tuple[Path, ...] = tuple(Path(f) for f in files) or (self.path,)
+        self.metadata: Mapping[str, str] = MappingProxyType(dict(metadata or {}))
+        self.skipped: Mapping[str, str] = MappingProxyType(dict(skipped or {}))
+        self._by_storage: dict[Hashable, list[str]] | None = None
+
+    @classmethod
+    def combine(cls, parts: Iterable[Checkpoint], *, path: str | os.PathLike[str],
+                format: str | None = None) -> Checkpoint:
+        """Join several checkpoints (shards, or checkpoints given together) into one.
+
+        Raises:
+            CheckpointError: A key appears in more than one part.
+        """
+        parts = list(parts)
+        metadata: dict[str, str] = {}
+        skipped: dict[str, str] = {}
+        files: list[Path] = []
+        for part in parts:
+            metadata.update(part.metadata)
+            skipped.update(part.skipped)
+            files.extend(f for f in part.files if f not in files)
+        formats = sorted({part.format for part in parts})
+        return cls((entry for part in parts for entry in part.values()), path=path,
+                   format=format or "+".join(formats), files=files, metadata=metadata,
+                   skipped=skipped)
+
+    def __getitem__(self, key: str) -> CheckpointEntry:
+        return self._entries[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        """The size of all tensor data in bytes (shared data counted once)."""
+        seen: dict[Hashable, int] = {}
+        for entry in self._entries.values():
+            seen.setdefault(entry.storage, entry.nbytes)
+        return sum(seen.values())
+
+    def aliases(self, key: str) -> list[str]:
+        """The other keys that share ``key``'s data (tied weights saved once)."""
+        if self._by_storage is None:
+            self._by_storage = {}
+            for name, entry in self._entries.items():
+                self._by_storage.setdefault(entry.storage, []).append(name)
+        return [k for k in self._by_storage[self._entries[key].storage] if k != key]
+
+    def __repr__(self) -> str:
+        return f"<Checkpoint {self.format} {str(self.path)!r}: {len(self)} tensors>"

@@ -1,0 +1,93 @@
+"""The model names a checkpoint can fill (reconcile-initializers).
+
+* every initializer of the main graph;
+* graph inputs that stand for weights: inputs with a default (the legacy
+  exporter's ``keep_initializers_as_inputs=True``), inputs the exporter marked as
+  parameters or buffers, and any other input that is not marked as user data (the
+  legacy exporter's ``export_params=False`` marks nothing); the last kind is filled
+  only when a key matches it, and otherwise stays an input;
+* names the main graph uses but nothing defines (``ONNXProgram.save(...,
+  include_initializers=False)`` leaves the weights out but keeps using them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from graphpass.passes._reconcile_exporter import (
+    INPUT_KIND,
+    ORIGINAL_NAME,
+    WEIGHT_KINDS,
+    folded_from,
+)
+
+if TYPE_CHECKING:
+    from graphpass.ir import Graph
+
+__all__ = ["Target", "collect_targets"]
+
+Source = Literal["initializer", "input", "undefined"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """A name in the model that a checkpoint tensor can fill.
+
+    Attributes:
+        name: The value name.
+        source: ``initializer``, ``input`` (a graph input without default), or
+            ``undefined`` (used but defined nowhere).
+        dtype: The declared ONNX element type, if known.
+        shape: The declared shape (ints, symbolic names, ``None``), if known.
+        required: Whether leaving it unfilled is worth a finding (an initializer, an
+            input the exporter marked as a weight, an undefined name).
+        is_input: Whether it is a graph input (with or without a default).
+        placeholder: The torch.export placeholder it came from, if recorded.
+        folded_from: The weights the exporter's optimizer computed it from, if any.
+    """
+
+    name: str
+    source: Source
+    dtype: int | None
+    shape: tuple[int | str | None, ...] | None
+    required: bool
+    is_input: bool
+    placeholder: str | None = None
+    folded_from: tuple[str, ...] = ()
+
+
+def collect_targets(graph: Graph, signature: Mapping[str, str]) -> list[Target]:
+    """The names of ``graph`` a checkpoint can fill, initializers first.
+
+    Args:
+        graph: The main graph.
+        signature: The exporter's placeholder names and the names they stand for; it
+            gives the placeholder of a weight whose own record was dropped.
+    """
+    placeholder_of = {name: placeholder for placeholder, name in signature.items()}
+    targets: list[Target] = []
+    inputs = set(graph.input_names)
+    for name, tensor in graph.initializers.items():
+        metadata = graph.value(name).metadata
+        targets.append(Target(name, "initializer", tensor.dtype, tensor.shape, True,
+                              name in inputs,
+                              metadata.get(ORIGINAL_NAME) or placeholder_of.get(name),
+                              folded_from(metadata)))
+    for value in graph.inputs:
+        if value.name in graph.initializers:
+            continue
+        kind = value.metadata.get(INPUT_KIND)
+        if kind == "USER_INPUT":
+            continue
+        targets.append(Target(value.name, "input", value.elem_type, value.shape,
+                              kind in WEIGHT_KINDS or value.name.startswith("onnx::"), True,
+                              value.metadata.get(ORIGINAL_NAME) or placeholder_of.get(value.name),
+                              folded_from(value.metadata)))
+    for name in graph.free_names:
+        value = graph.value(name)
+        targets.append(Target(name, "undefined", value.elem_type, value.shape, True, False,
+                              value.metadata.get(ORIGINAL_NAME) or placeholder_of.get(name),
+                              folded_from(value.metadata)))
+    return targets
