@@ -369,7 +369,7 @@ def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) ->
                 value = values.get(name)
                 if value is None:
                     value = values[name] = Value(graph, name)
-                value._uses.append(Use(node, slot))
+                value._uses[Use(node, slot)] = None
                 producer = value._producer
                 if producer is not None:
                     add_edge(producer, node, key=(name, slot))

@@ -407,7 +407,7 @@ class Graph:
         value = self._values.get(name)
         if value is None:
             value = self._values[name] = Value(self, name)
-        value._uses.append(Use(node, slot))
+        value._uses[Use(node, slot)] = None
         producer = value._producer
         if producer is not None:
             if node is not None:
@@ -417,14 +417,10 @@ class Graph:
 
     def _unuse(self, name: str, node: Node | None, slot: int) -> None:
         value = self._values[name]
-        uses = value._uses
-        for position in range(len(uses) - 1, -1, -1):
-            use = uses[position]
-            if use.node is node and use.slot == slot:
-                del uses[position]
-                break
-        else:  # pragma: no cover - internal consistency
-            raise AssertionError(f"use of {name!r} not found")
+        try:
+            del value._uses[Use(node, slot)]  # O(1): uses are keys of an ordered dict
+        except KeyError:  # pragma: no cover - internal consistency
+            raise AssertionError(f"use of {name!r} not found") from None
         producer = value._producer
         if producer is not None:
             if node is not None:
@@ -586,8 +582,11 @@ class Graph:
     def add_value_info(self, info: onnx.ValueInfoProto) -> Value:
         """Declare a value's type (appends a ``value_info`` entry)."""
         value = self._value_for(info.name)
+        # Only a declared value can be listed already: skip the scan for new ones, so
+        # that adding many entries stays linear.
+        listed = value._info is not None and any(v is value for v in self._value_info)
         value.declare(info)
-        if not any(v is value for v in self._value_info):
+        if not listed:
             self._value_info.append(value)
         self._touch()
         return value

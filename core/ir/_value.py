@@ -50,7 +50,9 @@ class Value:
         self.name = name
         self._producer: Node | None = None
         self._index = -1
-        self._uses: list[Use] = []
+        # Uses are the keys of an insertion-ordered dict (values unused), so that
+        # dropping one use is O(1) even for a value used by thousands of nodes.
+        self._uses: dict[Use, None] = {}
         self._info: onnx.ValueInfoProto | None = None
         # A value declared differently in several entries of (inputs, outputs, value_info)
         # keeps the other declarations verbatim, keyed by (list, n-th entry of this value

@@ -1,0 +1,71 @@
+"""Fresh, readable names for the values and nodes that inlining copies out of a body.
+
+A copied name is the call site's name, a slash, and the name in the body
+(``layer1/Add_output_0``), so a value in the inlined model still tells where it
+came from. The call-site prefix is made unique among the prefixes already given
+out (``layer1``, ``layer1_1`` ...), and each name is checked against every name in
+the model; a clash (rare) gets a numeric suffix. No global counter is hunted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from graphpass.ir import Model, Node
+
+__all__ = ["FreshNames"]
+
+
+class FreshNames:
+    """Hands out names that no graph of the model uses yet."""
+
+    def __init__(self, taken_values: Iterable[str], taken_nodes: Iterable[str]):
+        """Start from the names already in use.
+
+        Args:
+            taken_values: Every value name in the model (all graphs, at any depth).
+            taken_nodes: Every node name in the model.
+        """
+        self._values = set(taken_values)
+        self._nodes = set(taken_nodes)
+        self._prefixes: set[str] = set()
+        self._next_suffix: dict[str, int] = {}
+
+    @classmethod
+    def for_model(cls, model: Model) -> FreshNames:
+        """Collect the names in use in ``model``: main graph, function bodies, subgraphs."""
+        values: set[str] = set()
+        nodes: set[str] = set()
+        for graph in model.graphs():
+            values.update(graph.values)
+            nodes.update(node.name for node in graph)
+        return cls(values, nodes)
+
+    def prefix_for(self, call: Node) -> str:
+        """A prefix for the names copied out of a body at ``call``, unique per call site."""
+        base = call.name or call.op_type
+        prefix = base
+        while prefix in self._prefixes:
+            suffix = self._next_suffix.get(base, 1)
+            self._next_suffix[base] = suffix + 1
+            prefix = f"{base}_{suffix}"
+        self._prefixes.add(prefix)
+        return prefix
+
+    def value(self, prefix: str, name: str) -> str:
+        """A new value name ``prefix/name`` (with a suffix if that is taken)."""
+        return self._claim(self._values, f"{prefix}/{name}")
+
+    def node(self, prefix: str, name: str) -> str:
+        """A new node name ``prefix/name`` (with a suffix if that is taken)."""
+        return self._claim(self._nodes, f"{prefix}/{name}")
+
+    @staticmethod
+    def _claim(taken: set[str], wanted: str) -> str:
+        name = wanted
+        suffix = 1
+        while name in taken:
+            name = f"{wanted}_{suffix}"
+            suffix += 1
+        taken.add(name)
+        return name
