@@ -104,7 +104,8 @@ def test_capture_state_covers_every_initializer_of_a_dynamo_export(dynamo_progra
     state = gp_torch.capture_state(tied())
     # Only the tensor created inside forward() is no module attribute.
     assert [n for n in names if n not in state] == ["lifted_tensor_0"]
-    exported = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+    exported = {t.name: onnx.numpy_helper.to_array(t)
+                for t in onnx.load(str(path)).graph.initializer}
     for name, value in state.items():
         if name in exported:
             np.testing.assert_array_equal(value.numpy(), exported[name])
