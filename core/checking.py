@@ -26,7 +26,8 @@ INLINE_LIMIT: Final = 4096
 """Initializers up to this many bytes stay in the proto given to the checker."""
 
 _NODE_PATTERNS = (
-    re.compile(r"Bad node spec for node\. Name: (?P<node>\S*) OpType: (?P<op>\S+)"),
+    re.compile(r"[Nn]ode\.?\s*[Nn]ame: (?P<node>\S*)\s*OpType: (?P<op>\S+)"),
+    re.compile(r"of node:\s*name: (?P<node>\S*)\s*OpType: (?P<op>\S+)"),
     re.compile(r"\(op_type:(?P<op>[^,]+), node name: (?P<node>[^)]*)\)"),
     re.compile(r"Node \((?P<node>[^)]*)\)"),
 )
@@ -121,9 +122,11 @@ def _problem(kind: str, error: Exception) -> CheckerProblem:
     node = None
     for pattern in _NODE_PATTERNS:
         match = pattern.search(text)
-        if match and match.group("node"):
-            node = match.group("node")
-            break
+        if match:
+            groups = match.groupdict()
+            node = groups.get("node") or groups.get("op") or None
+            if node:
+                break
     lines = [line for line in text.splitlines() if line.strip()]
     message = " ".join(line.strip() for line in lines[:3])
     return CheckerProblem(kind, message[:1000], node)

@@ -17,9 +17,10 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -358,7 +359,7 @@ def _report(args: argparse.Namespace, result: RunResult, config: PipelineFile | 
     if args.format == "text":
         if args.report:
             with open(args.report, "w", encoding="utf-8") as handle:
-                render_text(result, Console(file=handle, width=120), info)
+                render_text(result, Console(file=handle, width=120, markup=False), info)
         else:
             render_text(result, _stdout_console(), info)
         return
@@ -373,7 +374,7 @@ def _rule_descriptions(registry: Registry) -> dict[str, str]:
     rules: dict[str, str] = {}
     for entry in registry.passes.values():
         codes = getattr(entry.item, "codes", None)
-        if isinstance(codes, dict):
+        if isinstance(codes, Mapping):
             rules.update({str(k): str(v) for k, v in codes.items()})
     return rules
 
@@ -383,7 +384,10 @@ def _write_json(data: Any, stream: TextIO | None = None) -> None:
 
 
 def _stdout_console() -> Console:
-    return Console(file=sys.stdout, highlight=False)
+    console = Console(file=sys.stdout, highlight=False, markup=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = 120  # logs and pipes: wide enough that tables rarely wrap
+    return console
 
 
 def _same_path(a: Path, b: Path) -> bool:

@@ -91,7 +91,7 @@ def render_text(result: RunResult, console: Console, info: ReportInfo) -> None:
                  _counts_text(counts)]
         if info.show_time:
             cells.append(f"{record.seconds:.3f}")
-        cells.append(", ".join(f"{k}: {v}" for k, v in record.stats.items()))
+        cells.append(", ".join(f"{k}: {v}" for k, v in record.stats.items() if v))
         passes.add_row(*cells)
     if result.records:
         console.print(passes)
@@ -100,8 +100,8 @@ def render_text(result: RunResult, console: Console, info: ReportInfo) -> None:
         by_pass.setdefault(finding.pass_name or "graphpass", []).append(finding)
     for pass_name, findings in by_pass.items():
         console.print()
-        table = Table(title=f"{pass_name}", title_justify="left", title_style="bold",
-                      show_edge=False, pad_edge=False, box=None, header_style="bold")
+        console.print(Text(f"findings of {pass_name}", style="bold"))
+        table = Table(show_edge=False, pad_edge=False, box=None, header_style="dim")
         table.add_column("severity", no_wrap=True)
         table.add_column("code", no_wrap=True)
         table.add_column("where")

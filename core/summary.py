@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from graphpass.ir import Model, Value, dtype_name, format_function_id
 
@@ -102,7 +103,7 @@ def model_summary(model: Model) -> dict[str, Any]:
 def render_summary(summary: dict[str, Any], console: Console) -> None:
     """Print a summary made by :func:`model_summary` as a few small tables."""
     info = summary["model"]
-    console.print(f"[bold]{info['path'] or 'model'}[/bold]")
+    console.print(Text(info["path"] or "model", style="bold"))
     opsets = ", ".join(f"{d} {v}" for d, v in summary["opset_imports"].items())
     console.print(f"IR version {info['ir_version']}; opsets: {opsets}")
     if info["producer"]:
@@ -115,35 +116,40 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
                   f"({_bytes(inits['embedded_bytes'])} embedded, "
                   f"{_bytes(inits['external_bytes'])} external)")
     for title, key in (("inputs", "inputs"), ("outputs", "outputs")):
-        table = _table(title, "name", "type", "shape")
+        table = _table("name", "type", "shape")
         for value in summary[key]:
             table.add_row(value["name"], value["type"] or "?", _shape(value["shape"]))
-        console.print(table)
-    ops = _table("nodes by operator (main graph and subgraphs)", "operator", "count")
+        _section(console, title, table)
+    ops = _table("operator", "count")
     for op, count in nodes["by_op"].items():
         ops.add_row(op, str(count))
-    console.print(ops)
+    _section(console, "nodes by operator (main graph and subgraphs)", ops)
     if summary["functions"]:
-        functions = _table("functions", "function", "nodes", "calls")
+        functions = _table("function", "nodes", "calls")
         for entry in summary["functions"]:
             functions.add_row(entry["id"], str(entry["nodes"]), str(entry["calls"]))
-        console.print(functions)
+        _section(console, "functions", functions)
     if inits["external_files"]:
-        files = _table("external data", "file", "tensors", "size")
+        files = _table("file", "tensors", "size")
         for name, entry in inits["external_files"].items():
             files.add_row(name, str(entry["tensors"]), _bytes(entry["bytes"]))
-        console.print(files)
+        _section(console, "external data", files)
     if inits["largest"]:
-        largest = _table("largest initializers", "name", "type", "shape", "size")
+        largest = _table("name", "type", "shape", "size")
         for entry in inits["largest"]:
             largest.add_row(entry["name"], entry["type"], _shape(entry["shape"]),
                             _bytes(entry["bytes"]))
-        console.print(largest)
+        _section(console, "largest initializers", largest)
 
 
-def _table(title: str, *columns: str) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold", box=None,
-                  show_edge=False, pad_edge=False, header_style="dim")
+def _section(console: Console, title: str, table: Table) -> None:
+    console.print()
+    console.print(Text(title, style="bold"))
+    console.print(table)
+
+
+def _table(*columns: str) -> Table:
+    table = Table(box=None, show_edge=False, pad_edge=False, header_style="dim")
     for column in columns:
         table.add_column(column)
     return table
