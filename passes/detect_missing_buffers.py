@@ -234,12 +234,10 @@ def _describe_consumers(gap: Gap) -> str:
     return shown
 
 
-_EXPORT_STATE: Final = (
-    "it is not in state_dict() (non-persistent buffers and tensor attributes never are), so "
-    "a checkpoint saved from state_dict() cannot fill it: save the module's full state with "
-    "graphpass.torch.save_state(model, 'state.safetensors') (or save "
-    "model.state_dict() | dict(model.named_buffers())) and pass it as another --checkpoint "
-    "to reconcile-initializers")
+_SAVE_STATE: Final = ("save the module's full state with graphpass.torch.save_state(model, "
+                      "'state.safetensors') and pass it as another --checkpoint")
+_EXPORT_STATE: Final = ("it is not in state_dict() (non-persistent buffers and tensor attributes "
+                        f"never are), so no checkpoint saved from it has it: {_SAVE_STATE}")
 
 
 def _fix(gap: Gap, classification: Classification, reconciled: bool) -> tuple[str, str]:
@@ -262,9 +260,8 @@ def _fix(gap: Gap, classification: Classification, reconciled: bool) -> tuple[st
     if kind in ("buffer", "module state"):
         return "export-state", (
             "a parameter or persistent buffer is in state_dict(): fill it from the checkpoint "
-            "with reconcile-initializers; a non-persistent buffer or tensor attribute is not: "
-            "save the module's full state with graphpass.torch.save_state(model, "
-            "'state.safetensors') and pass it as another --checkpoint")
+            f"with reconcile-initializers; a non-persistent buffer or tensor attribute is not: "
+            f"{_SAVE_STATE}")
     if kind == "lifted constant":
         return "export-state", (
             "torch.export made it from a tensor created inside forward(), which no module "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -178,6 +179,10 @@ def exported() -> Callable[[str], Path]:
             scratch = CACHE / f".{name}-{os.getpid()}.onnx"
             EXPORTS[name](scratch)
             os.replace(scratch, path)
+            for stale in CACHE.glob(f"{name}-*.onnx"):  # exports of older versions of this file
+                if stale != path and re.fullmatch(rf"{re.escape(name)}-[0-9a-f]{{12}}\.onnx",
+                                                  stale.name):
+                    stale.unlink(missing_ok=True)
         return path
 
     return get
