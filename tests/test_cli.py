@@ -197,8 +197,8 @@ def test_bad_toml_is_one_message_with_file_and_line(cli, model_file: Path,
 def test_error_findings_exit_1_and_write_nothing(cli, extra_passes, model_file: Path,
                                                  tmp_path: Path) -> None:
     out = tmp_path / "out.onnx"
-    code, stdout, stderr = cli("run", model_file, "-o", out, "-p",
-                               "remove-unused,complains,topological-sort")
+    code, stdout, _ = cli("run", model_file, "-o", out, "-p",
+                          "remove-unused,complains,topological-sort")
     assert code == 1
     assert not out.exists()
     assert "this model is wrong" in stdout and "hint: fix it" in stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from onnx import TensorProto, helper
@@ -20,7 +21,7 @@ from graphpass.render import ReportInfo, render_json, render_sarif, render_text,
 class _Reporter(AnalysisPass):
     name = "reporter"
     description = "reports one finding of each kind"
-    codes = {"GP901": "A made-up problem."}
+    codes: ClassVar[dict[str, str]] = {"GP901": "A made-up problem."}
 
     def run(self, model: Model, context: PassContext) -> PassResult:
         return PassResult(findings=[
