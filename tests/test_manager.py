@@ -413,3 +413,43 @@ def test_context_has_plan_results_and_resolves_paths(tmp_path: object) -> None:
     assert list(seen["results"]) == ["a"]  # type: ignore[call-overload]
     assert seen["path"] == Path(str(tmp_path)) / "w.bin"
     assert seen["checkpoints"] == (Path(str(tmp_path)) / "ck.safetensors",)
+
+
+class _CodedError(PassError):
+    def __init__(self, code: str, message: str):
+        self.code = code
+        super().__init__(f"{code} {message}")
+
+
+def test_a_pass_error_subclass_keeps_its_type_and_gains_context() -> None:
+    class Refuses(Pass):
+        name = "refuses"
+        description = "raises its own PassError subclass"
+
+        def run(self, model: Model, context: PassContext) -> PassResult:
+            raise _CodedError("GP777", "cannot do this model")
+
+    registry = _registry(_recording("a"), Refuses)
+    with pytest.raises(_CodedError) as caught:
+        PassManager(["a", "refuses"], registry=registry).run(_model())
+    error = caught.value
+    assert error.code == "GP777" and error.pass_name == "refuses"
+    assert error.ran_before == ("a",)
+    assert "pass 'refuses' (plugin 'testplugin') failed: GP777 cannot do this model" in str(error)
+
+
+def test_other_graphpass_errors_become_pass_errors_with_the_cause() -> None:
+    class BadInput(Pass):
+        name = "bad-input"
+        description = "raises a CheckpointError"
+
+        def run(self, model: Model, context: PassContext) -> PassResult:
+            raise graphpass.CheckpointError("tensor 'w' has shape [3], the model wants [2]",
+                                            where="ck.safetensors", hint="use the right file")
+
+    with pytest.raises(PassError) as caught:
+        PassManager([BadInput], registry=Registry()).run(_model())
+    error = caught.value
+    assert isinstance(error.__cause__, graphpass.CheckpointError)
+    assert "the model wants [2] [ck.safetensors]" in str(error)
+    assert error.hint == "use the right file"
