@@ -87,6 +87,7 @@ class PipelineFile:
         instruments: The ``[instrument]`` settings.
         presets: Presets defined in the file, by name.
         preset: The ``preset`` key of ``[pipeline]``, if given.
+        label: The file as the user named it (used in messages).
     """
 
     path: Path
@@ -99,6 +100,7 @@ class PipelineFile:
     instruments: InstrumentSettings = field(default_factory=InstrumentSettings)
     presets: dict[str, Pipeline] = field(default_factory=dict)
     preset: str | None = None
+    label: str = ""
     _lines: _KeyLines | None = None
 
     @property
@@ -109,7 +111,7 @@ class PipelineFile:
     def where(self, *key: str) -> str:
         """``file:line`` of a key (or of the closest enclosing table)."""
         line = self._lines.line(key) if self._lines is not None else None
-        return f"{self.path}:{line}" if line else str(self.path)
+        return f"{self.label}:{line}" if line else self.label
 
     def error(self, key: Sequence[str], message: str, hint: str | None = None,
               value: str | None = None) -> ConfigError:
@@ -118,7 +120,7 @@ class PipelineFile:
         if self._lines is not None:
             line = self._lines.value_line(tuple(key), value) if value is not None else None
             line = line or self._lines.line(tuple(key))
-        where = f"{self.path}:{line}" if line else str(self.path)
+        where = f"{self.label}:{line}" if line else self.label
         return ConfigError(f"{_format_key(key)}: {message}", where=where, hint=hint)
 
     def check(self, registry: Registry) -> None:
@@ -206,7 +208,7 @@ def load_pipeline_file(path: str | Path) -> PipelineFile:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise _syntax_error(file_path, text, error) from None
-    config = PipelineFile(file_path.absolute(), _lines=_KeyLines(text))
+    config = PipelineFile(file_path.absolute(), label=str(file_path), _lines=_KeyLines(text))
     _read(config, data)
     return config
 
@@ -491,7 +493,14 @@ def _syntax_error(path: Path, text: str, error: Exception) -> ConfigError:
         return ConfigError(f"invalid TOML: key {key} is defined twice",
                            where=f"{path}:{line}", hint="give each key once")
     key_match = _KEY.match(lines[line - 1]) if 0 < line <= len(lines) else None
-    key_text = f" in key {'.'.join(_split_key(key_match.group(1)))}" if key_match else ""
+    key_text = ""
+    if key_match:
+        table: tuple[str, ...] = ()
+        for previous in lines[:line - 1]:
+            header = _HEADER.match(previous)
+            if header:
+                table = _split_key(header.group(1))
+        key_text = f" in key {'.'.join((*table, *_split_key(key_match.group(1))))}"
     where = f"{path}:{line}" + (f":{column}" if column else "")
     return ConfigError(f"invalid TOML{key_text}: {reason}", where=where,
                        hint="see https://toml.io for the syntax")
