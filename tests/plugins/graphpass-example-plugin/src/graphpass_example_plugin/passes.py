@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import graphpass
 from graphpass.ir import Model
@@ -42,6 +42,11 @@ class CountOps(graphpass.AnalysisPass):
 
     name = "count-ops"
     description = "Report node counts per operator; warn when the graph has too many nodes."
+    # Optional: short descriptions of the codes, used as rule texts in SARIF reports.
+    codes: ClassVar[dict[str, str]] = {
+        "GP901": "How many nodes use each operator.",
+        "GP902": "The main graph has more nodes than max-nodes.",
+    }
 
     @dataclass
     class Options:

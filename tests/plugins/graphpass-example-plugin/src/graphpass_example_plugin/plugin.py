@@ -6,7 +6,6 @@ from collections.abc import Iterable
 
 import graphpass
 from graphpass.plugins import hookimpl
-
 from graphpass_example_plugin.passes import CountOps, PrefixNodeNames
 
 
