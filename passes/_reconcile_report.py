@@ -18,7 +18,9 @@ Finding codes (stable):
 * ``GP207`` warning: names the model used without declaring them (an export saved
   with ``include_initializers=False``) were filled; their shapes come from the
   checkpoint, unchecked.
-* ``GP208`` info: graph inputs no key matched stay inputs.
+* ``GP208`` warning: graph inputs that follow filled weight inputs (so probably
+  weights too, as the legacy exporter lists them after the data inputs) matched no
+  key and stay inputs.
 * ``GP209`` info: checkpoint entries the loader could not represent.
 """
 
@@ -60,7 +62,7 @@ class NameList(list[str]):
 
 
 def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
-                 checkpoint: Checkpoint, *, keep_inputs: bool
+                 checkpoint: Checkpoint, input_names: Sequence[str], *, keep_inputs: bool
                  ) -> tuple[list[Finding], dict[str, Any]]:
     """The findings and stats for the plan (see the module documentation for codes)."""
     by_name = {t.name: t for t in targets}
@@ -80,7 +82,7 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
     tied = {k: next(a for a in checkpoint.aliases(k) if a in used) for k in unused
             if any(a in used for a in checkpoint.aliases(k))}
     unmatched = NameList(t.name for t in plan.unmatched if t.required)
-    left_inputs = NameList(t.name for t in plan.unmatched if not t.required)
+    left_inputs = _probable_weight_inputs(plan, input_names)
     skipped = dict(checkpoint.skipped)
 
     summary = ", ".join(f"{rule}: {counts[rule]}" for rule in RULES if counts[rule])
@@ -135,10 +137,12 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
                  "onnxruntime or the check pass on the result",
             data={"names": undeclared}))
     if left_inputs:
-        findings.append(Finding("GP208", Severity.INFO,
-                                f"{len(left_inputs)} graph inputs matched no key and stay "
-                                f"inputs: {_listing(left_inputs)}", PASS_NAME,
-                                data={"inputs": list(left_inputs)}))
+        findings.append(Finding(
+            "GP208", Severity.WARNING,
+            f"{len(left_inputs)} graph inputs listed after filled weight inputs matched no key "
+            f"and stay inputs: {_listing(left_inputs)}", PASS_NAME,
+            hint="if they are weights, add renames or rules for them",
+            data={"inputs": list(left_inputs)}))
     if skipped:
         findings.append(Finding("GP209", Severity.INFO,
                                 f"{len(skipped)} checkpoint entries were skipped: "
@@ -156,6 +160,16 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
         "checkpoints": NameList(str(f) for f in checkpoint.files),
     }
     return findings, stats
+
+
+def _probable_weight_inputs(plan: Plan, input_names: Sequence[str]) -> NameList:
+    """Unfilled inputs without a record that come after the first filled weight input."""
+    filled = {f.name for f in plan.fills} | {f.replaces for f in plan.fills if f.replaces}
+    first = next((i for i, name in enumerate(input_names) if name in filled), None)
+    if first is None:
+        return NameList()
+    unmatched = {t.name for t in plan.unmatched if not t.required}
+    return NameList(name for name in input_names[first:] if name in unmatched)
 
 
 def _fold_findings(fills: Sequence[Fill]) -> list[Finding]:

@@ -141,8 +141,9 @@ class ReconcileInitializers(Pass):
             _raise_problems("strict: some weights have no checkpoint key",
                             [f"no key fills {name!r}" for name in missing], checkpoint,
                             "add renames or rules, or run without strict")
+        input_names = graph.input_names
         _apply(graph, plan, targets, checkpoint, keep_inputs=self.options.keep_inputs)
-        findings, stats = build_report(plan, matching, targets, checkpoint,
+        findings, stats = build_report(plan, matching, targets, checkpoint, input_names,
                                        keep_inputs=self.options.keep_inputs)
         return PassResult(changed=bool(plan.fills), findings=findings, stats=stats)
 

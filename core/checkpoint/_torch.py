@@ -127,9 +127,15 @@ class _OnDemand:
 
 
 def _torch_load(torch: Any, path: Path, **options: Any) -> Any:
+    """``torch.load(weights_only=True)``, never guessing the format from the file name."""
     where = str(path)
     try:
-        return torch.load(path, weights_only=True, **options)
+        if options.get("mmap"):  # needs a path; torch reads *.safetensors names as safetensors
+            if path.suffix.lower() != ".safetensors":
+                return torch.load(path, weights_only=True, **options)
+            options["mmap"] = False
+        with open(path, "rb") as handle:
+            return torch.load(handle, weights_only=True, **options)
     except pickle.UnpicklingError as error:
         refused = _unsafe_globals(torch, path)
         what = f" (it needs {', '.join(refused)})" if refused else ""
