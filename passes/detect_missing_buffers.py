@@ -23,6 +23,7 @@ Each finding's ``data`` holds ``kind``, ``module``, ``attribute``, ``problem``,
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -40,6 +41,8 @@ from graphpass.passes._missing_kinds import (
 __all__ = ["DetectMissingBuffers"]
 
 _RECONCILE: Final = "reconcile-initializers"
+_INPUT_KIND: Final = "pkg.torch.export.graph_signature.InputSpec.kind"
+_LEGACY_VALUE: Final = re.compile(r"onnx::\w+?_([0-9]+)")
 _CODES: Final = {"undefined": "GP301", "no-data": "GP302", "input": "GP303"}
 _STAT_LABELS: Final = {"undefined": "undefined", "no-data": "without data",
                        "input": "state inputs"}
@@ -120,50 +123,53 @@ class DetectMissingBuffers(AnalysisPass):
                       ) -> list[tuple[Gap, Classification]]:
         """Keep the bare graph inputs that stand for model state, not data.
 
-        Certain: torch's metadata or a checkpoint says so. Otherwise the order of the
-        inputs decides: exporters list the user's inputs first, then the state, so
-        the state is a run of inputs named like module paths (with fixed shapes),
-        which must hold at least one input known to be state: one with an
-        initializer, one torch or a checkpoint vouches for, or one whose name ends
-        like state (``.weight``, ``.running_mean`` ...). A name torch's exporters give
-        folded constants (``onnx::MatMul_13``) joins the run only after such an input,
-        in a model torch wrote; the user's inputs can be named that way too.
+        Certain: torch's metadata or a checkpoint says so; or the model is a dynamo
+        export (torch marks every user input ``USER_INPUT``) and the input is not
+        marked; or it is a constant the legacy exporter folded, ``onnx::<Op>_<N>``
+        with ``N`` past its position (that exporter numbers the user's inputs from 0,
+        in order, and every later value after them). Otherwise the order decides:
+        exporters list the user's inputs first, then the state, so the state is a run
+        of inputs named like module paths (with fixed shapes), which must hold at
+        least one input known to be state: one with an initializer, one vouched for as
+        above, or one whose name ends like state (``.weight``, ``.running_mean`` ...).
         """
         graph = model.graph
-        count = len(graph.inputs)
+        from_torch = model.producer_name == "pytorch"
+        marked = any(_INPUT_KIND in value.metadata for value in graph.inputs)
         by_index = {gap.input_index: (gap, classification)
                     for gap, classification in candidates
                     if not any(fnmatch.fnmatchcase(gap.name, pattern)
                                for pattern in self.options.data_inputs)}
         known = [value.name in graph.initializers for value in graph.inputs]
         state_like = list(known)
-        folded: list[int] = []
         for index, (gap, classification) in by_index.items():
+            kind = classification.kind
             if classification.strong:
-                known[index] = state_like[index] = classification.kind in STATE_KINDS
-            elif classification.kind == "module state" and _static_shape(model, gap):
+                known[index] = kind in STATE_KINDS
+            elif marked and from_torch and kind != "data input":
+                known[index] = True
+            elif kind == "folded constant":
+                known[index] = from_torch and _folded_by_legacy_export(gap)
+            elif kind == "module state" and _static_shape(model, gap):
                 state_like[index] = True
                 known[index] = classification.attribute in _STATE_ATTRIBUTES
-            elif classification.kind in ("folded constant", "lifted constant"):
-                folded.append(index)
-        first_known = known.index(True) if any(known) else count
-        for index in folded:
-            if (model.producer_name == "pytorch" and index > first_known
-                    and _static_shape(model, by_index[index][0])):
-                state_like[index] = True
+            state_like[index] = state_like[index] or known[index]
         kept: list[tuple[Gap, Classification]] = []
-        start = 0
+        start, count = 0, len(known)
         while start < count:
-            if not state_like[start]:
-                start += 1
-                continue
             end = start
             while end < count and state_like[end]:
                 end += 1
             if any(known[start:end]):
                 kept.extend(by_index[i] for i in range(start, end) if i in by_index)
-            start = end
+            start = end + 1
         return kept
+
+
+def _folded_by_legacy_export(gap: Gap) -> bool:
+    """Whether ``onnx::<Op>_<N>`` is numbered past its position (not a user input)."""
+    found = _LEGACY_VALUE.fullmatch(gap.name)
+    return found is not None and int(found.group(1)) > gap.input_index
 
 
 def _static_shape(model: Model, gap: Gap) -> bool:

@@ -35,7 +35,10 @@ from graphpass.passes.detect_missing_buffers import DetectMissingBuffers  # noqa
 pytestmark = pytest.mark.torch
 
 CACHE = Path(__file__).resolve().parent / ".cache" / "missing_buffers"
-_KEY = hashlib.sha256(Path(__file__).read_bytes() + torch.__version__.encode()).hexdigest()[:12]
+# The key covers the models and the exports (the text above the helpers), and torch's version.
+_KEY = hashlib.sha256(
+    Path(__file__).read_text().split("# " + "=" * 70 + " helpers")[0].encode()
+    + torch.__version__.encode()).hexdigest()[:12]
 
 
 # ==================================================================== the models
@@ -189,19 +192,20 @@ def exported() -> Callable[[str], Path]:
 
 
 # ====================================================================== helpers
-def numpy_state(state: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    return {name: tensor.detach().cpu().numpy() for name, tensor in state.items()}
+def reconcile(model: graphpass.Model, state: Mapping[str, Any], tmp_path: Path,
+              name: str = "checkpoint") -> tuple[graphpass.Model, dict[str, Any]]:
+    """Fill ``model`` from ``state`` with reconcile-initializers, then detect what is missing.
 
-
-def fill(model: graphpass.Model, state: Mapping[str, np.ndarray]) -> graphpass.Model:
-    """Fill the names the model lacks from ``state``, by exact name (as apply_weights does)."""
-    filled = model.copy()
-    graph = filled.graph
-    lacking = set(graph.free_names) | {
-        value.name for value in graph.inputs if value.name not in graph.initializers}
-    for name in sorted(lacking & set(state)):
-        graph.set_initializer(graphpass.Tensor.from_array(name, state[name]))
-    return filled
+    Returns the filled model and detect-missing-buffers' findings by name.
+    """
+    checkpoint = gp_torch.save_state(state, tmp_path / f"{name}.safetensors")
+    result = graphpass.PassManager(["reconcile-initializers", "detect-missing-buffers"],
+                                   checkpoints=[checkpoint]).run(model)
+    assert result.plan == ("reconcile-initializers", "detect-missing-buffers")
+    assert result.stopped_after in (None, "detect-missing-buffers")
+    found = {f.value: f for f in result.findings if f.pass_name == "detect-missing-buffers"}
+    assert result.ok == (not found)
+    return result.model, found
 
 
 def missing(model: graphpass.Model, **options: Any) -> dict[str, Any]:
@@ -230,31 +234,25 @@ def net_expected() -> np.ndarray:
 
 # ===================================================== dynamo=True, no weights saved
 @pytest.mark.parametrize("export", ["dynamo-no-initializers", "dynamo-fake"])
-def test_dynamo_filled_from_state_dict_names_exactly_the_buffer_and_constant(exported, export):
+def test_dynamo_filled_from_state_dict_names_exactly_the_buffer_and_constant(exported, export,
+                                                                             tmp_path):
     model = graphpass.load(exported(export))
-    found = missing(fill(model, numpy_state(seeded(Net).state_dict())))
+    _, found = reconcile(model, seeded(Net).state_dict(), tmp_path)
     assert sorted(found) == ["block.offset", "block.scale"]
     scale, offset = found["block.scale"], found["block.offset"]
     assert scale.code == offset.code == "GP301"
-    assert scale.data["kind"] == "buffer"  # torch.export's %b_ placeholder; persistence unsaid
+    # torch.export's %b_ placeholder says buffer; the checkpoint lacking it, non-persistent
+    assert scale.data["kind"] == "non-persistent buffer"
     assert offset.data["kind"] == "tensor constant"
     assert scale.data["module"] == offset.data["module"] == "block"
     assert [c["op_type"] for c in scale.data["consumers"]] == ["Mul"]
+    assert scale.data["fix"] == offset.data["fix"] == "export-state"
     assert "graphpass.torch.save_state" in offset.hint
 
 
-def test_dynamo_with_the_checkpoint_knows_the_buffer_is_non_persistent(exported, tmp_path):
-    net = seeded(Net)
-    checkpoint = gp_torch.save_state(net.state_dict(), tmp_path / "model.safetensors")
-    model = fill(graphpass.load(exported("dynamo-no-initializers")),
-                 numpy_state(net.state_dict()))
-    found = missing(model, checkpoints=[str(checkpoint)])
-    assert sorted(found) == ["block.offset", "block.scale"]
-    assert found["block.scale"].data["kind"] == "non-persistent buffer"
-
-
-def test_dynamo_unfilled_names_every_tensor_with_its_fix(exported):
-    found = missing(graphpass.load(exported("dynamo-no-initializers")))
+def test_dynamo_without_a_checkpoint_cannot_tell_persistence(exported):
+    model = graphpass.load(exported("dynamo-no-initializers"))
+    found = missing(model)
     kinds = {name: finding.data["kind"] for name, finding in found.items()}
     assert kinds == {"block.linear.weight": "parameter", "block.linear.bias": "parameter",
                      "head.weight": "parameter", "head.bias": "parameter",
@@ -264,9 +262,25 @@ def test_dynamo_unfilled_names_every_tensor_with_its_fix(exported):
     assert "x" not in found and "mask" not in found
 
 
-def test_dynamo_state_kept_as_inputs_are_named_from_torch_metadata(exported):
+def test_a_checkpoint_under_other_names_is_pointed_at(exported, tmp_path):
+    # The checkpoint of a wrapped model (DataParallel's "module." prefix) nearly matches.
+    state = {f"module.{name}": t for name, t in gp_torch.capture_state(seeded(Net)).items()}
+    checkpoint = gp_torch.save_state(state, tmp_path / "wrapped.safetensors")
+    found = missing(graphpass.load(exported("dynamo-no-initializers")),
+                    checkpoints=[str(checkpoint)])
+    assert found["block.scale"].data["checkpoint"] == {
+        "path": str(checkpoint), "key": "module.block.scale", "exact": False}
+    assert found["block.scale"].data["fix"] == "reconcile"
+    assert "'module.block.scale'" in found["block.scale"].hint
+
+
+def test_dynamo_state_kept_as_inputs_are_named_from_torch_metadata(exported, tmp_path):
     model = graphpass.load(exported("dynamo-inputs"))
-    found = missing(fill(model, numpy_state(seeded(Net).state_dict())))
+    # Before filling: every state input, none of the data inputs.
+    assert sorted(missing(model)) == ["block.linear.bias", "block.linear.weight",
+                                      "block.offset", "block.running", "block.scale",
+                                      "head.bias", "head.weight"]
+    _, found = reconcile(model, seeded(Net).state_dict(), tmp_path)
     assert sorted(found) == ["block.offset", "block.scale"]
     assert {f.code for f in found.values()} == {"GP303"}
     assert found["block.scale"].data["kind"] == "non-persistent buffer"
@@ -277,9 +291,9 @@ def test_dynamo_state_kept_as_inputs_are_named_from_torch_metadata(exported):
 @pytest.mark.parametrize("export", ["dynamo-no-initializers", "dynamo-fake", "dynamo-inputs"])
 def test_dynamo_filled_from_capture_state_is_silent_and_matches_torch(exported, export,
                                                                       tmp_path):
-    model = fill(graphpass.load(exported(export)),
-                 numpy_state(gp_torch.capture_state(seeded(Net))))
-    assert missing(model) == {}
+    model, found = reconcile(graphpass.load(exported(export)),
+                             gp_torch.capture_state(seeded(Net)), tmp_path)
+    assert found == {}
     (actual,) = run_onnx(model, tmp_path, net_feeds(model))
     np.testing.assert_allclose(actual, net_expected(), rtol=1e-5, atol=1e-6)
 
@@ -307,8 +321,8 @@ def test_legacy_bakes_buffers_and_constants_so_state_dict_suffices(exported, exp
     # Constant nodes: state_dict() holds everything the graph still needs.
     net = seeded(Net)
     state = net.state_dict() if source == "state_dict" else gp_torch.capture_state(net)
-    model = fill(graphpass.load(exported(export)), numpy_state(state))
-    assert missing(model) == {}
+    model, found = reconcile(graphpass.load(exported(export)), state, tmp_path)
+    assert found == {}
     (actual,) = run_onnx(model, tmp_path, net_feeds(model))
     np.testing.assert_allclose(actual, net_expected(), rtol=1e-5, atol=1e-6)
 
@@ -319,9 +333,8 @@ def test_legacy_initializers_kept_as_inputs_is_a_complete_model(exported):
 
 def test_legacy_folded_constant_is_named_with_the_re_export_fix(exported, tmp_path):
     folded = seeded(Folded)
-    model = fill(graphpass.load(exported("legacy-folded")),
-                 numpy_state(gp_torch.capture_state(folded)))
-    found = missing(model)
+    _, found = reconcile(graphpass.load(exported("legacy-folded")),
+                         gp_torch.capture_state(folded), tmp_path)
     (name,) = found
     assert name.startswith("onnx::MatMul_")
     assert found[name].code == "GP303"
@@ -329,9 +342,9 @@ def test_legacy_folded_constant_is_named_with_the_re_export_fix(exported, tmp_pa
     assert found[name].data["fix"] == "re-export"
     assert "do_constant_folding=False" in found[name].hint
 
-    unfolded = fill(graphpass.load(exported("legacy-unfolded")),
-                    numpy_state(folded.state_dict()))
-    assert missing(unfolded) == {}
+    unfolded, found = reconcile(graphpass.load(exported("legacy-unfolded")),
+                                folded.state_dict(), tmp_path, "unfolded")
+    assert found == {}
     (actual,) = run_onnx(unfolded, tmp_path, {"x": net_inputs()[0].numpy()})
     with torch.no_grad():
         expected = folded(net_inputs()[0]).numpy()
@@ -343,15 +356,15 @@ def test_llama_rotary_inv_freq_is_the_one_missing_buffer(exported, tmp_path):
     real = llama()
     assert "model.rotary_emb.inv_freq" not in real.state_dict()
     model = graphpass.load(exported("llama-fake"))
-    found = missing(fill(model, numpy_state(real.state_dict())))
+    _, found = reconcile(model, real.state_dict(), tmp_path)
     assert list(found) == ["model.rotary_emb.inv_freq"]
     finding = found["model.rotary_emb.inv_freq"]
     assert finding.data["module"] == "model.rotary_emb"
-    assert finding.data["kind"] == "buffer"
-    assert finding.message.startswith("module 'model.rotary_emb': buffer")
+    assert finding.data["kind"] == "non-persistent buffer"
+    assert finding.message.startswith("module 'model.rotary_emb': non-persistent buffer")
 
-    complete = fill(model, numpy_state(gp_torch.capture_state(real)))
-    assert missing(complete) == {}
+    complete, found = reconcile(model, gp_torch.capture_state(real), tmp_path, "full")
+    assert found == {}
     (logits,) = run_onnx(complete, tmp_path, {"input_ids": TOKENS.numpy()})
     with torch.no_grad():
         expected = real(input_ids=TOKENS, use_cache=False).logits.numpy()
@@ -363,23 +376,23 @@ def test_gpt2_with_tied_weights_has_nothing_missing_after_state_dict(exported, t
     # tied lm_head / wte weight is in state_dict() under both names.
     real = gpt2()
     assert dict(real.named_buffers()) == {}
-    model = fill(graphpass.load(exported("gpt2-no-initializers")),
-                 numpy_state(real.state_dict()))
-    assert missing(model) == {}
+    model, found = reconcile(graphpass.load(exported("gpt2-no-initializers")),
+                             real.state_dict(), tmp_path)
+    assert found == {}
     (logits,) = run_onnx(model, tmp_path, {"input_ids": TOKENS.numpy()})
     with torch.no_grad():
         expected = real(input_ids=TOKENS, use_cache=False).logits.numpy()
     np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5)
 
 
-def test_gpt2_optimized_export_loses_only_folded_constants(exported):
+def test_gpt2_optimized_export_loses_only_folded_constants(exported, tmp_path):
     # optimize=True (the default) folds constants (position embeddings looked up at
     # fixed positions, transposed weights ...) into new initializers, which
     # include_initializers=False drops: no checkpoint can fill them.
     real = gpt2()
     state = real.state_dict()
-    found = missing(fill(graphpass.load(exported("gpt2-optimized-no-initializers")),
-                         numpy_state(state)))
+    _, found = reconcile(graphpass.load(exported("gpt2-optimized-no-initializers")), state,
+                         tmp_path)
     assert found
     assert not set(found) & set(state)
     assert {f.data["kind"] for f in found.values()} == {"folded constant"}
