@@ -327,6 +327,9 @@ def _manager(args: argparse.Namespace, config: PipelineFile | None, registry: Re
         name, option, value = _parse_option(text)
         options.setdefault(name, {})[option] = value
     checkpoints = [Path(c).absolute() for c in args.checkpoint]
+    for given, path in zip(args.checkpoint, checkpoints, strict=True):
+        if not path.exists():
+            raise UsageError(f"--checkpoint {given}: no such file or folder")
     if config is not None:
         checkpoints.extend(config.checkpoints)
     disable = [*args.disable_pass, *(config.instruments.disable if config else ())]

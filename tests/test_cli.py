@@ -344,6 +344,31 @@ def test_plan_notes_passes_pulled_in_by_requires(cli, monkeypatch) -> None:
                        "preset": None, "options": {}}
 
 
+def test_presets_in_a_pipeline_file_with_a_step_that_needs_a_checkpoint(
+        cli, model_file: Path, tmp_path: Path) -> None:
+    config = tmp_path / "pipeline.toml"
+    config.write_text('[presets.tidy]\npasses = ["remove-unused", '
+                      '{ pass = "infer-shapes", when = "checkpoint" }, "check"]\n\n'
+                      '[presets.tidy.options.remove-unused]\nfunctions = false\n')
+    code, stdout, stderr = cli("plan", "-c", config, "-p", "tidy", "--format", "json")
+    assert code == 0, stderr
+    plan = json.loads(stdout)["plan"]
+    assert [p["name"] for p in plan] == ["remove-unused", "check"]
+    assert plan[0]["preset"] == "tidy" and plan[0]["options"]["functions"] is False
+    checkpoint = tmp_path / "weights.safetensors"
+    code, _, stderr = cli("plan", "-c", config, "-p", "tidy", "--checkpoint", checkpoint)
+    assert code == 2 and "no such file" in stderr
+    checkpoint.write_bytes(b"")
+    code, stdout, _ = cli("plan", "-c", config, "-p", "tidy", "--checkpoint", checkpoint,
+                          "--format", "json")
+    assert [p["name"] for p in json.loads(stdout)["plan"]] == [
+        "remove-unused", "infer-shapes", "check"]
+    code, stdout, _ = cli("run", model_file, "-o", tmp_path / "o.onnx", "-c", config, "-p",
+                          "tidy", "--format", "json")
+    assert code == 0 and [p["name"] for p in json.loads(stdout)["passes"]] == [
+        "remove-unused", "check"]
+
+
 def test_plugins_lists_the_builtin_plugin(cli) -> None:
     code, stdout, _ = cli("plugins", "--format", "json")
     assert code == 0
