@@ -245,7 +245,7 @@ def test_omitted_optional_inputs(inputs: list[str], low: float | None,
     inlined, _ = inline(original)
     check(inlined)
     (clip,) = inlined.graph.node
-    assert list(clip.input) == (inputs + ["", ""])[:3]
+    assert list(clip.input) == [*inputs, "", ""][:3]
     feeds = {"x": X, "m": np.array(1.0, dtype=np.float32)}
     expected = np.clip(X, -np.inf if low is None else low, np.inf if high is None else high)
     assert_close(run_ort(inlined, feeds), [expected])
