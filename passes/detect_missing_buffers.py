@@ -132,6 +132,8 @@ class DetectMissingBuffers(AnalysisPass):
         of inputs named like module paths (with fixed shapes), which must hold at
         least one input known to be state: one with an initializer, one vouched for as
         above, or one whose name ends like state (``.weight``, ``.running_mean`` ...).
+        An input of the run before the first known one must belong to the same
+        top-level module as a known one (``block.running`` before ``block.linear.weight``).
         """
         graph = model.graph
         from_torch = model.producer_name == "pytorch"
@@ -160,10 +162,18 @@ class DetectMissingBuffers(AnalysisPass):
             end = start
             while end < count and state_like[end]:
                 end += 1
-            if any(known[start:end]):
-                kept.extend(by_index[i] for i in range(start, end) if i in by_index)
+            anchors = [i for i in range(start, end) if known[i]]
+            if anchors:
+                families = {_family(graph.inputs[i].name) for i in anchors}
+                kept.extend(by_index[i] for i in range(start, end) if i in by_index and (
+                    known[i] or i > anchors[0] or _family(by_index[i][0].name) in families))
             start = end + 1
         return kept
+
+
+def _family(name: str) -> str:
+    """The top-level module of a module path (``block`` for ``block.linear.weight``)."""
+    return name.split(".", 1)[0]
 
 
 def _folded_by_legacy_export(gap: Gap) -> bool:

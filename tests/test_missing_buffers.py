@@ -271,6 +271,20 @@ def test_bare_state_inputs_are_errors_and_data_inputs_are_not():
     assert "every run must feed it" in result.findings[0].message
 
 
+def test_dotted_data_input_just_before_the_weights_is_not_state():
+    # An old-style model listing its initializers as inputs after its data input.
+    proto = _inputs_model(tensor_input("image.rgb", [1, 3, 8, 8]),
+                          tensor_input("conv.weight", [4, 3, 3, 3]),
+                          initializers=[weight("conv.weight", (4, 3, 3, 3))])
+    assert run_pass(proto).findings == []
+
+
+def test_state_input_before_the_first_weight_of_its_module_is_state():
+    proto = _inputs_model(tensor_input("x", ["n", 4]), tensor_input("block.running", [4]),
+                          tensor_input("block.linear.weight", [4, 4]))
+    assert names(run_pass(proto)) == ["block.running", "block.linear.weight"]
+
+
 def test_module_path_input_before_any_state_needs_a_state_like_name():
     # A fixed-shape dotted data input that comes first, with no state after it: silent.
     proto = _inputs_model(tensor_input("x", [2]), tensor_input("cache.step", [1]))
