@@ -1,11 +1,130 @@
-"""The ``lint-gradients``  pass (placeholder: being written)."""
+"""The ``lint-gradients`` pass: say, before training, which nodes the trainer cannot differentiate.
+
+Training an exported model with onnxruntime-training fails late and one node at a
+time (``The gradient builder has not been registered: M for node M_1``). This pass
+computes the region gradients flow through (forward from the trainable weights,
+backward from the loss, through float edges that are not stop edges: see
+:mod:`graphpass.passes._gradient_region`) and judges every node in it against a
+:class:`~graphpass.gradients.GradientRules` (default: onnxruntime-training).
+
+Findings, in the order the trainer meets the problems (the first error is the one
+the trainer reports):
+
+* ``GP406`` a trainable weight is read inside a subgraph;
+* ``GP402`` a trainable weight reaches no loss through differentiable edges;
+* ``GP401`` no gradient builder for a node's operator;
+* ``GP410`` a call of a model-local function (no builder; run ``inline-functions``);
+* ``GP403`` a registered builder that fails on this node (a known condition);
+* ``GP420`` (warning) a function or custom-domain op named like a registered
+  operator of another domain: the trainer would silently use that gradient;
+* ``GP404`` a weight reaches the loss only through non-differentiable inputs;
+* ``GP405`` one node reads a weight at two differentiable inputs;
+* ``GP407`` the loss has an element type the trainer does not accept;
+* ``GP421`` / ``GP422`` (warnings) a ``trainable``/``frozen`` pattern that matches
+  nothing, a requested weight that is not of a float type.
+
+Inside the body of a called function (judged as if inlined), the findings carry the
+function's name and come after the main graph's.
+"""
 
 from __future__ import annotations
 
-from graphpass.ir import Model
-from graphpass.pass_base import AnalysisPass, PassContext, PassResult
+import fnmatch
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
 
-__all__ = ["LintGradients"]
+from graphpass.errors import PassError, PluginError
+from graphpass.findings import Finding, Severity
+from graphpass.gradients import GradientRules, NodeSite, TrainerFailureKind, normalize_domain
+from graphpass.ir import CAPTURE, Function, Graph, Model, Node, dtype_name
+from graphpass.pass_base import AnalysisPass, PassContext, PassResult
+from graphpass.passes._gradient_region import (
+    Region,
+    differentiable_region,
+    names_of,
+    weight_bits,
+)
+from graphpass.passes._gradient_types import FunctionTypes, ModelTypes, TypeInfo
+
+__all__ = ["CODES", "LintGradients"]
+
+CODES: Final = {
+    "missing": "GP401",
+    "unreachable": "GP402",
+    "broken": "GP403",
+    "no-gradient": "GP404",
+    "duplicate": "GP405",
+    "captured": "GP406",
+    "loss-type": "GP407",
+    "function": "GP410",
+    "borrowed": "GP420",
+    "no-match": "GP421",
+    "not-float": "GP422",
+}
+"""The finding codes of ``lint-gradients`` by problem (stable)."""
+
+_SHOWN: Final = 4
+_MAX_FUNCTION_DEPTH: Final = 32
+
+
+def _shown(names: Sequence[str]) -> str:
+    text = ", ".join(repr(name) for name in names[:_SHOWN])
+    return f"{text} and {len(names) - _SHOWN} more" if len(names) > _SHOWN else text
+
+
+def _op_label(domain: str, op_type: str) -> str:
+    domain = normalize_domain(domain)
+    return f"{domain}::{op_type}" if domain else op_type
+
+
+def _node_label(node: Node) -> str:
+    return node.name or node.op_type
+
+
+def _graph_path(graph: Graph) -> str | None:
+    """``None`` for a top-level graph, else ``main > If 'cond' > then_branch``."""
+    parts: list[str] = []
+    current = graph
+    while current.parent is not None and current.parent_graph is not None:
+        node = current.parent
+        attribute = next((name for name, attr in node.attributes.items()
+                          if any(g is current for g in attr.graphs)), "?")
+        label = f"{node.op_type} {node.name!r}" if node.name else node.op_type
+        parts.append(f"{label} > {attribute}")
+        current = current.parent_graph
+    if not parts:
+        return None
+    root = "body" if current.function is not None else "main"
+    return " > ".join([root, *reversed(parts)])
+
+
+@dataclass
+class _Scope:
+    """Where nodes are judged: the main graph, a function body or a subgraph."""
+
+    graph: Graph
+    type_of: Callable[[str], TypeInfo]
+    function: Function | None = None
+    caller: str | None = None
+    blocks: list[str] | None = None  # weights blocked by the caller (bodies, subgraphs)
+
+
+@dataclass
+class _Report:
+    """Findings by stage, in the order the trainer meets them."""
+
+    captured: list[Finding] = field(default_factory=list)
+    unreachable: list[Finding] = field(default_factory=list)
+    nodes: list[Finding] = field(default_factory=list)
+    deferred: list[Finding] = field(default_factory=list)
+    after_build: list[Finding] = field(default_factory=list)
+    bodies: dict[tuple[int, int], Finding] = field(default_factory=dict)
+
+    def ordered(self) -> list[Finding]:
+        return [*self.captured, *self.unreachable, *self.nodes, *self.deferred,
+                *self.after_build, *self.bodies.values()]
 
 
 class LintGradients(AnalysisPass):
@@ -13,7 +132,332 @@ class LintGradients(AnalysisPass):
 
     name = "lint-gradients"
     description = "Name every node on the trainable path that the trainer cannot differentiate."
+    after = ("inline-functions", "reconcile-initializers", "detect-missing-buffers")
+
+    @dataclass
+    class Options:
+        """Options of ``lint-gradients``.
+
+        Attributes:
+            rules: The gradient rule set to judge by (default: the default rule set,
+                ``onnxruntime-training``; see ``graphpass plugins`` for others).
+            trainable: The trainable weights: initializer (or graph input) names or
+                ``fnmatch`` patterns. Default: every initializer of a float type.
+            frozen: Weights to leave out of ``trainable`` (names or patterns).
+            loss: The loss outputs. Default: every graph output.
+        """
+
+        rules: str | None = None
+        trainable: list[str] = field(default_factory=list)
+        frozen: list[str] = field(default_factory=list)
+        loss: list[str] = field(default_factory=list)
 
     def run(self, model: Model, context: PassContext) -> PassResult:
-        """Not written yet."""
-        raise NotImplementedError("lint-gradients is not implemented yet")
+        """Judge every node on the differentiable path.
+
+        Args:
+            model: The model (not changed).
+            context: Gives the registry the rule set comes from.
+
+        Returns:
+            The findings, in the order the trainer would meet them.
+
+        Raises:
+            PassError: A ``loss`` output is not in the model.
+            PipelineError: The rule set is unknown.
+        """
+        rules = self._rules(context)
+        findings, trainable = _select_trainable(model.graph, self.options, rules)
+        losses = _select_losses(model.graph, self.options.loss)
+        linter = _Linter(model, rules, trainable)
+        findings.extend(linter.run(losses))
+        return PassResult(changed=False, findings=[f.with_pass(self.name) for f in findings],
+                          stats={"rules": rules.label, "trainable weights": len(trainable),
+                                 "nodes on the gradient path": linter.visited_count})
+
+    def _rules(self, context: PassContext) -> GradientRules:
+        rules = context.registry.gradient_rule_set(self.options.rules)
+        if not isinstance(rules, GradientRules):
+            raise PluginError(
+                f"gradient rule set {getattr(rules, 'name', rules)!r} is a "
+                f"{type(rules).__name__}, not a graphpass.gradients.GradientRules",
+                hint="a plugin's graphpass_gradient_rules hook must return GradientRules objects")
+        return rules
+
+
+# ====================================================================== selection
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(name == pattern or fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def _select_trainable(graph: Graph, options: Any, rules: GradientRules
+                      ) -> tuple[list[Finding], list[str]]:
+    findings: list[Finding] = []
+    initializers = graph.initializers
+    candidates = list(dict.fromkeys([*initializers, *graph.input_names]))
+    for option, patterns in (("trainable", options.trainable), ("frozen", options.frozen)):
+        for pattern in patterns:
+            if not any(_matches(name, (pattern,)) for name in candidates):
+                findings.append(Finding(
+                    CODES["no-match"], Severity.WARNING,
+                    f"{option} pattern {pattern!r} matches no initializer or graph input",
+                    value=pattern,
+                    hint="check the spelling; patterns use fnmatch syntax (* ? [...])"))
+    if options.trainable:
+        chosen = [name for name in candidates if _matches(name, options.trainable)]
+    else:
+        chosen = [name for name, tensor in initializers.items()
+                  if tensor.dtype in rules.differentiable_types]
+    trainable = []
+    for name in chosen:
+        if _matches(name, options.frozen):
+            continue
+        elem_type = initializers[name].dtype if name in initializers else \
+            graph.value(name).elem_type
+        if not rules.is_differentiable_type(elem_type):
+            findings.append(Finding(
+                CODES["not-float"], Severity.WARNING,
+                f"{name!r} is {dtype_name(elem_type or 0)}, which {rules.label} cannot "
+                "train; it is left out", value=name,
+                hint="only float, float16, double and bfloat16 weights get gradients"))
+            continue
+        trainable.append(name)
+    return findings, trainable
+
+
+def _select_losses(graph: Graph, loss: Sequence[str]) -> list[str]:
+    if not loss:
+        return list(graph.output_names)
+    for name in loss:
+        if name not in graph.values or not graph.is_defined(name):
+            raise PassError(f"loss {name!r} is not a value of the model",
+                            where="lint-gradients option 'loss'",
+                            hint="graph outputs: " + ", ".join(graph.output_names))
+    return list(loss)
+
+
+# ========================================================================= linter
+class _Linter:
+    """Judges one model against one rule set."""
+
+    def __init__(self, model: Model, rules: GradientRules, trainable: list[str]):
+        self.model = model
+        self.rules = rules
+        self.trainable = trainable
+        self.trainable_set = frozenset(trainable)
+        self.types = ModelTypes(model)
+        self.report = _Report()
+        self.visited_count = 0
+        self._bodies_seen: set[tuple[int, tuple[int, ...], tuple[int, ...]]] = set()
+
+    # -------------------------------------------------------------- main graph
+    def run(self, losses: list[str]) -> list[Finding]:
+        graph = self.model.graph
+        scope = _Scope(graph, lambda name: self.types.of(graph, name))
+        region = differentiable_region(graph, self.trainable, losses, self.rules, scope.type_of)
+        self.visited_count = len(region.visited)
+        self._weights(region)
+        self._loss_types(region, losses, scope)
+        bits = weight_bits(region, self.trainable)
+        self._judge_nodes(region, scope, lambda node: names_of(bits.get(node, 0),
+                                                               self.trainable), depth=0)
+        return self.report.ordered()
+
+    def _trainer_failure(self, kind: TrainerFailureKind, code: str, message: str, *,
+                         value: str, node: Node | None = None, hint: str | None = None,
+                         data: dict[str, Any] | None = None) -> Finding:
+        known = self.rules.trainer_failure(kind)
+        severity = Severity.ERROR if known is not None else Severity.WARNING
+        text = f"{message}: {known.reason}" if known is not None else message
+        return Finding(code, severity, text, node=_node_label(node) if node else None,
+                       value=value, hint=known.hint if known is not None else hint,
+                       data={"problem": kind, "rules": self.rules.name, **(data or {})})
+
+    def _weights(self, region: Region) -> None:
+        graph, report = region.graph, self.report
+        for name in self.trainable:
+            uses = graph.uses(name)
+            captured = [use.node for use in uses if use.slot == CAPTURE and use.node]
+            if captured:
+                node = captured[0]
+                report.captured.append(self._trainer_failure(
+                    "captured", CODES["captured"],
+                    f"trainable weight {name!r} is read inside a subgraph of node "
+                    f"{_node_label(node)!r} ({node.op_type})", value=name, node=node,
+                    hint="freeze it, or remove the control flow"))
+                continue
+            entries = region.entries.get(name, set())
+            if not entries:
+                consumers = graph.consumers(name)
+                why = ("nothing uses it" if not consumers else
+                       "none of its uses leads to the loss through differentiable edges")
+                report.unreachable.append(self._trainer_failure(
+                    "unreachable", CODES["unreachable"],
+                    f"trainable weight {name!r} reaches no loss ({why})", value=name,
+                    hint="freeze it, or check that the loss depends on it",
+                    data={"consumers": [_node_label(n) for n in consumers]}))
+                continue
+            carrying = []
+            for node in sorted(entries, key=_node_label):
+                given = self.rules.inputs_given_gradient(region.site(node))
+                slots = [i for i, input_name in enumerate(node.inputs)
+                         if input_name == name and i in given]
+                carrying.extend(slots)
+                if len(slots) > 1:
+                    report.after_build.append(self._trainer_failure(
+                        "duplicate", CODES["duplicate"],
+                        f"node {_node_label(node)!r} ({node.op_type}) reads trainable weight "
+                        f"{name!r} at {len(slots)} differentiable inputs {slots}",
+                        value=name, node=node, data={"inputs": slots}))
+            if not carrying:
+                where = ", ".join(f"{n.op_type} {_node_label(n)!r}" for n in
+                                  sorted(entries, key=_node_label)[:_SHOWN])
+                report.after_build.insert(0, self._trainer_failure(
+                    "no-gradient", CODES["no-gradient"],
+                    f"trainable weight {name!r} reaches the loss only through "
+                    f"non-differentiable inputs (of {where})", value=name,
+                    hint="freeze it"))
+
+    def _loss_types(self, region: Region, losses: list[str], scope: _Scope) -> None:
+        accepted = self.rules.loss_types
+        if accepted is None or not any(region.entries.values()):
+            return
+        for name in losses:
+            producer = region.graph.producer(name)
+            elem_type = scope.type_of(name)[0]
+            if producer in region.loss_nodes and elem_type is not None \
+                    and elem_type not in accepted:
+                allowed = ", ".join(dtype_name(t) for t in sorted(accepted))
+                self.report.after_build.append(self._trainer_failure(
+                    "loss-type", CODES["loss-type"],
+                    f"the loss {name!r} is {dtype_name(elem_type)}; {self.rules.label} "
+                    f"takes {allowed} losses", value=name,
+                    hint="cast the loss before it leaves the graph"))
+
+    # -------------------------------------------------------------------- nodes
+    def _judge_nodes(self, region: Region, scope: _Scope,
+                     blocks_of: Callable[[Node], list[str]], depth: int) -> None:
+        deferred = self.rules.deferred_ops
+        for node in region.ordered():
+            site = region.site(node, self.trainable_set)
+            found = self._judge(node, site, scope, blocks_of(node), depth)
+            if found is None:
+                continue
+            if scope.function is not None or scope.blocks is not None:
+                key = (id(scope.graph), id(node))
+                previous = self.report.bodies.get(key)
+                if previous is None or previous.severity.rank < found.severity.rank:
+                    self.report.bodies[key] = found
+            elif self.rules.trainer_view(node.domain, node.op_type)[1] in deferred:
+                self.report.deferred.append(found)
+            else:
+                self.report.nodes.append(found)
+
+    def _judge(self, node: Node, site: NodeSite, scope: _Scope, blocks: list[str],
+               depth: int) -> Finding | None:
+        rules = self.rules
+        function = self.model.function_for(node)
+        builder = rules.builder_for(node.domain, node.op_type)
+        where = self._where(scope)
+        data: dict[str, Any] = {"op_type": node.op_type, "domain": node.domain,
+                                "blocks": blocks, "rules": rules.name,
+                                "inputs_needing_gradient": sorted(site.inputs_needing_gradient)}
+        blocked = (f"; it lies on the gradient path of {len(blocks)} trainable weight"
+                   f"{'s' if len(blocks) != 1 else ''} ({_shown(blocks)})" if blocks else "")
+        if builder is None and function is not None:
+            self._judge_body(node, site, function, scope, blocks, depth)
+            return self._finding(
+                "function", Severity.ERROR,
+                f"{where}node {_node_label(node)!r} calls the model-local function "
+                f"{function.qualified_name}, and {rules.label} has no gradient builder for a "
+                f"function call{blocked}", node, scope,
+                "inline the model's functions first: run `inline-functions` before "
+                "`lint-gradients` (graphpass run MODEL -o OUT -p inline-functions)", data)
+        if builder is None:
+            return self._finding(
+                "missing", Severity.ERROR,
+                f"{where}{rules.label} has no gradient builder for "
+                f"{_op_label(node.domain, node.op_type)} (node {_node_label(node)!r}){blocked}",
+                node, scope,
+                "rewrite that part of the model with operators the trainer can "
+                "differentiate, or freeze the weights whose gradient passes through it "
+                "(option `frozen`) so that the node leaves the trainable path", data)
+        for subgraph in node.subgraphs():
+            self._judge_subgraph(node, site, subgraph, scope, blocks, depth)
+        failures = rules.failures_for(site)
+        if failures:
+            first = failures[0]
+            reasons = "; ".join(f"{f.reason} ({f.describe()})" for f in failures)
+            data["rule_op"] = first.op_type
+            data["conditions"] = [f.describe() for f in failures]
+            if first.trainer_message:
+                data["trainer_message"] = first.trainer_message
+            return self._finding(
+                "broken", Severity.ERROR,
+                f"{where}{rules.label} cannot differentiate node {_node_label(node)!r} "
+                f"({_op_label(node.domain, node.op_type)}): {reasons}{blocked}",
+                node, scope, "; ".join(dict.fromkeys(f.hint for f in failures)), data)
+        view = rules.trainer_view(node.domain, node.op_type)
+        if builder != view:
+            data["builder"] = _op_label(*builder)
+            kind = "model-local function" if function is not None else "operator"
+            return self._finding(
+                "borrowed", Severity.WARNING,
+                f"{where}node {_node_label(node)!r} is the {kind} "
+                f"{_op_label(node.domain, node.op_type)}; {rules.label} finds gradient "
+                f"builders by op_type alone and would silently use the gradient of "
+                f"{_op_label(*builder)}", node, scope,
+                "give the function or custom operator an op_type no registered operator "
+                "has (or inline the functions first, so that their body is differentiated)",
+                data)
+        return None
+
+    def _where(self, scope: _Scope) -> str:
+        if scope.function is not None:
+            return (f"inside function {scope.function.qualified_name} (called by node "
+                    f"{scope.caller!r}; reached once it is inlined): ")
+        return ""
+
+    def _finding(self, problem: str, severity: Severity, message: str, node: Node,
+                 scope: _Scope, hint: str, data: dict[str, Any]) -> Finding:
+        return Finding(CODES[problem], severity, message, node=_node_label(node),
+                       function=scope.function.qualified_name if scope.function else None,
+                       graph=_graph_path(scope.graph), hint=hint,
+                       data={"problem": problem, **data})
+
+    # ------------------------------------------------------- bodies, subgraphs
+    def _judge_body(self, call: Node, site: NodeSite, function: Function, scope: _Scope,
+                    blocks: list[str], depth: int) -> None:
+        """Judge a called function's body as the trainer would see it once inlined."""
+        key = (id(function), tuple(sorted(site.inputs_needing_gradient)),
+               tuple(sorted(site.outputs_needing_gradient)))
+        if depth >= _MAX_FUNCTION_DEPTH or key in self._bodies_seen:
+            return
+        self._bodies_seen.add(key)
+        body = function.graph
+        types = FunctionTypes(self.model, function,
+                              [scope.type_of(name) if name else (None, None)
+                               for name in call.inputs])
+        seeds = [body.input_names[i] for i in site.inputs_needing_gradient
+                 if i < len(body.input_names)]
+        losses = [body.output_names[i] for i in site.outputs_needing_gradient
+                  if i < len(body.output_names)]
+        inner = _Scope(body, lambda name: types.of(body, name), function,
+                       _node_label(call), blocks)
+        region = differentiable_region(body, seeds, losses, self.rules, inner.type_of)
+        self._judge_nodes(region, inner, lambda _: blocks, depth + 1)
+
+    def _judge_subgraph(self, owner: Node, site: NodeSite, subgraph: Graph, scope: _Scope,
+                        blocks: list[str], depth: int) -> None:
+        """Judge a control-flow body (only for trainers with a builder for its owner)."""
+        outer_needed = {name for name in owner.captured_names
+                        if name in self.trainable_set or name in scope.graph.values}
+        seeds = [*subgraph.input_names, *sorted(outer_needed)]
+        type_of: Callable[[str], TypeInfo] = scope.type_of
+        if scope.function is None:
+            type_of = functools.partial(self.types.of, subgraph)
+        inner = _Scope(subgraph, type_of, scope.function, scope.caller, blocks)
+        region = differentiable_region(subgraph, seeds, subgraph.output_names, self.rules,
+                                       inner.type_of)
+        self._judge_nodes(region, inner, lambda _: blocks, depth + 1)
+
