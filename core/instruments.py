@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from graphpass.checking import run_checker
+from graphpass.files import save
 from graphpass.findings import Finding, Severity
 from graphpass.ir import Model
 from graphpass.pass_base import PassContext
@@ -110,8 +111,6 @@ class DumpAfter(Instrument):
         """Save the model if this is one of the named passes."""
         if planned.name not in self.pass_names:
             return ()
-        from graphpass.files import save
-
         stem = model.source_path.stem if model.source_path is not None else "model"
         suffix = f"-{record.iteration}" if record.iteration > 1 else ""
         path = self.directory / f"{stem}.after-{planned.name}{suffix}.onnx"

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from graphpass.errors import GraphpassError, PassError
+from graphpass.errors import GraphpassError, PassError, PipelineError
 from graphpass.findings import Finding, Severity
 from graphpass.instruments import DumpAfter, Instrument, VerifyEach
 from graphpass.ir import Model
@@ -116,8 +116,6 @@ class PassManager:
         planned_names = {p.name for p in self.plan}
         for name in dump_names:
             if name not in planned_names:
-                from graphpass.errors import PipelineError
-
                 raise PipelineError(f"--dump-after names pass {name!r}, which is not planned",
                                     hint="planned passes: " + ", ".join(self.plan_names))
         built_in: list[Instrument] = []

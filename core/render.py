@@ -34,6 +34,8 @@ __all__ = [
     "render_json",
     "render_sarif",
     "render_text",
+    "report_dict",
+    "sarif_dict",
 ]
 
 JSON_SCHEMA_ID: Final = "graphpass-report/1"
