@@ -30,6 +30,12 @@ NAMES = ("example", "broken", "misspelled", "duplicate")
 def plugin_sites(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Install each test plugin package into its own folder; return the folders by name."""
     root = tmp_path_factory.mktemp("plugin-sites")
+    # Build with the setuptools of this environment when it has one (offline and fast);
+    # otherwise let pip fetch a build backend.
+    import importlib.util
+
+    offline = (["--no-build-isolation", "--no-index"]
+               if importlib.util.find_spec("setuptools") is not None else [])
     sites = {}
     for name in NAMES:
         source = root / f"src-{name}"
@@ -38,8 +44,7 @@ def plugin_sites(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         site = root / name
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-             "--no-build-isolation", "--disable-pip-version-check", "--no-index",
-             "--target", str(site), str(source)],
+             "--disable-pip-version-check", *offline, "--target", str(site), str(source)],
             check=True, capture_output=True, text=True)
         sites[name] = site
     return sites
