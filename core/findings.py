@@ -70,8 +70,8 @@ class Finding:
     data: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.severity, Severity):
-            object.__setattr__(self, "severity", Severity(self.severity))
+        # Accept plain strings ("error") too: Severity(...) maps both to the member.
+        object.__setattr__(self, "severity", Severity(self.severity))
 
     @property
     def location(self) -> str:

@@ -12,7 +12,7 @@ neither can, :class:`RunOutcome` says why nothing was checked.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,17 +21,33 @@ import numpy as np
 import onnx
 
 from graphpass.errors import GraphpassError
+from graphpass.findings import Finding, Severity
+from graphpass.instruments import Instrument
 from graphpass.ir import Graph, Model, numpy_dtype
+from graphpass.pass_base import PassContext
+from graphpass.planning import PlannedPass
 from graphpass.proto import model_to_proto
+from graphpass.results import PassRecord
 
 __all__ = [
+    "VERIFIED_CODE",
+    "VERIFY_MISMATCH_CODE",
+    "VERIFY_SKIPPED_CODE",
     "Mismatch",
     "RunOutcome",
     "VerifyOptions",
+    "VerifySemantics",
     "compare_outputs",
     "make_inputs",
     "run_model",
 ]
+
+VERIFIED_CODE = "GP600"
+"""The outputs after the pipeline equal the reference outputs."""
+VERIFY_MISMATCH_CODE = "GP601"
+"""A pass changed what the model computes."""
+VERIFY_SKIPPED_CODE = "GP602"
+"""Nothing could be verified (the model could not run, or inputs could not be made)."""
 
 _EMBED_LIMIT = 1_500_000_000
 
@@ -306,3 +322,128 @@ def _difference(want: Any, got: Any, rtol: float, atol: float) -> str:
         return f"{int((a != b).sum())} of {a.size} values differ"
     return ""
 
+
+
+# ================================================================== instrument
+class VerifySemantics(Instrument):
+    """Check that the pipeline does not change what the model computes.
+
+    The model is run on the same inputs before the pipeline and after it (and, with
+    ``each``, after every transforming pass). A pass that changes values on purpose
+    (``preserves_semantics = False``, e.g. ``reconcile-initializers``) moves the
+    reference: the outputs after it become what later passes must preserve. When the
+    final outputs differ, the models kept after each transforming pass are run to
+    name the first pass whose outputs differ (an error finding, so nothing is
+    written).
+
+    Attributes:
+        options: Inputs, tolerances, backend, and whether to check after each pass.
+    """
+
+    name = "verify"
+
+    def __init__(self, options: VerifyOptions | None = None):
+        self.options = options or VerifyOptions()
+        self._plan: Sequence[PlannedPass] = ()
+        self._inputs: dict[str, Any] | None = None
+        self._reference: RunOutcome | None = None
+        self._reference_label = "the input model"
+        self._problem = ""
+        self._pending: list[tuple[str, Model]] = []
+
+    def before_run(self, plan: Sequence[PlannedPass], model: Model, context: PassContext) -> None:
+        """Make the inputs and run the input model once."""
+        self._plan = plan
+        self._pending = []
+        self._reference = None
+        self._reference_label = "the input model"
+        try:
+            self._inputs = make_inputs(model, self.options)
+        except GraphpassError as error:
+            self._inputs = None
+            self._problem = error.message
+            return
+        self._take_reference(model, "the input model")
+
+    def after_pass(self, planned: PlannedPass, model: Model, record: PassRecord,
+                   context: PassContext) -> Iterable[Finding]:
+        """Move the reference, check, or keep a snapshot; at the end, compare."""
+        findings: list[Finding] = []
+        if self._inputs is not None and not planned.analysis and record.changed:
+            if not type(planned.instance).preserves_semantics:
+                self._take_reference(model, f"the model after {planned.name!r}")
+            elif self._reference is not None and self._reference.outputs is not None:
+                if self.options.each:
+                    findings.extend(self._check(model, planned.name, planned.name))
+                else:
+                    self._pending.append((planned.name, model.copy()))
+        if self._plan and planned is self._plan[-1] and not any(
+                f.severity is Severity.ERROR for f in findings):
+            findings.extend(self._final(model))
+        return findings
+
+    # ----------------------------------------------------------------- helpers
+    def _take_reference(self, model: Model, label: str) -> None:
+        assert self._inputs is not None
+        outcome = run_model(model, self._inputs, self.options.backend)
+        self._pending = []
+        if outcome.outputs is None:
+            self._reference = None
+            self._problem = f"{label} could not run ({outcome.reason})"
+            return
+        self._reference = outcome
+        self._reference_label = label
+
+    def _check(self, model: Model, culprit: str, label: str) -> list[Finding]:
+        assert self._reference is not None and self._reference.outputs is not None
+        assert self._inputs is not None
+        outcome = run_model(model, self._inputs, self._reference.backend or "auto")
+        if outcome.outputs is None:
+            return [Finding(
+                VERIFY_MISMATCH_CODE, Severity.ERROR,
+                f"the model no longer runs after pass {label!r} ({outcome.reason}), though "
+                f"{self._reference_label} did", pass_name=culprit,
+                hint=f"pass {culprit!r} broke the model; run with --dump-after {culprit} to "
+                     "look at it")]
+        mismatches = compare_outputs(self._reference.outputs, outcome.outputs,
+                                     self.options.rtol, self.options.atol)
+        if not mismatches:
+            return []
+        described = "; ".join(f"{m.output}: {m.detail}" for m in mismatches[:5])
+        return [Finding(
+            VERIFY_MISMATCH_CODE, Severity.ERROR,
+            f"pass {culprit!r} changed what the model computes: outputs differ from those of "
+            f"{self._reference_label} ({described})",
+            pass_name=culprit,
+            hint=f"pass {culprit!r} is wrong for this model; leave it out (--disable-pass "
+                 f"{culprit}) and report it with the model",
+            data={"mismatches": [{"output": m.output, "detail": m.detail} for m in mismatches],
+                  "reference": self._reference_label,
+                  "backend": self._reference.backend,
+                  "rtol": self.options.rtol, "atol": self.options.atol})]
+
+    def _final(self, model: Model) -> list[Finding]:
+        if self._reference is None or self._reference.outputs is None or self._inputs is None:
+            return [Finding(
+                VERIFY_SKIPPED_CODE, Severity.WARNING,
+                f"nothing was verified: {self._problem or 'the model could not run'}",
+                pass_name=self.name,
+                hint="give inputs with --verify-inputs FILE.npz, or check that onnxruntime "
+                     "can run the model")]
+        if not self.options.each:
+            final = self._check(model, "?", "the pipeline")
+            if final:
+                for name, snapshot in self._pending:
+                    located = self._check(snapshot, name, name)
+                    if located:
+                        return located
+                return final
+        count = len(self._reference.outputs)
+        return [Finding(
+            VERIFIED_CODE, Severity.INFO,
+            f"verified: the {count} output{'s' * (count != 1)} after the pipeline equal those "
+            f"of {self._reference_label} ({self._reference.backend}, rtol={self.options.rtol}, "
+            f"atol={self.options.atol})",
+            pass_name=self.name,
+            data={"reference": self._reference_label, "backend": self._reference.backend,
+                  "outputs": sorted(self._reference.outputs)})]
