@@ -44,6 +44,7 @@ from graphpass.registry import Registry, default_registry
 from graphpass.render import ReportInfo, render_json, render_sarif, render_text
 from graphpass.results import RunResult
 from graphpass.summary import model_summary, render_summary
+from graphpass.verify import VerifyOptions, VerifySemantics
 
 __all__ = ["main"]
 
@@ -154,6 +155,19 @@ def _parser() -> argparse.ArgumentParser:
                      help="allow writing over MODEL (the default when -o is left out)")
     run.add_argument("--verify-each", action="store_true",
                      help="run the ONNX checker after every transforming pass")
+    run.add_argument("--verify", action="store_true",
+                     help="run the model before and after in onnxruntime (or the ONNX "
+                          "reference evaluator) and fail if the outputs differ")
+    run.add_argument("--verify-inputs", metavar="FILE.npz",
+                     help="inputs for --verify (default: generated from the input types)")
+    run.add_argument("--verify-per-pass", action="store_true",
+                     help="with --verify, compare after every transforming pass")
+    run.add_argument("--verify-dim", action="append", default=[], metavar="NAME=SIZE",
+                     help="with --verify, the size of a symbolic dimension (default 2)")
+    run.add_argument("--verify-rtol", type=float, metavar="X",
+                     help="with --verify, the relative tolerance (default 1e-4)")
+    run.add_argument("--verify-atol", type=float, metavar="X",
+                     help="with --verify, the absolute tolerance (default 1e-5)")
     run.add_argument("--dump-after", action="append", default=[], metavar="PASS",
                      help="also save the model after PASS (repeatable)")
     run.add_argument("--dump-dir", metavar="DIR",
@@ -162,6 +176,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="repeat the passes until nothing changes")
     run.add_argument("--max-iterations", type=int, metavar="N",
                      help="the most rounds of --fixed-point (default 10)")
+    run.add_argument("--emit-training-artifacts", metavar="DIR",
+                     help="also write onnxruntime-training artifacts to DIR (needs "
+                          "onnxruntime-training; options: -O emit-training-artifacts.loss=...)")
     run.add_argument("--keep-going", action="store_true",
                      help="run every pass even after error findings (still writes nothing)")
     run.set_defaults(handler=_run)
@@ -210,8 +227,20 @@ def _run(args: argparse.Namespace) -> int:
     dump_dir = Path(args.dump_dir) if args.dump_dir else (
         instruments.dump_dir if instruments and instruments.dump_dir else
         output.parent)
+    verify = _verify_options(args, instruments.verify if instruments else None)
+    extra_passes: list[str] = []
+    if args.emit_training_artifacts:
+        if "emit-training-artifacts" not in registry.passes:
+            raise UsageError(
+                "--emit-training-artifacts needs onnxruntime-training, which is not installed "
+                "here (pip install onnxruntime-training, in place of onnxruntime)",
+                "graphpass run")
+        extra_passes.append("emit-training-artifacts")
+        args.option.append("emit-training-artifacts.directory="
+                           + json.dumps(str(Path(args.emit_training_artifacts).absolute())))
     manager = _manager(
-        args, config, registry, required=True,
+        args, config, registry, required=True, extra_passes=extra_passes,
+        extra_instruments=[VerifySemantics(verify)] if verify is not None else [],
         verify_each=args.verify_each or bool(instruments and instruments.verify_each),
         dump_after=dump_after, dump_dir=dump_dir,
         fixed_point=args.fixed_point or bool(instruments and instruments.fixed_point),
@@ -306,8 +335,38 @@ def _registry(args: argparse.Namespace, config: PipelineFile | None, *,
     return registry
 
 
+def _verify_options(args: argparse.Namespace,
+                    configured: VerifyOptions | None) -> VerifyOptions | None:
+    asked = (args.verify or args.verify_inputs or args.verify_per_pass or args.verify_dim
+             or args.verify_rtol is not None or args.verify_atol is not None)
+    if not asked:
+        return configured
+    options = configured or VerifyOptions()
+    if args.verify_inputs:
+        options.inputs = Path(args.verify_inputs)
+        if not options.inputs.exists():
+            raise UsageError(f"--verify-inputs {args.verify_inputs}: no such file",
+                             "graphpass run")
+    if args.verify_per_pass:
+        options.each = True
+    for text in args.verify_dim:
+        name, separator, size = text.partition("=")
+        if not separator or not name or not size.isdigit() or int(size) < 1:
+            raise UsageError(f"--verify-dim {text!r}: write NAME=SIZE, e.g. batch=2",
+                             "graphpass run")
+        options.dims[name] = int(size)
+    for name in ("rtol", "atol"):
+        value = getattr(args, f"verify_{name}")
+        if value is not None:
+            if value < 0:
+                raise UsageError(f"--verify-{name} must be at least 0", "graphpass run")
+            setattr(options, name, value)
+    return options
+
+
 def _manager(args: argparse.Namespace, config: PipelineFile | None, registry: Registry, *,
-             required: bool, **settings: Any) -> PassManager:
+             required: bool, extra_instruments: Sequence[Any] = (),
+             extra_passes: Sequence[str] = (), **settings: Any) -> PassManager:
     requested: list[str | Pipeline] = []
     presets = config.presets if config else {}
     for group in args.passes:
@@ -316,6 +375,7 @@ def _manager(args: argparse.Namespace, config: PipelineFile | None, registry: Re
                 requested.append(presets.get(name.strip(), name.strip()))
     if not requested and config is not None:
         requested = config.requested()
+    requested.extend(extra_passes)
     if not requested:
         if required:
             raise UsageError("nothing to run: name passes with -p PASS,... or give a pipeline "
@@ -337,7 +397,7 @@ def _manager(args: argparse.Namespace, config: PipelineFile | None, registry: Re
     return PassManager(requested, options, registry=registry, disable=disable,
                        checkpoints=checkpoints,
                        base_dir=config.base_dir if config else Path.cwd(),
-                       instruments=[progress], **settings)
+                       instruments=[progress, *extra_instruments], **settings)
 
 
 def _parse_option(text: str) -> tuple[str, str, Any]:

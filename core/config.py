@@ -40,6 +40,7 @@ from graphpass.errors import ConfigError, PipelineError
 from graphpass.pass_base import validate_options
 from graphpass.pipeline import Pipeline, PipelineStep
 from graphpass.registry import Registry
+from graphpass.verify import VerifyOptions
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -61,6 +62,7 @@ class InstrumentSettings:
         fixed_point: Repeat the plan until nothing changes.
         max_iterations: The most rounds of a fixed-point run.
         disable: Passes to leave out of the plan.
+        verify: Semantic verification settings (``None``: off).
     """
 
     verify_each: bool = False
@@ -70,6 +72,7 @@ class InstrumentSettings:
     fixed_point: bool = False
     max_iterations: int = 10
     disable: tuple[str, ...] = ()
+    verify: VerifyOptions | None = None
 
 
 @dataclass
@@ -331,7 +334,58 @@ def _read_disable(config: PipelineFile, value: Any) -> None:
     config.instruments.disable = tuple(_strings(config, ("instrument", "disable"), value))
 
 
+_VERIFY_KEYS = ("inputs", "dims", "default-dim", "seed", "rtol", "atol", "each", "backend")
+_VERIFY_BACKENDS = ("auto", "onnxruntime", "reference")
+
+
+def _read_verify(config: PipelineFile, value: Any) -> None:
+    """``verify = true`` or ``verify = { inputs = "feeds.npz", rtol = 1e-4, each = true }``."""
+    key = ("instrument", "verify")
+    if isinstance(value, bool):
+        config.instruments.verify = VerifyOptions() if value else None
+        return
+    table = _table(config, key, value)
+    _known_keys(config, key, table, _VERIFY_KEYS)
+    options = VerifyOptions()
+    if "inputs" in table:
+        options.inputs = _resolve(config, Path(_string(config, (*key, "inputs"),
+                                                       table["inputs"])))
+        if not options.inputs.exists():
+            raise config.error((*key, "inputs"), f"no such file: {options.inputs}",
+                               "paths are relative to the pipeline file")
+    if "dims" in table:
+        dims = _table(config, (*key, "dims"), table["dims"])
+        for name, size in dims.items():
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise config.error((*key, "dims", name),
+                                   f"must be a whole number of at least 1, got {size!r}")
+        options.dims = {str(name): int(size) for name, size in dims.items()}
+    for name, attribute in (("default-dim", "default_dim"), ("seed", "seed")):
+        if name in table:
+            number = table[name]
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise config.error((*key, name), f"must be a whole number, got {number!r}")
+            setattr(options, attribute, number)
+    for name in ("rtol", "atol"):
+        if name in table:
+            number = table[name]
+            if isinstance(number, bool) or not isinstance(number, (int, float)) or number < 0:
+                raise config.error((*key, name), f"must be a number of at least 0, "
+                                                 f"got {number!r}")
+            setattr(options, name, float(number))
+    if "each" in table:
+        options.each = _bool(config, (*key, "each"), table["each"])
+    if "backend" in table:
+        backend = _string(config, (*key, "backend"), table["backend"])
+        if backend not in _VERIFY_BACKENDS:
+            raise config.error((*key, "backend"), f"must be one of "
+                               f"{', '.join(map(repr, _VERIFY_BACKENDS))}, got {backend!r}")
+        options.backend = backend
+    config.instruments.verify = options
+
+
 _INSTRUMENT_KEYS: dict[str, Callable[[PipelineFile, Any], None]] = {
+    "verify": _read_verify,
     "verify-each": _instrument_bool("verify_each", "verify-each"),
     "time": _instrument_bool("time", "time"),
     "dump-after": _read_dump_after,

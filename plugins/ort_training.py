@@ -1,0 +1,251 @@
+"""Optional plugin: ONNX Runtime training artifacts.
+
+Active only where ``onnxruntime.training`` imports (the ``onnxruntime-training``
+package, which ships its own ``onnxruntime`` module; graphpass never depends on
+it). It gives one pass, ``emit-training-artifacts``, which writes the training,
+eval and optimizer models and the checkpoint with
+``onnxruntime.training.artifacts.generate_artifacts``, after ``lint-gradients``
+says the model can be differentiated::
+
+    graphpass run model.onnx -p train-ready --emit-training-artifacts artifacts/ -o ready.onnx
+
+The artifacts are written at an IR version the installed runtime accepts (with
+onnx 1.23, ``generate_artifacts`` writes the optimizer model at IR version 14,
+which onnxruntime-training 1.19.2 refuses) and are loaded once with
+``onnxruntime.training.api`` to prove it. Failures come back as findings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import importlib.util
+import io
+import re
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import onnx
+
+from graphpass.findings import Finding, Severity
+from graphpass.ir import Model
+from graphpass.pass_base import Pass, PassContext, PassResult
+from graphpass.plugins.hookspecs import hookimpl
+
+__all__ = ["EmitTrainingArtifacts", "graphpass_passes", "training_available"]
+
+WROTE_CODE = "GP700"
+FAILED_CODE = "GP701"
+NO_TRAINABLE_CODE = "GP702"
+DOES_NOT_LOAD_CODE = "GP703"
+
+_FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
+                          onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16})
+_MISSING_BUILDER = re.compile(r"The gradient builder has not been registered: (\S+) for node (\S*)")
+
+
+def training_available() -> bool:
+    """Whether ``onnxruntime.training`` can be imported here."""
+    try:
+        return importlib.util.find_spec("onnxruntime.training") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@hookimpl
+def graphpass_passes() -> Iterable[type[Pass]]:
+    """The ``emit-training-artifacts`` pass, where onnxruntime-training is installed."""
+    return [EmitTrainingArtifacts] if training_available() else []
+
+
+class EmitTrainingArtifacts(Pass):
+    """Write ONNX Runtime training artifacts for the model (the model itself is unchanged)."""
+
+    name = "emit-training-artifacts"
+    description = ("Write onnxruntime-training artifacts (training, eval, optimizer models, "
+                   "checkpoint) once lint-gradients says the model can be differentiated.")
+    requires = ("lint-gradients",)
+    codes: ClassVar[dict[str, str]] = {
+        WROTE_CODE: "training artifacts written and loaded by the runtime",
+        FAILED_CODE: "onnxruntime-training could not build the artifacts",
+        NO_TRAINABLE_CODE: "no trainable weight",
+        DOES_NOT_LOAD_CODE: "the runtime does not load the artifacts it wrote",
+    }
+
+    @dataclass
+    class Options:
+        """Options of ``emit-training-artifacts``.
+
+        Attributes:
+            directory: Where the artifacts go (relative to the pipeline file).
+            loss: The loss block added after the model's outputs; ``none`` when the
+                model's first output already is the loss.
+            loss_inputs: The model outputs fed to the loss (default: all outputs).
+            trainable: Weights to train, as names or globs (default: every float
+                initializer).
+            frozen: Weights to keep fixed, as names or globs.
+            optimizer: The optimizer model to write.
+            max_ir_version: The highest IR version to write (default: the highest the
+                installed runtime accepts).
+        """
+
+        directory: str = ""
+        loss: Literal["mse", "crossentropy", "bce", "l1", "none"] = "mse"
+        loss_inputs: list[str] = field(default_factory=list)
+        trainable: list[str] = field(default_factory=list)
+        frozen: list[str] = field(default_factory=list)
+        optimizer: Literal["adamw", "sgd"] = "adamw"
+        max_ir_version: int | None = None
+
+        def __post_init__(self) -> None:
+            if not self.directory:
+                raise ValueError("give the folder for the artifacts: directory = \"...\"")
+
+    def run(self, model: Model, context: PassContext) -> PassResult:
+        """Generate the artifacts, rewrite their IR version, and load them once."""
+        options = self.options
+        directory = context.resolve_path(options.directory)
+        trainable, frozen = _weights(model, options.trainable, options.frozen)
+        if not trainable:
+            return PassResult(findings=[Finding(
+                NO_TRAINABLE_CODE, Severity.ERROR, "no trainable weight: nothing to train",
+                hint="name weights with the trainable option, or check that the model has float "
+                     "initializers (run reconcile-initializers to fill them from a checkpoint)")])
+        try:
+            _generate(model, directory, options, trainable, frozen)
+        except Exception as error:  # onnxruntime-training raises plain RuntimeErrors
+            return PassResult(findings=[_generation_failure(error)])
+        max_ir = options.max_ir_version or _max_ir_version()
+        rewritten = _cap_ir_versions(directory, max_ir)
+        problem = _load_artifacts(directory)
+        if problem:
+            return PassResult(findings=[Finding(
+                DOES_NOT_LOAD_CODE, Severity.ERROR,
+                f"onnxruntime-training wrote artifacts to {directory} but cannot load them: "
+                f"{problem}", hint="check the onnx and onnxruntime-training versions")])
+        files = sorted(p.name for p in directory.iterdir())
+        return PassResult(
+            findings=[Finding(
+                WROTE_CODE, Severity.INFO,
+                f"wrote training artifacts for {len(trainable)} trainable weight"
+                f"{'s' * (len(trainable) != 1)} to {directory} ({', '.join(files)}); "
+                f"onnxruntime-training {_runtime_version()} loads them",
+                data={"directory": str(directory), "files": files, "trainable": trainable,
+                      "frozen": frozen, "ir_version_capped": rewritten,
+                      "max_ir_version": max_ir})],
+            stats={"artifacts": str(directory), "trainable weights": len(trainable)})
+
+
+def _weights(model: Model, trainable: list[str], frozen: list[str]) -> tuple[list[str], list[str]]:
+    floats = [name for name, tensor in model.graph.initializers.items()
+              if tensor.dtype in _FLOAT_TYPES]
+    chosen = [n for n in floats if not trainable or any(fnmatch.fnmatchcase(n, p)
+                                                        for p in trainable)]
+    fixed = [n for n in model.graph.initializers if any(fnmatch.fnmatchcase(n, p)
+                                                        for p in frozen)]
+    return [n for n in chosen if n not in fixed], fixed
+
+
+def _generate(model: Model, directory: Path, options: Any, trainable: list[str],
+              frozen: list[str]) -> None:
+    import onnxruntime
+    from onnxruntime.training import artifacts
+
+    onnxruntime.set_default_logger_severity(3)  # its INFO lines drown the report
+
+    losses = {"mse": artifacts.LossType.MSELoss,
+              "crossentropy": artifacts.LossType.CrossEntropyLoss,
+              "bce": artifacts.LossType.BCEWithLogitsLoss,
+              "l1": artifacts.LossType.L1Loss, "none": None}
+    optimizers = {"adamw": artifacts.OptimType.AdamW, "sgd": artifacts.OptimType.SGD}
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="graphpass-artifacts-") as scratch:
+        from graphpass.files import save
+
+        source = Path(scratch) / "model.onnx"
+        save(model, source, external_data=_weight_bytes(model) >= 2**30)
+        captured = io.StringIO()
+        with contextlib.redirect_stdout(captured):
+            artifacts.generate_artifacts(
+                str(source), requires_grad=trainable, frozen_params=frozen,
+                loss=losses[options.loss], optimizer=optimizers[options.optimizer],
+                artifact_directory=str(directory),
+                loss_input_names=list(options.loss_inputs) or None)
+
+
+def _weight_bytes(model: Model) -> int:
+    return sum(t.nbytes for t in model.graph.initializers.values())
+
+
+def _generation_failure(error: Exception) -> Finding:
+    text = str(error).strip().splitlines()
+    message = text[-1] if text else type(error).__name__
+    match = _MISSING_BUILDER.search(str(error))
+    if match:
+        return Finding(
+            FAILED_CODE, Severity.ERROR,
+            f"onnxruntime-training has no gradient builder for {match.group(1)} "
+            f"(node {match.group(2)})", node=match.group(2) or None,
+            hint="lint-gradients should have named this node; please report the model")
+    marker = " was false. "
+    if marker in message:
+        message = message.split(marker, 1)[1]
+    return Finding(FAILED_CODE, Severity.ERROR,
+                   f"onnxruntime-training could not build the artifacts: {message[:500]}",
+                   hint="see the message; trainable/frozen/loss options choose what is trained")
+
+
+def _max_ir_version() -> int:
+    """The highest IR version the installed onnxruntime accepts (probed once)."""
+    import onnxruntime
+
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["x"], ["y"])], "probe",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+    for version in range(onnx.IR_VERSION, 6, -1):
+        probe = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
+        probe.ir_version = version
+        try:
+            onnxruntime.InferenceSession(probe.SerializeToString(),
+                                         providers=["CPUExecutionProvider"])
+        except Exception:  # the runtime refuses IR versions it does not know
+            continue
+        return version
+    return 7
+
+
+def _cap_ir_versions(directory: Path, max_ir: int) -> list[str]:
+    rewritten = []
+    for path in sorted(directory.glob("*.onnx")):
+        proto = onnx.load(str(path), load_external_data=False)
+        if proto.ir_version > max_ir:
+            proto.ir_version = max_ir
+            tmp = path.with_name(f".{path.name}.graphpass-tmp")
+            onnx.save(proto, str(tmp))
+            tmp.replace(path)
+            rewritten.append(path.name)
+    return rewritten
+
+
+def _load_artifacts(directory: Path) -> str | None:
+    from onnxruntime.training import api
+
+    try:
+        state = api.CheckpointState.load_checkpoint(str(directory / "checkpoint"))
+        module = api.Module(str(directory / "training_model.onnx"), state,
+                            str(directory / "eval_model.onnx"))
+        api.Optimizer(str(directory / "optimizer_model.onnx"), module)
+    except Exception as error:  # the runtime's own exception types
+        lines = str(error).strip().splitlines()
+        return lines[-1] if lines else type(error).__name__
+    return None
+
+
+def _runtime_version() -> str:
+    import onnxruntime
+
+    return str(onnxruntime.__version__)
