@@ -72,6 +72,8 @@ _IDENTIFIER: Final = r"[A-Za-z_][A-Za-z0-9_]*"
 _MODULE_PATH: Final = re.compile(rf"{_IDENTIFIER}(?:\.(?:{_IDENTIFIER}|[0-9]+))*\.{_IDENTIFIER}")
 _LIFTED: Final = re.compile(r"(?:lifted_tensor_|_tensor_constant)[0-9]+")
 _FOLDED: Final = re.compile(r"onnx::\w+|val_[0-9]+")
+_PLACEHOLDER: Final = re.compile(r"%([pbc])_([0-9A-Za-z_]+)")
+_NOT_IN_PLACEHOLDER: Final = re.compile(r"[^0-9A-Za-z_]")
 _PLACEHOLDER_KINDS: Final[Mapping[str, Kind]] = {
     "p": "parameter", "b": "buffer", "c": "tensor constant"}
 _WRAPPERS: Final = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module"})
@@ -120,6 +122,8 @@ class CheckpointNames:
 
     def match(self, name: str) -> CheckpointMatch | None:
         """The checkpoint entry that ``name`` is, or nearly is, or ``None``."""
+        if not self._exact:
+            return None
         if name in self._exact:
             checkpoint, key = self._exact[name]
             return CheckpointMatch(checkpoint, key, True)
@@ -235,8 +239,7 @@ def _from_metadata(gap: Gap, model: Model, result: Classification) -> bool:
 
 
 def _from_fx_nodes(gap: Gap, result: Classification) -> bool:
-    stem = re.sub(r"[^0-9A-Za-z_]", "_", gap.name).lower()
-    placeholder = re.compile(rf"%([pbc])_{re.escape(stem)}(?![0-9A-Za-z_])")
+    stem = _NOT_IN_PLACEHOLDER.sub("_", gap.name).lower()
     for consumer in gap.consumers:
         node = consumer.node
         if node is None:
@@ -244,14 +247,15 @@ def _from_fx_nodes(gap: Gap, result: Classification) -> bool:
         fx_node = node.metadata.get(_FX_NODE_KEY)
         if not fx_node:
             continue
-        found = placeholder.search(fx_node)
-        if found is None:
+        prefix = next((found.group(1) for found in _PLACEHOLDER.finditer(fx_node)
+                       if found.group(2) == stem), None)
+        if prefix is None:
             continue
-        result.kind = _PLACEHOLDER_KINDS[found.group(1)]
+        result.kind = _PLACEHOLDER_KINDS[prefix]
         if result.kind == "tensor constant" and _LIFTED.fullmatch(gap.name):
             result.kind = "lifted constant"
         result.evidence.append(
             f"node {consumer.node_name!r} was traced from torch.export placeholder "
-            f"%{found.group(1)}_{stem} ({result.kind})")
+            f"%{prefix}_{stem} ({result.kind})")
         return True
     return False
