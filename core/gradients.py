@@ -421,6 +421,10 @@ class OpFailure:
             message, so that people (and the agreement checks) recognise it.
         domain: Restrict to this domain (``None``: any domain the trainer would use
             this operator's builder for).
+        scope: ``path``: the failure happens when the node is on the gradient path;
+            ``graph``: anywhere in the model (the trainer's graph optimizer fails on
+            it before any gradient is built). Conditions of a ``graph`` failure cannot
+            use gradient information.
     """
 
     op_type: str
@@ -429,6 +433,7 @@ class OpFailure:
     hint: str
     trainer_message: str | None = None
     domain: str | None = None
+    scope: Literal["path", "graph"] = "path"
 
     def matches(self, site: NodeSite) -> bool:
         """Whether every condition holds for ``site``."""
@@ -480,6 +485,8 @@ class GradientRules:
         differentiable_types: Element types gradients flow through.
         loss_types: Element types the trainer accepts for the loss (``None``: any
             differentiable type).
+        resolves_constant_ifs: Whether the trainer replaces an ``If`` whose condition
+            folds to a constant by the branch it takes before differentiating.
         default: Whether this is the rule set used when none is named.
         description: One line about the rules.
         source: Where the facts come from.
@@ -499,6 +506,7 @@ class GradientRules:
     deferred_ops: frozenset[str] = frozenset()
     differentiable_types: frozenset[int] = DIFFERENTIABLE_TYPES
     loss_types: frozenset[int] | None = None
+    resolves_constant_ifs: bool = False
     default: bool = False
     description: str = ""
     source: str = ""
@@ -572,16 +580,24 @@ class GradientRules:
                 excluded.update(entry.inputs)
         return frozenset(i for i in range(len(node.inputs)) if i not in excluded)
 
-    def failures_for(self, site: NodeSite) -> list[OpFailure]:
-        """The known builder failures that apply to a node on the differentiable path."""
+    def failures_for(self, site: NodeSite, scope: Literal["path", "graph"] = "path"
+                     ) -> list[OpFailure]:
+        """The known failures of ``scope`` that apply to a node.
+
+        ``path`` failures are those of a registered builder on the differentiable
+        path; ``graph`` failures hit a node wherever it is.
+        """
         node = site.node
+        names = {node.op_type, self.trainer_view(node.domain, node.op_type)[1]}
         builder = self.builder_for(node.domain, node.op_type)
-        if builder is None:
-            return []
-        names = {node.op_type, self.trainer_view(node.domain, node.op_type)[1], builder[1]}
+        if scope == "path":
+            if builder is None:
+                return []
+            names.add(builder[1])
+        domain = builder[0] if builder is not None else normalize_domain(node.domain)
         return [failure for failure in self.op_failures
-                if failure.op_type in names
-                and (failure.domain is None or normalize_domain(failure.domain) == builder[0])
+                if failure.scope == scope and failure.op_type in names
+                and (failure.domain is None or normalize_domain(failure.domain) == domain)
                 and failure.matches(site)]
 
     def trainer_failure(self, kind: TrainerFailureKind) -> TrainerFailure | None:
@@ -723,7 +739,8 @@ def _rules_from_data(data: Mapping[str, Any], checks: Mapping[str, Check],
         for entry in data.get("inputs_without_gradient", ()))
     op_failures = tuple(
         OpFailure(str(entry["op_type"]), when(entry), str(entry["reason"]), str(entry["hint"]),
-                  entry.get("trainer_message"), entry.get("domain"))
+                  entry.get("trainer_message"), entry.get("domain"),
+                  entry.get("scope", "path"))
         for entry in data.get("op_failures", ()))
     trainer_failures = tuple(
         TrainerFailure(entry["kind"], str(entry["reason"]), str(entry["hint"]),
@@ -748,6 +765,7 @@ def _rules_from_data(data: Mapping[str, Any], checks: Mapping[str, Check],
         "differentiable_types": frozenset(_elem_type(t) for t in types) if types
         else DIFFERENTIABLE_TYPES,
         "loss_types": frozenset(_elem_type(t) for t in loss_types) if loss_types else None,
+        "resolves_constant_ifs": bool(data.get("resolves_constant_ifs", False)),
         "default": bool(data.get("default", False)),
         "description": str(data.get("description", "")),
         "source": str(data.get("source", "")),

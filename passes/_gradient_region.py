@@ -59,19 +59,19 @@ class Region:
     visited: set[Node] = field(default_factory=set)
     gradient_values: set[str] = field(default_factory=set)
     stops: Mapping[Node, frozenset[int]] = field(default_factory=dict)
-    type_of: TypeOf = field(default=lambda name: (None, None))
+    type_of: TypeOf = field(default=lambda name: TypeInfo(None))
 
     def site(self, node: Node, trainable: frozenset[str] = frozenset()) -> NodeSite:
         """The node as a condition sees it: which inputs and outputs need gradients."""
         needed = self.gradient_values
-        types = [self.type_of(name) if name else (None, None) for name in node.inputs]
+        types = [self.type_of(name) if name else TypeInfo(None) for name in node.inputs]
         return NodeSite(
             node,
             frozenset(i for i, name in enumerate(node.inputs) if name and name in needed),
             frozenset(i for i, name in enumerate(node.outputs) if name and name in needed),
             trainable,
-            tuple(t[0] for t in types),
-            tuple(t[1] for t in types),
+            tuple(t.elem_type for t in types),
+            tuple(t.rank for t in types),
         )
 
     def ordered(self) -> list[Node]:
@@ -111,7 +111,7 @@ def differentiable_region(graph: Graph, seeds: Iterable[str], losses: Iterable[s
     def is_differentiable(name: str) -> bool:
         known = differentiable.get(name)
         if known is None:
-            known = differentiable[name] = rules.is_differentiable_type(type_of(name)[0])
+            known = differentiable[name] = rules.is_differentiable_type(type_of(name).elem_type)
         return known
 
     def not_stopped(u: Node, v: Node, key: tuple[str, int]) -> bool:

@@ -13,6 +13,7 @@ gradients do not flow through those. ``None`` means unknown.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import onnx
 
@@ -21,8 +22,34 @@ from graphpass.proto import function_to_proto, model_to_proto
 
 __all__ = ["FunctionTypes", "ModelTypes", "TypeInfo"]
 
-TypeInfo = tuple["int | None", "int | None"]
-"""``(element type, rank)``; each ``None`` when unknown."""
+Shape = tuple["int | str | None", ...]
+
+
+class TypeInfo(NamedTuple):
+    """What is known of a value's type.
+
+    Attributes:
+        elem_type: The element type (``0``: not a tensor; ``None``: unknown).
+        shape: The dimensions (ints, symbolic names, ``None``), or ``None`` if unknown.
+    """
+
+    elem_type: int | None
+    shape: Shape | None = None
+
+    @property
+    def rank(self) -> int | None:
+        """The number of dimensions, if known."""
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def static_shape(self) -> tuple[int, ...] | None:
+        """The dimensions if all are known numbers, else ``None``."""
+        if self.shape is None or not all(isinstance(d, int) for d in self.shape):
+            return None
+        return tuple(int(d) for d in self.shape)  # type: ignore[arg-type]
+
+
+_UNKNOWN = TypeInfo(None, None)
 
 _NOT_A_TENSOR = 0
 
@@ -37,14 +64,18 @@ def _info(type_proto: onnx.TypeProto) -> TypeInfo | None:
     if which is None:
         return None
     if which != "tensor_type":
-        return (_NOT_A_TENSOR, None)
+        return TypeInfo(_NOT_A_TENSOR)
     tensor = type_proto.tensor_type
     elem_type = int(tensor.elem_type) if tensor.HasField("elem_type") and tensor.elem_type \
         else None
-    rank = len(tensor.shape.dim) if tensor.HasField("shape") else None
-    if elem_type is None and rank is None:
+    shape: Shape | None = None
+    if tensor.HasField("shape"):
+        shape = tuple(dim.dim_value if dim.HasField("dim_value")
+                      else dim.dim_param if dim.HasField("dim_param") else None
+                      for dim in tensor.shape.dim)
+    if elem_type is None and shape is None:
         return None
-    return (elem_type, rank)
+    return TypeInfo(elem_type, shape)
 
 
 def _collect(graph: onnx.GraphProto, into: dict[str, TypeInfo]) -> None:
@@ -54,7 +85,7 @@ def _collect(graph: onnx.GraphProto, into: dict[str, TypeInfo]) -> None:
         if found is not None:
             into.setdefault(item.name, found)
     for tensor in graph.initializer:
-        into.setdefault(tensor.name, (tensor.data_type, len(tensor.dims)))
+        into.setdefault(tensor.name, TypeInfo(tensor.data_type, tuple(tensor.dims)))
     for node in graph.node:
         for attribute in node.attribute:
             if attribute.type == onnx.AttributeProto.GRAPH:
@@ -79,7 +110,7 @@ def _declared(graph: Graph, name: str) -> tuple[TypeInfo | None, bool]:
     """``(type, defined here)`` of ``name`` in ``graph`` without inference."""
     if name in graph.initializers:
         tensor = graph.initializers[name]
-        return (tensor.dtype, len(tensor.shape)), True
+        return TypeInfo(tensor.dtype, tensor.shape), True
     value = graph.values.get(name)
     if value is None:
         return None, False
@@ -97,17 +128,17 @@ class _Lookup:
         raise NotImplementedError
 
     def _from_inference(self, name: str, known: TypeInfo | None) -> TypeInfo:
-        if known is not None and known[0] is not None and known[1] is not None:
+        if known is not None and known.elem_type is not None and known.shape is not None:
             return known
         if self._inferred is None:
             self._inferred = self._infer()
         inferred = self._inferred.get(name)
         if known is None:
-            return inferred or (None, None)
+            return inferred or _UNKNOWN
         if inferred is None:
             return known
-        return (known[0] if known[0] is not None else inferred[0],
-                known[1] if known[1] is not None else inferred[1])
+        return TypeInfo(known.elem_type if known.elem_type is not None else inferred.elem_type,
+                        known.shape if known.shape is not None else inferred.shape)
 
 
 class ModelTypes(_Lookup):
@@ -119,7 +150,7 @@ class ModelTypes(_Lookup):
         self._model = model
 
     def of(self, graph: Graph, name: str) -> TypeInfo:
-        """``(element type, rank)`` of ``name`` as seen from ``graph``."""
+        """What is known of the type of ``name`` as seen from ``graph``."""
         scope: Graph | None = graph
         known: TypeInfo | None = None
         while scope is not None:
@@ -144,7 +175,7 @@ class FunctionTypes(_Lookup):
         self._inputs = tuple(inputs)
 
     def of(self, graph: Graph, name: str) -> TypeInfo:
-        """``(element type, rank)`` of ``name`` in the body (or one of its subgraphs)."""
+        """What is known of the type of ``name`` in the body (or one of its subgraphs)."""
         known, _ = _declared(graph, name)
         if known is None and name in self._function.graph.input_names:
             position = self._function.graph.input_names.index(name)
@@ -155,10 +186,10 @@ class FunctionTypes(_Lookup):
     def _infer(self) -> dict[str, TypeInfo]:
         function = function_to_proto(self._function, emit_tensor=_type_only)
         inputs = []
-        for name, (elem_type, rank) in zip(function.input, self._inputs, strict=False):
-            if elem_type:
-                shape = None if rank is None else [None] * rank
-                inputs.append(onnx.helper.make_tensor_value_info(name, elem_type, shape))
+        for name, known in zip(function.input, self._inputs, strict=False):
+            if known.elem_type:
+                inputs.append(onnx.helper.make_tensor_value_info(
+                    name, known.elem_type, None if known.shape is None else list(known.shape)))
             else:
                 inputs.append(onnx.ValueInfoProto(name=name))
         graph = onnx.helper.make_graph(list(function.node), function.name or "body", inputs,

@@ -47,6 +47,7 @@ from graphpass.passes._gradient_region import (
     weight_bits,
 )
 from graphpass.passes._gradient_types import FunctionTypes, ModelTypes, TypeInfo
+from graphpass.passes._gradient_view import resolve_constant_ifs
 
 __all__ = ["CODES", "LintGradients"]
 
@@ -115,6 +116,7 @@ class _Scope:
 class _Report:
     """Findings by stage, in the order the trainer meets them."""
 
+    graph: list[Finding] = field(default_factory=list)
     captured: list[Finding] = field(default_factory=list)
     unreachable: list[Finding] = field(default_factory=list)
     nodes: list[Finding] = field(default_factory=list)
@@ -123,7 +125,7 @@ class _Report:
     bodies: dict[tuple[int, int], Finding] = field(default_factory=dict)
 
     def ordered(self) -> list[Finding]:
-        return [*self.captured, *self.unreachable, *self.nodes, *self.deferred,
+        return [*self.graph, *self.captured, *self.unreachable, *self.nodes, *self.deferred,
                 *self.after_build, *self.bodies.values()]
 
 
@@ -167,9 +169,12 @@ class LintGradients(AnalysisPass):
             PipelineError: The rule set is unknown.
         """
         rules = self._rules(context)
-        findings, trainable = _select_trainable(model.graph, self.options, rules)
+        findings, trainable, frozen = _select_trainable(model.graph, self.options, rules)
         losses = _select_losses(model.graph, self.options.loss)
-        linter = _Linter(model, rules, trainable)
+        view = None
+        if rules.resolves_constant_ifs:
+            view = resolve_constant_ifs(model, frozenset(trainable) | frozen)
+        linter = _Linter(view or model, rules, trainable)
         findings.extend(linter.run(losses))
         return PassResult(changed=False, findings=[f.with_pass(self.name) for f in findings],
                           stats={"rules": rules.label, "trainable weights": len(trainable),
@@ -191,7 +196,7 @@ def _matches(name: str, patterns: Iterable[str]) -> bool:
 
 
 def _select_trainable(graph: Graph, options: Any, rules: GradientRules
-                      ) -> tuple[list[Finding], list[str]]:
+                      ) -> tuple[list[Finding], list[str], frozenset[str]]:
     findings: list[Finding] = []
     initializers = graph.initializers
     candidates = list(dict.fromkeys([*initializers, *graph.input_names]))
@@ -209,8 +214,9 @@ def _select_trainable(graph: Graph, options: Any, rules: GradientRules
         chosen = [name for name, tensor in initializers.items()
                   if tensor.dtype in rules.differentiable_types]
     trainable = []
+    frozen = frozenset(name for name in candidates if _matches(name, options.frozen))
     for name in chosen:
-        if _matches(name, options.frozen):
+        if name in frozen:
             continue
         elem_type = initializers[name].dtype if name in initializers else \
             graph.value(name).elem_type
@@ -222,7 +228,7 @@ def _select_trainable(graph: Graph, options: Any, rules: GradientRules
                 hint="only float, float16, double and bfloat16 weights get gradients"))
             continue
         trainable.append(name)
-    return findings, trainable
+    return findings, trainable, frozen
 
 
 def _select_losses(graph: Graph, loss: Sequence[str]) -> list[str]:
@@ -254,6 +260,7 @@ class _Linter:
     def run(self, losses: list[str]) -> list[Finding]:
         graph = self.model.graph
         scope = _Scope(graph, lambda name: self.types.of(graph, name))
+        self._whole_graph(scope)
         region = differentiable_region(graph, self.trainable, losses, self.rules, scope.type_of)
         self.visited_count = len(region.visited)
         self._weights(region)
@@ -262,6 +269,27 @@ class _Linter:
         self._judge_nodes(region, scope, lambda node: names_of(bits.get(node, 0),
                                                                self.trainable), depth=0)
         return self.report.ordered()
+
+    def _whole_graph(self, scope: _Scope) -> None:
+        """Failures the trainer meets wherever the node is (in its graph optimizer)."""
+        if not any(failure.scope == "graph" for failure in self.rules.op_failures):
+            return
+        for node in scope.graph:
+            failures = self.rules.failures_for(NodeSite(node), scope="graph")
+            if not failures:
+                continue
+            reasons = "; ".join(f"{f.reason} ({f.describe()})" for f in failures)
+            data: dict[str, Any] = {"op_type": node.op_type, "domain": node.domain,
+                                    "rules": self.rules.name, "rule_op": failures[0].op_type,
+                                    "conditions": [f.describe() for f in failures],
+                                    "scope": "graph"}
+            if failures[0].trainer_message:
+                data["trainer_message"] = failures[0].trainer_message
+            self.report.graph.append(self._finding(
+                "broken", Severity.ERROR,
+                f"{self.rules.label} fails on node {_node_label(node)!r} "
+                f"({_op_label(node.domain, node.op_type)}) wherever it is: {reasons}",
+                node, scope, "; ".join(dict.fromkeys(f.hint for f in failures)), data))
 
     def _trainer_failure(self, kind: TrainerFailureKind, code: str, message: str, *,
                          value: str, node: Node | None = None, hint: str | None = None,
@@ -324,7 +352,7 @@ class _Linter:
             return
         for name in losses:
             producer = region.graph.producer(name)
-            elem_type = scope.type_of(name)[0]
+            elem_type = scope.type_of(name).elem_type
             if producer in region.loss_nodes and elem_type is not None \
                     and elem_type not in accepted:
                 allowed = ", ".join(dtype_name(t) for t in sorted(accepted))
@@ -436,7 +464,7 @@ class _Linter:
         self._bodies_seen.add(key)
         body = function.graph
         types = FunctionTypes(self.model, function,
-                              [scope.type_of(name) if name else (None, None)
+                              [scope.type_of(name) if name else TypeInfo(None)
                                for name in call.inputs])
         seeds = [body.input_names[i] for i in site.inputs_needing_gradient
                  if i < len(body.input_names)]

@@ -237,29 +237,36 @@ _VERDICT_OF_CODE: Mapping[str, str] = {
 
 
 def lint_verdict(findings: Sequence[Any]) -> str:
-    """The verdict the lint predicts: from its first error outside function bodies."""
-    for finding in findings:
-        if str(finding.severity) != "error" or finding.function is not None:
-            continue
-        kind_ = _VERDICT_OF_CODE.get(finding.code)
-        if kind_ is None:
-            continue
-        data = finding.data
-        if kind_ == "missing":
-            return f"missing {data['op_type']}"
-        if kind_ == "broken":
-            return f"broken {data['rule_op']}"
-        if kind_ == "loss-type":
-            return "loss-type"
-        return f"{kind_} {finding.value}"
-    return "ok"
+    """The verdict the lint predicts: from its first error outside function bodies.
+
+    For a weight-level problem, every weight with the same problem is listed
+    (``captured a|b``): the trainer names one of them, in no fixed order.
+    """
+    errors = [f for f in findings if str(f.severity) == "error" and f.function is None
+              and f.code in _VERDICT_OF_CODE]
+    if not errors:
+        return "ok"
+    first = errors[0]
+    kind_ = _VERDICT_OF_CODE[first.code]
+    if kind_ == "missing":
+        return f"missing {first.data['op_type']}"
+    if kind_ == "broken":
+        return f"broken {first.data['rule_op']}"
+    if kind_ == "loss-type":
+        return "loss-type"
+    weights = dict.fromkeys(f.value for f in errors if f.code == first.code)
+    return f"{kind_} " + "|".join(str(w) for w in weights)
 
 
 def same(ort: str, lint: str) -> bool:
-    """Whether the lint's verdict is the trainer's (``broken A|B`` accepts A or B)."""
-    if ort.startswith("broken ") and lint.startswith("broken "):
-        return lint[len("broken "):] in ort[len("broken "):].split("|")
-    return ort == lint
+    """Whether the verdicts agree (``kind a|b`` stands for any of the alternatives)."""
+    ort_kind, _, ort_what = ort.partition(" ")
+    lint_kind, _, lint_what = lint.partition(" ")
+    if ort_kind != lint_kind:
+        return False
+    if not ort_what and not lint_what:
+        return True
+    return bool(set(ort_what.split("|")) & set(lint_what.split("|")))
 
 
 def kind(verdict: str) -> str:
