@@ -142,8 +142,11 @@ def test_references_inside_subgraphs(default: float | None, given: float | None,
     inlined, _ = inline(original)
     check(inlined)
     assert calls_left(inlined, original.functions) == []
-    then_node = inlined.graph.node[0].attribute[0].g.node[0]
+    then_node = next(a.g for a in inlined.graph.node[0].attribute
+                     if a.name == "then_branch").node[0]
+    assert then_node.op_type == "LeakyRelu"
     assert not any(a.ref_attr_name for a in then_node.attribute)
+    assert [a.name for a in then_node.attribute] == ([] if expected_alpha == 0.01 else ["alpha"])
     for flag in (True, False):
         feeds = {"c": np.array(flag), "x": X}
         expected = leaky(X, expected_alpha) if flag else -X
