@@ -15,9 +15,9 @@ Finding codes (stable):
   identical at export time was split, each consumer reading its own key.
 * ``GP206`` info: graph inputs that stood for weights became initializers (or,
   with ``keep-inputs``, inputs with defaults).
-* ``GP207`` warning: names the model used without declaring them (an export saved
+* ``GP207`` info: names the model used without declaring them (an export saved
   with ``include_initializers=False``) were filled; their shapes come from the
-  checkpoint, unchecked.
+  checkpoint and were checked by shape inference.
 * ``GP208`` warning: graph inputs that follow filled weight inputs (so probably
   weights too, as the legacy exporter lists them after the data inputs) matched no
   key and stay inputs.
@@ -130,12 +130,10 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
                   and by_name[f.name].source == "undefined" and by_name[f.name].shape is None]
     if undeclared:
         findings.append(Finding(
-            "GP207", Severity.WARNING,
+            "GP207", Severity.INFO,
             f"{len(undeclared)} names the model used without defining or declaring them were "
-            f"filled, with shapes taken from the checkpoint: {_listing(undeclared)}", PASS_NAME,
-            hint="the exporter left out their types (include_initializers=False); run "
-                 "onnxruntime or the check pass on the result",
-            data={"names": undeclared}))
+            f"filled; their shapes, taken from the checkpoint, pass shape inference: "
+            f"{_listing(undeclared)}", PASS_NAME, data={"names": undeclared}))
     if left_inputs:
         findings.append(Finding(
             "GP208", Severity.WARNING,

@@ -51,6 +51,7 @@ from graphpass.passes._reconcile_exporter import (
 from graphpass.passes._reconcile_match import match_names
 from graphpass.passes._reconcile_plan import Fill, Plan, plan_fills
 from graphpass.passes._reconcile_report import build_report
+from graphpass.passes._reconcile_shapes import undeclared_shape_problems
 from graphpass.passes._reconcile_targets import Target, collect_targets
 
 if TYPE_CHECKING:
@@ -114,6 +115,11 @@ class ReconcileInitializers(Pass):
     def run(self, model: Model, context: PassContext) -> PassResult:
         """Match, check everything, then fill; raise before changing anything.
 
+        Every check runs before the model changes, except one: weights the model
+        never declared (``include_initializers=False``) are checked by shape inference
+        after filling (the pass manager runs passes on a copy, so a failed pass never
+        changes the caller's model).
+
         Raises:
             CheckpointError: No checkpoint, an unreadable one, an ambiguous match, a
                 shape or element-type mismatch, an exporter fold that cannot be
@@ -134,6 +140,7 @@ class ReconcileInitializers(Pass):
                         "add renames (checkpoint key = initializer) or regex rules to say "
                         "which key is meant")
         plan = plan_fills(graph, targets, matching, checkpoint, signature)
+        undeclared_names = {t.name for t in targets if t.source == "undefined" and t.shape is None}
         _raise_problems("the checkpoint cannot fill this model correctly", plan.problems,
                         checkpoint, None)
         if self.options.strict:
@@ -143,6 +150,12 @@ class ReconcileInitializers(Pass):
                             "add renames or rules, or run without strict")
         input_names = graph.input_names
         _apply(graph, plan, targets, checkpoint, keep_inputs=self.options.keep_inputs)
+        undeclared = {f.name for f in plan.fills if f.is_plain and f.name in undeclared_names}
+        if undeclared:  # nothing to compare shapes with: let shape inference judge them
+            _raise_problems("the checkpoint's shapes do not fit the model where it never "
+                            "declared them", undeclared_shape_problems(model, undeclared),
+                            checkpoint, "the checkpoint belongs to another model, or keys "
+                                        "matched the wrong weights: add renames")
         findings, stats = build_report(plan, matching, targets, checkpoint, input_names,
                                        keep_inputs=self.options.keep_inputs)
         return PassResult(changed=bool(plan.fills), findings=findings, stats=stats)

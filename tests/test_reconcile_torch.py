@@ -297,3 +297,18 @@ def test_cli_pipeline_file_section(exports, checkpoints, trained, tmp_path, caps
     code = main(["run", str(exports["dynamo-no-optimize"]), "-o", str(out), "-c", str(pipeline)])
     assert code == 0, capsys.readouterr()
     np.testing.assert_allclose(_run_ort(out, ids), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_undeclared_weights_are_checked_by_shape_inference(exports, trained, tmp_path):
+    """include_initializers=False drops the weights' types; a wrong shape is still caught."""
+    state = {k: v.detach().clone().contiguous() for k, v in trained[0].state_dict().items()}
+    state["transformer.blocks.0.proj.0.weight"] = \
+        state["transformer.blocks.0.proj.0.weight"].t().contiguous()
+    checkpoint = tmp_path / "transposed.safetensors"
+    save_file(state, str(checkpoint))
+    model = graphpass.load(exports["dynamo-fake"])
+    with pytest.raises(graphpass.PassError) as caught:
+        graphpass.PassManager(["reconcile-initializers"], checkpoints=[checkpoint]).run(model)
+    message = str(caught.value)
+    assert "do not fit the model where it never declared them" in message
+    assert "Incompatible dimensions" in message, message
