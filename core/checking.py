@@ -63,20 +63,21 @@ def structural_proto(model: Model, *, inline_limit: int = INLINE_LIMIT) -> onnx.
     Returns:
         A new proto, fit for ``onnx.checker`` and ``onnx.shape_inference``.
     """
-    stubs: dict[int, Tensor] = {}
+    # Keyed by name: the stub protos are copied into the model and then freed, so
+    # their ids are reused and cannot identify them.
+    stubs: dict[str, Tensor] = {}
 
     def emit(tensor: Tensor) -> onnx.TensorProto:
         if tensor.is_external or tensor.nbytes > inline_limit:
-            stub = onnx.TensorProto(name=tensor.name, data_type=tensor.dtype, dims=tensor.shape)
-            stubs[id(stub)] = tensor
-            return stub
+            stubs[tensor.name] = tensor
+            return onnx.TensorProto(name=tensor.name, data_type=tensor.dtype, dims=tensor.shape)
         embedded: onnx.TensorProto = tensor.to_proto()
         return embedded
 
     proto: onnx.ModelProto = model_to_proto(model, emit)
     if not stubs:
         return proto
-    stub_names = {tensor.name for tensor in stubs.values()}
+    stub_names = set(stubs)
     main = proto.graph
     main_stubs = [t for t in main.initializer if t.name in stub_names and not _has_data(t)]
     declared = {value.name for value in main.input}
@@ -87,11 +88,10 @@ def structural_proto(model: Model, *, inline_limit: int = INLINE_LIMIT) -> onnx.
         if stub.name not in declared:
             main.input.append(onnx.helper.make_tensor_value_info(
                 stub.name, stub.data_type, list(stub.dims)))
-    by_name = {tensor.name: tensor for tensor in stubs.values()}
     for graph in _subgraph_protos(main):
         for index, tensor_proto in enumerate(graph.initializer):
-            if tensor_proto.name in by_name and not _has_data(tensor_proto):
-                graph.initializer[index].CopyFrom(by_name[tensor_proto.name].to_embedded_proto())
+            if tensor_proto.name in stubs and not _has_data(tensor_proto):
+                graph.initializer[index].CopyFrom(stubs[tensor_proto.name].to_embedded_proto())
     # Graph inputs without initializers need IR version 4 or later.
     proto.ir_version = max(proto.ir_version, 4)
     return proto

@@ -349,3 +349,23 @@ def test_check_works_on_large_weights_without_embedding_them() -> None:
     light = structural_proto(Model.from_proto(proto))
     assert not light.graph.initializer and [i.name for i in light.graph.input] == ["x", "w"]
     assert _apply(proto, "check").findings == []
+
+
+def test_check_handles_many_large_weights_from_memory_and_files() -> None:
+    # Regression: stubs were keyed by id() of temporary protos, so all but the last
+    # large weight stayed in the proto without data and the checker rejected it.
+    weights = {f"w{i}": np.full((64, 64), i, np.float32) for i in range(4)}
+    nodes = [helper.make_node("MatMul", ["x" if i == 0 else f"h{i - 1}", f"w{i}"], [f"h{i}"])
+             for i in range(4)]
+    graph = helper.make_graph(nodes, "g", [_info("x", [1, 64])], [_info("h3", [1, 64])])
+    model = Model.from_proto(helper.make_model(graph,
+                                               opset_imports=[helper.make_opsetid("", 18)]))
+    for name, value in weights.items():
+        model.graph.set_initializer(graphpass.Tensor.from_array(name, value))
+    from graphpass.checking import structural_proto
+
+    light = structural_proto(model)
+    assert not light.graph.initializer
+    assert [i.name for i in light.graph.input] == ["x", "w0", "w1", "w2", "w3"]
+    result = graphpass.PassManager(["check"]).run(model)
+    assert result.findings == []
