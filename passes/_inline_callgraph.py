@@ -148,7 +148,7 @@ def _check_call(node: Node, function: Function, owner: FunctionId | None,
 
 
 def _type_name(attribute_type: int) -> str:
-    return str(onnx.AttributeProto.AttributeType.Name(attribute_type))  # type: ignore[arg-type]
+    return str(onnx.AttributeProto.AttributeType.Name(attribute_type))
 
 
 def _label(function_id: FunctionId) -> str:

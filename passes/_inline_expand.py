@@ -130,10 +130,11 @@ class Inliner:
         for actual, source in rewired:
             _move_uses(graph, actual, source, where=f"call {call.name!r} of {body.label}")
         for name, info in body.value_info:
-            target = mapping.get(name)
-            if target and not graph.value(target).is_declared:
-                info.name = target
-                graph.add_value_info(info)
+            if name in produced:  # declarations of inputs belong to the caller
+                target = mapping[name]
+                if not graph.value(target).is_declared:
+                    info.name = target  # add_value_info copies it
+                    graph.add_value_info(info)
         self.calls[body.function.id] += 1
 
     def _copy_node(self, plan: NodePlan, mapping: Mapping[str, str], prefix: str, entry: str,

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import onnx
+
 from graphpass.errors import PipelineError
 from graphpass.findings import Finding, Severity
-from graphpass.ir import Function, FunctionId, Model, format_function_id
+from graphpass.ir import Attribute, Function, FunctionId, Model, format_function_id
 from graphpass.ir._gc import paused_gc
 from graphpass.pass_base import Pass, PassContext, PassResult
 from graphpass.passes._inline_body import PROVENANCE_KEY, Body, Fallbacks
@@ -192,17 +194,18 @@ class _Run:
             else:
                 self._note(FUNCTION_REMOVED, Severity.INFO,
                            f"removed function {label}: nothing calls it", function=label)
-        for label, source, target in self.conversions:
+        for label, old_version, new_version in self.conversions:
             self._note(BODY_CONVERTED, Severity.INFO,
-                       f"converted the body of {label} from opset {source} to {target}",
-                       function=label)
+                       f"converted the body of {label} from opset {old_version} to "
+                       f"{new_version}", function=label)
         total = sum(inliner.calls.values())
         stats = {"calls inlined": total, "functions removed": len(inlined),
                  "bodies converted": len(self.conversions) + len(inliner.conversions)}
-        for (label, source, target), count in inliner.conversions.items():
+        for (label, old_version, new_version), count in inliner.conversions.items():
             self._note(BODY_CONVERTED, Severity.INFO,
-                       f"converted the body of {label} from opset {source} to {target} for "
-                       f"{count} distinct set(s) of call attributes", function=label)
+                       f"converted the body of {label} from opset {old_version} to "
+                       f"{new_version} for {count} distinct set(s) of call attributes",
+                       function=label)
         return PassResult(True, self.findings, stats)
 
     # ============================================================== planning
@@ -311,22 +314,21 @@ class _Run:
         kept function's declared default (possible when every reference to that
         attribute in its body falls back to the same value).
         """
-        uses: dict[str, list[tuple[object, object]]] = {}
+        fallbacks_by_ref: dict[str, list[Attribute | None]] = {}
         for graph in graphs_of(function.graph):
             for node in graph:
                 for name, attribute in node.attributes.items():
                     if attribute.ref_attr_name:
                         fallback = fallbacks.get(node, {}).get(name)
-                        uses.setdefault(attribute.ref_attr_name, []).append((node, fallback))
+                        fallbacks_by_ref.setdefault(attribute.ref_attr_name, []).append(fallback)
         label = function.qualified_name
-        for ref, entries in sorted(uses.items()):
+        for ref, entries in sorted(fallbacks_by_ref.items()):
             if ref in function.attribute_defaults:
                 continue
-            found = [fallback for _, fallback in entries if fallback is not None]
+            found = [fallback for fallback in entries if fallback is not None]
             if not found:
                 continue
-            keys = {_value_key(f) for _, f in entries}  # type: ignore[arg-type]
-            if len(found) != len(entries) or len(keys) != 1:
+            if len(found) != len(entries) or len({_value_key(f) for f in found}) != 1:
                 raise InlineError(
                     UNREPRESENTABLE_DEFAULT,
                     f"function {label} passes its attribute {ref!r} on to inlined functions "
@@ -335,7 +337,7 @@ class _Run:
                     hint=f"inline {label} too (remove it from 'exclude'), or give {ref!r} a "
                          "default in the function")
             default = found[0]
-            function.attribute_defaults[ref] = default.renamed(ref)  # type: ignore[attr-defined]
+            function.attribute_defaults[ref] = default.renamed(ref)
             if ref in function.attribute_names:
                 function.attribute_names.remove(ref)
             self._note(DEFAULT_PROMOTED, Severity.INFO,
@@ -354,14 +356,11 @@ def _inner_version(function: Function, outer: int | None) -> int | None:
     return version if version is not None else outer
 
 
-def _value_key(attribute: object) -> bytes:
+def _value_key(attribute: Attribute) -> bytes:
     """A key equal for attributes with equal values (whatever their names)."""
-    if attribute is None:
-        return b""
-    proto = attribute.proto  # type: ignore[attr-defined]
-    if attribute.graphs:  # type: ignore[attr-defined]
+    if attribute.graphs:
         return repr(id(attribute)).encode()
-    copy = type(proto)()
-    copy.CopyFrom(proto)
+    copy = onnx.AttributeProto()
+    copy.CopyFrom(attribute.proto)
     copy.name = ""
     return bytes(copy.SerializeToString(deterministic=True))
