@@ -29,6 +29,8 @@ from graphpass.ir import Model
 from graphpass.passes._missing_gaps import Gap
 
 __all__ = [
+    "INPUT_KIND",
+    "STATE_KINDS",
     "CheckpointMatch",
     "CheckpointNames",
     "Classification",
@@ -63,7 +65,8 @@ STATE_KINDS: Final[frozenset[str]] = frozenset({
 })
 """Kinds that, on a graph input, certainly mean model state."""
 
-_KIND_KEY: Final = "pkg.torch.export.graph_signature.InputSpec.kind"
+INPUT_KIND: Final = "pkg.torch.export.graph_signature.InputSpec.kind"
+"""The ``metadata_props`` key where torch records what a graph input or weight is."""
 _PERSISTENT_KEY: Final = "pkg.torch.export.graph_signature.InputSpec.persistent"
 _FOLDED_KEY: Final = "pkg.onnxscript.optimizer.folded_from"
 _FX_NODE_KEY: Final = "pkg.torch.onnx.fx_node"
@@ -216,7 +219,7 @@ def _from_metadata(gap: Gap, model: Model, result: Classification) -> bool:
         result.evidence.append("the onnxscript optimizer folded it (pkg.onnxscript.optimizer."
                                "folded_from)")
         return True
-    spec_kind = metadata.get(_KIND_KEY)
+    spec_kind = metadata.get(INPUT_KIND)
     if spec_kind is None:
         return False
     persistent = metadata.get(_PERSISTENT_KEY)

@@ -27,11 +27,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from graphpass.checkpoint import open_checkpoint
 from graphpass.findings import Finding, Severity
 from graphpass.ir import Model
 from graphpass.pass_base import AnalysisPass, PassContext, PassResult
 from graphpass.passes._missing_gaps import Gap, find_gaps
 from graphpass.passes._missing_kinds import (
+    INPUT_KIND,
     STATE_KINDS,
     CheckpointNames,
     Classification,
@@ -41,7 +43,6 @@ from graphpass.passes._missing_kinds import (
 __all__ = ["DetectMissingBuffers"]
 
 _RECONCILE: Final = "reconcile-initializers"
-_INPUT_KIND: Final = "pkg.torch.export.graph_signature.InputSpec.kind"
 _LEGACY_VALUE: Final = re.compile(r"onnx::\w+?_([0-9]+)")
 _CODES: Final = {"undefined": "GP301", "no-data": "GP302", "input": "GP303"}
 _STAT_LABELS: Final = {"undefined": "undefined", "no-data": "without data",
@@ -114,8 +115,6 @@ class DetectMissingBuffers(AnalysisPass):
         paths.extend(path for path in context.checkpoints if path not in paths)
         if not paths:
             return {}
-        from graphpass.checkpoint import open_checkpoint
-
         loaders = context.registry.loaders()
         return {str(path): list(open_checkpoint(path, loaders)) for path in paths}
 
@@ -137,7 +136,7 @@ class DetectMissingBuffers(AnalysisPass):
         """
         graph = model.graph
         from_torch = model.producer_name == "pytorch"
-        marked = any(_INPUT_KIND in value.metadata for value in graph.inputs)
+        marked = any(INPUT_KIND in value.metadata for value in graph.inputs)
         by_index = {gap.input_index: (gap, classification)
                     for gap, classification in candidates
                     if not any(fnmatch.fnmatchcase(gap.name, pattern)
