@@ -137,6 +137,79 @@ def test_onnxruntime_training_fails_before_and_trains_after(
     assert len(losses) == 5 and losses[-1] < losses[0]
 
 
+class MLP(torch.nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.up = torch.nn.Linear(width, 2 * width)
+        self.down = torch.nn.Linear(2 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.width = width
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).split(self.width, dim=-1)
+        return torch.softmax(q @ k.transpose(-1, -2) / self.width**0.5, dim=-1) @ v
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.attn = Attention(width)
+        self.mlp = MLP(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(x)
+        return x + self.mlp(x)
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList([Layer(16) for _ in range(3)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_nested_module_functions(tmp_path: Path) -> None:
+    """Layer -> Attention, MLP: functions calling functions, as torch nests modules."""
+    torch.manual_seed(0)
+    net = Tiny().eval()
+    x = torch.randn(2, 5, 16)
+    path = tmp_path / "nested.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (x,), str(path), dynamo=False, opset_version=17,
+                          export_modules_as_functions={Layer, MLP, Attention},
+                          input_names=["x"], output_names=["y"])
+    exported = onnx.load(path)
+    layer = next(f for f in exported.functions if f.name == "Layer")
+    assert {n.op_type for n in layer.node} == {"Attention", "MLP", "Add"}
+    model = graphpass.Model.from_proto(exported)
+    result = InlineFunctions().run(model, PassContext())
+    inlined = model.to_proto()
+    check(inlined)
+    assert not inlined.functions
+    assert result.stats["functions removed"] == 3
+    with torch.no_grad():
+        expected = net(x).numpy()
+    (output,) = run_ort(inlined, {"x": x.numpy()})
+    np.testing.assert_allclose(output, expected, rtol=1e-5, atol=1e-5)
+    stacks = {e.value for n in inlined.graph.node for e in n.metadata_props
+              if e.key == PROVENANCE}
+    module = Layer.__module__
+    assert f"{module}::Layer@/layers.2/Layer > {module}::MLP@MLP_2" in stacks
+
+
 def test_dynamo_export_has_no_local_functions() -> None:
     """torch's dynamo exporter inlines modules itself: the pass has nothing to do there."""
     torch.manual_seed(0)
