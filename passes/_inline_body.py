@@ -55,12 +55,14 @@ class NodePlan:
         has_graphs: Whether it holds subgraphs of its own.
         provenance: Its own ``graphpass.inlined_from`` entry (from calls inlined into
             the body earlier), if any.
+        label: What its copies' names are made from: its name, else its op type.
     """
 
     node: Node
     references: tuple[ReferenceSpec, ...]
     has_graphs: bool
     provenance: str | None
+    label: str
 
 
 class Body:
@@ -135,7 +137,7 @@ class Body:
             for name, attribute in node.attributes.items() if attribute.ref_attr_name)
         has_graphs = any(attribute.graphs for attribute in node.attributes.values())
         provenance = node.metadata.get(PROVENANCE_KEY)
-        return NodePlan(node, references, has_graphs, provenance)
+        return NodePlan(node, references, has_graphs, provenance, node.name or node.op_type)
 
     def default_for(self, attribute: str, ref: str,
                     node_fallbacks: Mapping[str, Attribute] | None) -> Attribute | None:

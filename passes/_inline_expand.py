@@ -88,7 +88,7 @@ class Inliner:
         names = self.names
         prefix = names.prefix_for(call)
         entry = f"{body.label}@{call.name or '<unnamed>'}"
-        mapping: dict[str, str] = {}
+        mapping: dict[str, str] = {"": ""}
         actual_inputs = call.inputs
         for index, formal in enumerate(body.inputs):
             mapping[formal] = actual_inputs[index] if index < len(actual_inputs) else ""
@@ -141,9 +141,10 @@ class Inliner:
                    attributes: Mapping[str, Attribute], body: Body) -> Node:
         source = plan.node
         node = clone_node(source)  # shares plain attributes, copies subgraphs
-        node.set_inputs([mapping[name] if name else "" for name in source.inputs])
-        node.set_outputs([mapping[name] if name else "" for name in source.outputs])
-        node.name = self.names.node(prefix, source.name or source.op_type)
+        rename = mapping.__getitem__  # the mapping sends "" (an omitted name) to ""
+        node.set_inputs(tuple(map(rename, source.inputs)))
+        node.set_outputs(tuple(map(rename, source.outputs)))
+        node.name = self.names.node(prefix, plan.label)
         if plan.has_graphs:
             for attribute_name, attribute in node.attributes.items():
                 originals = source.attributes[attribute_name].graphs

@@ -54,18 +54,25 @@ class FreshNames:
 
     def value(self, prefix: str, name: str) -> str:
         """A new value name ``prefix/name`` (with a suffix if that is taken)."""
-        return self._claim(self._values, f"{prefix}/{name}")
+        wanted = f"{prefix}/{name}"
+        if wanted in self._values:
+            return self._with_suffix(self._values, wanted)
+        self._values.add(wanted)
+        return wanted
 
     def node(self, prefix: str, name: str) -> str:
         """A new node name ``prefix/name`` (with a suffix if that is taken)."""
-        return self._claim(self._nodes, f"{prefix}/{name}")
+        wanted = f"{prefix}/{name}"
+        if wanted in self._nodes:
+            return self._with_suffix(self._nodes, wanted)
+        self._nodes.add(wanted)
+        return wanted
 
     @staticmethod
-    def _claim(taken: set[str], wanted: str) -> str:
-        name = wanted
+    def _with_suffix(taken: set[str], wanted: str) -> str:
         suffix = 1
-        while name in taken:
-            name = f"{wanted}_{suffix}"
+        while f"{wanted}_{suffix}" in taken:
             suffix += 1
+        name = f"{wanted}_{suffix}"
         taken.add(name)
         return name
