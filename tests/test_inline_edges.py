@@ -184,3 +184,27 @@ def test_runs_in_a_pipeline_with_options() -> None:
     with pytest.raises(graphpass.PipelineError, match="does not name a function"):
         graphpass.PassManager(["inline-functions"],
                               options={"inline-functions": {"only": ["Fused"]}})
+
+
+def test_references_on_calls_of_kept_functions_are_bound() -> None:
+    """An inlined body calls a kept function, passing its own attribute on by reference."""
+    kept = function("Act", ["x"], ["y"],
+                    [node("LeakyRelu", ["x"], ["y"],
+                          attributes=[onnx.AttributeProto(name="alpha", ref_attr_name="slope",
+                                                          type=onnx.AttributeProto.FLOAT)])],
+                    attributes=["slope"])
+    outer = function("Outer", ["x"], ["y"],
+                     [node("Act", ["x"], ["y"], name="act", domain="local",
+                           attributes=[onnx.AttributeProto(name="slope", ref_attr_name="s",
+                                                           type=onnx.AttributeProto.FLOAT)])],
+                     defaults=[helper.make_attribute("s", 0.25)])
+    original = model([node("Outer", ["x"], ["y"], name="call", domain="local")],
+                     [tensor("x")], [tensor("y")], [kept, outer])
+    inlined, _ = inline(original, exclude=["local::Act"])
+    check(inlined)
+    (call,) = inlined.graph.node
+    assert call.op_type == "Act"
+    assert [(a.name, a.f, a.ref_attr_name) for a in call.attribute] == [("slope", 0.25, "")]
+    expected = np.where(X >= 0, X, 0.25 * X)
+    assert_close(run_ort(inlined, {"x": X}), [expected])
+    assert_close(run_ort(original, {"x": X}), [expected])
