@@ -250,7 +250,7 @@ def _describe_consumers(gap: Gap) -> str:
 
 
 _SAVE_STATE: Final = ("save the module's full state with graphpass.torch.save_state(model, "
-                      "'state.safetensors') and pass it as another --checkpoint")
+                      "'state.safetensors') and fill from that (--checkpoint state.safetensors)")
 _EXPORT_STATE: Final = ("it is not in state_dict() (non-persistent buffers and tensor attributes "
                         f"never are), so no checkpoint saved from it has it: {_SAVE_STATE}")
 
@@ -280,9 +280,9 @@ def _fix(gap: Gap, classification: Classification, reconciled: bool) -> tuple[st
     if kind == "lifted constant":
         return "export-state", (
             "torch.export made it from a tensor created inside forward(), which no module "
-            "attribute holds: save it from the export with graphpass.torch.save_state("
-            "onnx_program, 'constants.safetensors') and pass that as another --checkpoint, or "
-            "save the export with its initializers (include_initializers=True)")
+            "attribute holds: save the export's own tensors with graphpass.torch.save_state("
+            "onnx_program, 'export.safetensors') and fill from that, or save the export with "
+            "its initializers (include_initializers=True)")
     if kind == "folded constant":
         return "re-export", (
             "the exporter computed it by constant folding and did not save it, so no "
