@@ -225,7 +225,8 @@ def _all_tensors(model: Model) -> Iterator[Tensor]:
 def _check_external_data(model: Model) -> None:
     """Check that every external data file exists and is long enough (no reading)."""
     for tensor in _all_tensors(model):
-        tensor.check_data()
+        if tensor.is_external:
+            tensor.check_data()
     for proto in _loose_external_tensors(model):
         _loose_source(model, proto).check_data()
 
@@ -256,16 +257,19 @@ def _plan_tensors(model: Model, out_dir: Path, data_path: Path, data_name: str,
         destination = (out_dir / location).resolve()
         if destination == source:
             plan.keep.extend(group)  # already where the output needs it: reference in place
-        elif (destination != target and destination not in sources
-              and _inside(destination, out_dir) and _mostly_used(source, by_file)
-              and plan.copy_files.get(source, group) is group):
+        elif (destination not in sources and _inside(destination, out_dir)
+              and _mostly_used(source, by_file) and source not in plan.copy_files):
             plan.copy_files[source] = group  # copy the whole file under the same name
         else:
             plan.stream.extend(group)
-    if plan.stream and any(_resolved(t.external_path) == target for t in plan.keep):
-        # The data file being written is referenced in place: rewrite it in full.
+    if plan.stream:
+        # The new data file replaces whatever is at ``target``: what would have been
+        # kept there or copied there is written into it instead.
         moved = [t for t in plan.keep if _resolved(t.external_path) == target]
         plan.keep = [t for t in plan.keep if _resolved(t.external_path) != target]
+        for source, group in list(plan.copy_files.items()):
+            if (out_dir / _proto_location(group[0])).resolve() == target:
+                moved.extend(plan.copy_files.pop(source))
         plan.stream = moved + plan.stream
     _plan_loose(model, plan, out_dir, target)
     return plan
@@ -313,8 +317,10 @@ def _loose_external_tensors(model: Model) -> list[onnx.TensorProto]:
         for sparse in graph.sparse_initializers.values():
             found.extend((sparse.values, sparse.indices))
         for node in graph:
-            for attribute in node.attributes.values():
-                from_attribute(attribute.proto)
+            if node._attributes:
+                for attribute in node._attributes.values():
+                    if attribute.type in TENSOR_ATTRIBUTE_TYPES:
+                        from_attribute(attribute.proto)
     for function in model.functions.values():
         for default in function.attribute_defaults.values():
             from_attribute(default.proto)

@@ -45,12 +45,13 @@ def _with_unknown_field(message: onnx.Message, number: int, payload: bytes) -> N
     """Append a field the schema does not know (as a newer ONNX release might write)."""
     tag = (number << 3) | 2
     encoded = bytearray()
-    for value in (tag, len(payload)):
+    for number_to_encode in (tag, len(payload)):
+        rest = number_to_encode
         while True:
-            byte = value & 0x7F
-            value >>= 7
-            encoded.append(byte | (0x80 if value else 0))
-            if not value:
+            byte = rest & 0x7F
+            rest >>= 7
+            encoded.append(byte | (0x80 if rest else 0))
+            if not rest:
                 break
     message.MergeFromString(bytes(encoded) + payload)
 
@@ -256,7 +257,7 @@ def test_nested_subgraphs_with_outer_scope_captures(tmp_path: Path) -> None:
     onnx.checker.check_model(proto)
     _check(proto, tmp_path)
     model = graphpass.Model.from_proto(proto)
-    relu, loop = model.graph.nodes
+    _relu, loop = model.graph.nodes
     assert loop.captured_names == ("a",)
     assert model.graph.consumers("a") == [loop]
     body = loop.attributes["body"].graphs[0]

@@ -773,9 +773,13 @@ class Graph:
                 stack.pop()
 
     def _child_graphs(self) -> Iterator[Graph]:
-        for node in self:
+        node = self._head
+        while node is not None:
             if node._attributes:
-                yield from node.subgraphs()
+                for attribute in node._attributes.values():
+                    if attribute.graphs:
+                        yield from attribute.graphs
+            node = node._next
 
     def walk(self) -> Iterator[Node]:
         """Yield every node of this graph and of all nested graphs.
