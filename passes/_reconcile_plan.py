@@ -95,10 +95,6 @@ class Plan:
     problems: list[str] = field(default_factory=list)
     unmatched: list[Target] = field(default_factory=list)
 
-    def fill_for(self, name: str) -> Fill | None:
-        """The plain fill of ``name``, if any."""
-        return next((f for f in self.fills if f.name == name and f.is_plain), None)
-
     def used_keys(self) -> set[str]:
         """Every key some fill reads."""
         return {fill.key for fill in self.fills}
@@ -137,6 +133,9 @@ class _Planner:
         self.served: set[str] = set()
         self.real_placeholders = {t.placeholder for t in targets if t.placeholder}
         self.by_name = {t.name: t for t in targets}
+        self.placeholder_of = {name: placeholder for placeholder, name in signature.items()}
+        self.plain_fills: dict[str, Fill] = {}
+        self.by_scope: dict[str, list[tuple[str, str]]] = {}
 
     # ---------------------------------------------------------------- plain fills
     def plain(self) -> None:
@@ -149,8 +148,9 @@ class _Planner:
             if problem:
                 self.plan.problems.append(problem)
                 continue
-            self.plan.fills.append(Fill(target.name, key, self.matching.matches[target.name].rule,
-                                        target.name))
+            fill = Fill(target.name, key, self.matching.matches[target.name].rule, target.name)
+            self.plan.fills.append(fill)
+            self.plain_fills[target.name] = fill
             self.served.add(target.name)
 
     # ------------------------------------------------------------ recorded folds
@@ -169,7 +169,7 @@ class _Planner:
             if key is None:
                 continue  # reported as unmatched, with the source named
             entry = self.checkpoint[key]
-            placeholder = next((p for p, n in self.signature.items() if n == source), None)
+            placeholder = self.placeholder_of.get(source)
             reason = _transpose_problem(self.graph, target, entry, placeholder)
             if reason:
                 self.plan.problems.append(
@@ -180,7 +180,7 @@ class _Planner:
             self._replay(target, source, key, inferred=False)
 
     def _replay(self, target: Target, source: str, key: str, *, inferred: bool) -> None:
-        existing = self.plan.fill_for(source)
+        existing = self.plain_fills.get(source)
         name = source if existing is not None or source not in self.graph.values \
             else self._free_name(source)
         self.plan.fills.append(Fill(name, key, "folded-transpose", target.name,
@@ -246,7 +246,7 @@ class _Planner:
             if node.op_type != "Identity" or node.domain not in ("", "ai.onnx") \
                     or len(node.inputs) != 1 or len(node.outputs) != 1:
                 continue
-            shared = self.plan.fill_for(node.inputs[0])
+            shared = self.plain_fills.get(node.inputs[0])
             own = node.outputs[0]
             key = self.matching.key_of(own)
             if shared is None or key is None or own in self.by_name:
@@ -265,6 +265,7 @@ class _Planner:
     # ---------------------------------------------------------- unrecorded folds
     def unrecorded_folds(self) -> None:
         used = self.plan.used_keys()
+        self._index_scopes(used)
         for target in self.targets:
             if target.name in self.served or target.folded_from:
                 continue
@@ -306,25 +307,37 @@ class _Planner:
         key = self.matching.key_of(source)
         return (source, key) if key is not None else None
 
+    def _index_scopes(self, used: set[str]) -> None:
+        """Index the unused matrix keys by every module path their model names lie under."""
+        for key, entry in self.checkpoint.items():
+            if key in used or len(entry.shape) != 2:
+                continue
+            for name in self.matching.model_names(key):
+                for form in canonical_forms(name):
+                    parts = form.split("_")
+                    for end in range(1, len(parts)):
+                        self.by_scope.setdefault("_".join(parts[:end]), []).append((name, key))
+
     def _scoped_weight(self, target: Target, uses: Sequence[tuple[Node, int]],
                        used: set[str]) -> tuple[str, str] | None:
         """The one unused matrix key of the consumers' module whose shape is transposed."""
         scopes = {module_scope(node) for node, _ in uses}
         if len(scopes) != 1 or None in scopes or target.shape is None or len(target.shape) != 2:
             return None
-        scope_forms = {form + "_" for form in canonical_forms(scopes.pop() or "")}
-        transposed = tuple(target.shape[::-1])
-        found: list[tuple[str, str]] = []
-        for key, entry in self.checkpoint.items():
-            if key in used or entry.shape != transposed or (
-                    target.dtype is not None and entry.dtype != target.dtype):
-                continue
-            for name in self.matching.model_names(key):
-                if any(form.startswith(prefix) for form in canonical_forms(name)
-                       for prefix in scope_forms):
-                    found.append((name, key))
-                    break
-        return found[0] if len(found) == 1 else None
+        rows, columns = target.shape
+        if not isinstance(rows, int) or not isinstance(columns, int):
+            return None
+        found: dict[str, str] = {}
+        for scope_form in canonical_forms(scopes.pop() or ""):
+            for name, key in self.by_scope.get(scope_form, ()):
+                entry = self.checkpoint[key]
+                if key not in used and entry.shape == (columns, rows) and (
+                        target.dtype is None or entry.dtype == target.dtype):
+                    found.setdefault(key, name)
+        if len(found) != 1:
+            return None
+        key, name = found.popitem()
+        return name, key
 
     def _free_name(self, name: str) -> str:
         candidate, number = f"{name}__reconciled", 1

@@ -215,6 +215,12 @@ def _raise_problems(summary: str, problems: list[str], checkpoint: Checkpoint,
 def _apply(graph: Graph, plan: Plan, targets: list[Target], checkpoint: Checkpoint, *,
            keep_inputs: bool) -> None:
     by_name = {t.name: t for t in targets}
+    drop = {f.name for f in plan.fills if f.is_plain and by_name[f.name].is_input
+            and not keep_inputs}
+    drop.update(f.replaces for f in plan.fills if f.replaces and by_name[f.replaces].is_input)
+    for name in graph.input_names:  # in order, so that each removal finds its input first
+        if name in drop:
+            _drop_input(graph, name)
     position = {id(node): index for index, node in enumerate(graph)}
     written: dict[str, str] = {}
     for fill in plan.fills:
@@ -228,8 +234,6 @@ def _apply(graph: Graph, plan: Plan, targets: list[Target], checkpoint: Checkpoi
         elif fill.uses:
             for node, slot in fill.uses:
                 node.set_input(slot, fill.name)
-        elif fill.is_plain and by_name[fill.name].is_input and not keep_inputs:
-            _drop_input(graph, fill.name)
 
 
 def _replay_transpose(graph: Graph, fill: Fill, folded: Target, position: dict[int, int],
@@ -237,12 +241,10 @@ def _replay_transpose(graph: Graph, fill: Fill, folded: Target, position: dict[i
     name = folded.name
     if name in graph.initializers:
         graph.remove_initializer(name)
-    if folded.is_input:
-        _drop_input(graph, name)
-        if keep_inputs and fill.name not in graph.input_names:
-            tensor = graph.initializers[fill.name]
-            graph.add_input(onnx.helper.make_tensor_value_info(fill.name, tensor.dtype,
-                                                               tensor.shape))
+    if folded.is_input and keep_inputs and fill.name not in graph.input_names:
+        tensor = graph.initializers[fill.name]
+        graph.add_input(onnx.helper.make_tensor_value_info(fill.name, tensor.dtype,
+                                                           tensor.shape))
     consumers = [node for node, _ in graph.uses(name) if node is not None]
     first = min(consumers, key=lambda node: position.get(id(node), len(position)))
     transpose = Node("Transpose", [fill.name], [name], name=f"{name}__transpose",
