@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from graphpass.ir import Node
 from graphpass.passes._reconcile_exporter import module_scope
@@ -175,3 +177,32 @@ def test_module_scope_from_legacy_names_and_dynamo_metadata(name, metadata, scop
     node = Node("MatMul", ["a", "b"], ["c"], name=name,
                 metadata={"pkg.torch.onnx.name_scopes": metadata} if metadata else None)
     assert module_scope(node) == scope
+
+
+_COMPONENTS = ["encoder", "layers", "attn", "mlp", "norm", "proj", "0", "1", "12", "q", "k"]
+_LEAVES = ["weight", "bias", "running_mean", "inv_scale"]
+_CONVENTIONS = {
+    "exact": lambda k: k,
+    "wrapper-prefix": lambda k: f"module._orig_mod.{k}",
+    "separator": lambda k: k.replace(".", "_"),
+    "base-prefix": lambda k: k.removeprefix("body."),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(paths=st.sets(st.tuples(st.lists(st.sampled_from(_COMPONENTS), min_size=1, max_size=4),
+                               st.sampled_from(_LEAVES)).map(lambda p: ".".join([*p[0], p[1]])),
+                     min_size=1, max_size=30),
+       convention=st.sampled_from(sorted(_CONVENTIONS)))
+def test_every_convention_recovers_the_names(paths, convention):
+    """Random module trees under a base prefix, plus an unprefixed head, in each convention."""
+    names = [f"body.{path}" for path in sorted(paths)] + ["head.weight"]
+    rename = _CONVENTIONS[convention]
+    keys = {rename(name): name for name in names}
+    found, matching = _rules(names, list(keys))
+    assert not matching.problems
+    assert {name: key for name, (key, _) in found.items()} == {v: k for k, v in keys.items()}
+    rules = {name: rule for name, (_, rule) in found.items()}
+    expected_head = "exact" if convention == "base-prefix" else convention
+    assert rules.pop("head.weight") == expected_head
+    assert set(rules.values()) == {convention}

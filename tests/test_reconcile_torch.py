@@ -9,6 +9,7 @@ onnxruntime must give torch's outputs for every combination.
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -116,6 +117,8 @@ CONVENTIONS: dict[str, Callable[[str], str]] = {
     "plain": lambda k: k,
     "ddp": lambda k: f"module.{k}",
     "compile": lambda k: f"_orig_mod.{k}",
+    "fsdp": lambda k: "_fsdp_wrapped_module." + re.sub(
+        r"(blocks\.\d+\.)", r"\1_fsdp_wrapped_module._checkpoint_wrapped_module.", k),
     "base-prefix-added": lambda k: f"model.{k}",
     "base-prefix-removed": lambda k: k.removeprefix("transformer."),
     "underscores": lambda k: k.replace(".", "_"),
