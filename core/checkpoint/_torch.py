@@ -16,6 +16,7 @@ mmap=True)``.
 from __future__ import annotations
 
 import pickle
+import re
 import struct
 import zipfile
 from collections.abc import Mapping
@@ -137,15 +138,16 @@ def _torch_load(torch: Any, path: Path, **options: Any) -> Any:
         with open(path, "rb") as handle:
             return torch.load(handle, weights_only=True, **options)
     except pickle.UnpicklingError as error:
-        refused = _unsafe_globals(torch, path)
+        refused = _unsafe_globals(torch, path) or _unsupported_lines(error)
         what = f" (it needs {', '.join(refused)})" if refused else ""
         raise CheckpointError(
             f"the checkpoint holds Python objects that torch's weights_only loader refuses"
             f"{what}; graphpass never loads such pickles, because unpickling can run "
             "arbitrary code", where=where,
-            hint="if you trust the file, re-save just the tensors in a trusted Python: "
-                 "torch.save(torch.load(path, weights_only=False).state_dict(), 'weights.pt') "
-                 f"(torch says: {_first_line(error)})") from None
+            hint="if you trust the file, load it once in a trusted Python with "
+                 "torch.load(path, weights_only=False) and save just the tensors: "
+                 "torch.save(model.state_dict(), 'weights.pt'), or "
+                 "safetensors.torch.save_model(model, 'weights.safetensors')") from None
     except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile,
             struct.error) as error:
         raise CheckpointError(f"cannot read the torch checkpoint: {_first_line(error)}",
@@ -161,6 +163,11 @@ def _unsafe_globals(torch: Any, path: Path) -> list[str]:
         return sorted(finder(path))
     except Exception:
         return []
+
+
+def _unsupported_lines(error: BaseException) -> list[str]:
+    """The "Unsupported global: ..." parts of torch's refusal, without its advice."""
+    return re.findall(r"Unsupported (?:global|operand):? (?:GLOBAL )?([\w.]+)", str(error))[:3]
 
 
 def _unwrap(obj: Any, where: str) -> Mapping[Any, Any]:
