@@ -327,6 +327,9 @@ class _Linter:
                 continue
             carrying = []
             for node in sorted(entries, key=_node_label):
+                if self.rules.builder_for(node.domain, node.op_type) is None:
+                    carrying.append(-1)  # no builder: reported as such, not as a weight problem
+                    continue
                 given = self.rules.inputs_given_gradient(region.site(node))
                 slots = [i for i, input_name in enumerate(node.inputs)
                          if input_name == name and i in given]

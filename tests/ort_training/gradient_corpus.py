@@ -223,11 +223,17 @@ def ort_verdict(result: Mapping[str, Any], rules: Any) -> str:
 
 
 def _short(error: str) -> str:
-    """The distinctive tail of a trainer message, without C++ signatures and paths."""
+    """The distinctive part of a trainer message, without C++ signatures and paths."""
     text = error.strip().splitlines()[-1] if error.strip() else ""
-    text = re.sub(r"^.*?(was false\.|: FAIL :|INVALID_ARGUMENT :|Assertion)", r"\1", text)
-    text = re.sub(r"/onnxruntime_src/\S+", "", text)
-    return text.strip()[:160]
+    text = re.sub(r"/onnxruntime_src/\S+ ", "", text)
+    if "Assertion" in text:
+        return text[text.index("Assertion"):][:120]
+    for marker in (": FAIL :", "INVALID_ARGUMENT :", "INVALID_GRAPH :", "was false."):
+        if marker in text:
+            return text.split(marker, 1)[1].strip()[:120]
+    if "::" in text and ") " in text:  # "RuntimeError: <C++ signature>) message"
+        text = text.rsplit(") ", 1)[1]
+    return text.strip()[:120]
 
 
 _VERDICT_OF_CODE: Mapping[str, str] = {
