@@ -181,7 +181,7 @@ class _Planner:
 
     def _replay(self, target: Target, source: str, key: str, *, inferred: bool) -> None:
         existing = self.plain_fills.get(source)
-        name = source if existing is not None or source not in self.graph.values \
+        name = source if existing is not None or not self._taken(source) \
             else self._free_name(source)
         self.plan.fills.append(Fill(name, key, "folded-transpose", target.name,
                                     replaces=target.name, inferred=inferred))
@@ -215,7 +215,7 @@ class _Planner:
                     continue
                 own_name, own_key = found[0]
                 if own_name not in split:
-                    name = own_name if own_name not in self.graph.values \
+                    name = own_name if not self._taken(own_name) \
                         else self._free_name(own_name)
                     split[own_name] = Fill(name, own_key, "merged-split", fill.name)
                     self.plan.fills.append(split[own_name])
@@ -339,9 +339,13 @@ class _Planner:
         key, name = found.popitem()
         return name, key
 
+    def _taken(self, name: str) -> bool:
+        """Whether the graph defines or uses ``name`` (a stale declaration does not count)."""
+        return self.graph.is_defined(name) or self.graph.is_used(name)
+
     def _free_name(self, name: str) -> str:
         candidate, number = f"{name}__reconciled", 1
-        while candidate in self.graph.values:
+        while self._taken(candidate):
             number += 1
             candidate = f"{name}__reconciled{number}"
         return candidate

@@ -259,3 +259,20 @@ def test_pass_manager_leaves_the_model_untouched_on_error(tmp_path):
     with pytest.raises(graphpass.PassError, match="FLOAT\\[4, 3\\]"):
         graphpass.PassManager(["reconcile-initializers"], checkpoints=[checkpoint]).run(model)
     assert model.to_proto().SerializeToString() == before
+
+
+def test_npz_checkpoint_with_underscore_keys(tmp_path):
+    model_path = _model(tmp_path)
+    checkpoint = tmp_path / "weights.npz"
+    np.savez(checkpoint, encoder_weight=W, encoder_bias=B)
+    model, result = _run_pass(model_path, checkpoint)
+    assert result.stats["matched by"] == {"separator": 2}
+    assert model.graph.initializers["encoder.weight"].external_path == checkpoint
+
+
+def test_a_key_in_two_checkpoints_is_an_error(tmp_path):
+    model_path = _model(tmp_path)
+    first = _checkpoint(tmp_path, {"encoder.weight": W, "encoder.bias": B}, "a.safetensors")
+    second = _checkpoint(tmp_path, {"encoder.bias": B}, "b.safetensors")
+    with pytest.raises(graphpass.CheckpointError, match=r"'encoder\.bias' appears twice"):
+        _run_pass(model_path, checkpoints=[str(first), str(second)])
