@@ -229,7 +229,7 @@ class Graph:
                 if name and self._values[name]._uses:
                     users = ", ".join(_describe_use(u) for u in self._values[name]._uses)
                     raise ValueError(
-                        f"cannot remove node {node.name or node.op_type!r}: its output "
+                        f"cannot remove node {_describe_node(node)}: its output "
                         f"{name!r} is still used by {users}"
                     )
         self._detach(node)
@@ -505,9 +505,23 @@ class Graph:
         return tuple(v.name for v in self._inputs)
 
     def add_input(self, item: str | onnx.ValueInfoProto, index: int | None = None) -> Value:
-        """Add a graph input (a name or a full ``ValueInfoProto`` declaration)."""
+        """Add a graph input (a name or a full ``ValueInfoProto`` declaration).
+
+        Args:
+            item: The input's name, or its declaration.
+            index: Where to insert it among the inputs (default: at the end).
+
+        Raises:
+            InvalidModelError: A node of this graph already produces that name.
+        """
         name = item if isinstance(item, str) else item.name
         value = self._value_for(name)
+        if value._producer is not None:
+            raise InvalidModelError(
+                f"cannot add input {name!r}: node {_describe_node(value._producer)} already "
+                "produces that name",
+                where=f"graph {self.name!r}",
+            )
         if not isinstance(item, str):
             value.declare(item)
         was_defined = self._is_defined(name)
@@ -913,7 +927,8 @@ def _same_domain(a: str, b: str) -> bool:
 
 
 def _describe_node(node: Node) -> str:
-    return f"{node.name or '<unnamed>'} ({node.op_type})"
+    op = f"{node.domain}::{node.op_type}" if node.domain else node.op_type
+    return f"{node.name!r} ({op})" if node.name else f"<unnamed {op}>"
 
 
 def _describe_use(use: Use) -> str:

@@ -185,8 +185,14 @@ class Node:
         return found.value
 
     def set_attribute(self, attribute: Attribute) -> None:
-        """Add or replace an attribute (graph values become this node's subgraphs)."""
+        """Add or replace an attribute (graph values become this node's subgraphs).
+
+        Raises:
+            ValueError: A graph of the attribute already belongs to another node (or
+                to another attribute of this one), to a model or to a function.
+        """
         old = self._attributes.get(attribute.name)
+        self._check_attachable(attribute, old)
         if old is not None:
             self._detach_subgraphs(old)
         self._forget_verbatim_attributes()
@@ -259,13 +265,23 @@ class Node:
         if self._extra is not None and "attribute" in self._extra:
             self._extra = {k: v for k, v in self._extra.items() if k != "attribute"} or None
 
+    def _check_attachable(self, attribute: Attribute, replaced: Attribute | None) -> None:
+        mine = {id(g) for g in replaced.graphs} if replaced is not None else set()
+        seen: set[int] = set()
+        for subgraph in attribute.graphs:
+            owner = subgraph._parent
+            if id(subgraph) in seen or (owner is not None and id(subgraph) not in mine):
+                holder = f"node {owner.name or owner.op_type!r}" if owner is not None else \
+                    "this attribute twice"
+                raise ValueError(f"graph {subgraph.name!r} already belongs to {holder}; "
+                                 "copy it first")
+            if subgraph._model is not None or subgraph._function is not None:
+                raise ValueError(f"graph {subgraph.name!r} is the main graph of a model or the "
+                                 "body of a function; copy it first")
+            seen.add(id(subgraph))
+
     def _attach_subgraphs(self, attribute: Attribute) -> None:
         for subgraph in attribute.graphs:
-            if subgraph._parent is not None and subgraph._parent is not self:
-                raise ValueError(
-                    f"graph {subgraph.name!r} already belongs to node {subgraph._parent.name!r}; "
-                    "copy it first"
-                )
             subgraph._parent = self
             for name in subgraph._free:
                 self._capture_changed(name, +1)
