@@ -240,6 +240,14 @@ def _plan_tensors(model: Model, out_dir: Path, data_path: Path, data_name: str,
             sum(t.nbytes for t in tensors) > AUTO_EXTERNAL_BYTES)
     else:
         external_data_mode = external_data
+    if not external_data_mode:
+        embedded = sum(t.nbytes for t in tensors)
+        if embedded > _PROTOBUF_LIMIT:  # refuse before reading any of it
+            raise ModelSaveError(
+                f"the weights add up to {embedded / 2**30:.1f} GiB, over protobuf's 2 GiB "
+                "limit for one file",
+                hint="save with external_data=True (weights go to a separate file)",
+            )
     by_file: dict[tuple[Path, str], list[Tensor]] = {}
     for tensor in tensors:
         tensor.check_data()
