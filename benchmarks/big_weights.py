@@ -94,7 +94,8 @@ def render(results: dict[str, dict[str, float]]) -> str:
     """The markdown table."""
     weights = TENSORS * ELEMENTS * 4 / 2**30
     lines = [f"Weights: {weights:.2f} GiB in one external data file.", "",
-             "| case | CPU s | wall s | peak RSS MB | peak RSS / weights |", "|---|---:|---:|---:|---:|"]
+             "| case | CPU s | wall s | peak RSS MB | peak RSS / weights |",
+             "|---|---:|---:|---:|---:|"]
     for case, label in CASES:
         r = results[case]
         if "error" in r:
