@@ -117,6 +117,7 @@ def plan_fills(graph: Graph, targets: Sequence[Target], matching: Matching,
     planner.merges()
     planner.identity_merges()
     planner.unrecorded_folds()
+    planner.dropped_weights()
     planner.plan.unmatched = [t for t in targets if t.name not in planner.served]
     return planner.plan
 
@@ -134,6 +135,8 @@ class _Planner:
         self.real_placeholders = {t.placeholder for t in targets if t.placeholder}
         self.by_name = {t.name: t for t in targets}
         self.placeholder_of = {name: placeholder for placeholder, name in signature.items()}
+        self.weight_names = set(signature.values())
+        self.served_placeholders: set[str] = set()
         self.plain_fills: dict[str, Fill] = {}
         self.by_scope: dict[str, list[tuple[str, str]]] = {}
 
@@ -158,11 +161,16 @@ class _Planner:
         for target in self.targets:
             if target.name in self.served or not target.folded_from:
                 continue
+            weights = [s for s in target.folded_from if self._is_weight(s)]
+            if not weights:
+                continue  # a constant folded from constants: right as it is
             if len(target.folded_from) != 1:
                 self.plan.problems.append(
-                    f"{target.name!r} was computed by the exporter from several weights "
-                    f"({', '.join(target.folded_from)}); graphpass replays only transposes of "
-                    f"one weight. Hint: {REEXPORT_ADVICE}")
+                    f"{target.name!r} was computed at export time from the weight"
+                    f"{'s' * (len(weights) > 1)} {', '.join(map(repr, weights))} and other "
+                    f"values ({', '.join(s for s in target.folded_from if s not in weights)}), "
+                    "so it holds placeholder values; graphpass replays only transposes of one "
+                    f"weight. Hint: {REEXPORT_ADVICE}")
                 continue
             source = target.folded_from[0]
             key = self.matching.key_of(source)
@@ -179,7 +187,12 @@ class _Planner:
                 continue
             self._replay(target, source, key, inferred=False)
 
+    def _is_weight(self, name: str) -> bool:
+        """Whether ``name`` is a weight: a state-dict name, or one a checkpoint key fills."""
+        return name in self.weight_names or self.matching.key_of(name) is not None
+
     def _replay(self, target: Target, source: str, key: str, *, inferred: bool) -> None:
+        self.served_placeholders.add(self.placeholder_of.get(source, source))
         existing = self.plain_fills.get(source)
         name = source if existing is not None or not self._taken(source) \
             else self._free_name(source)
@@ -214,6 +227,7 @@ class _Planner:
                         f"and graphpass cannot tell which. Hint: {REEXPORT_ADVICE}")
                     continue
                 own_name, own_key = found[0]
+                self.served_placeholders.add(self.placeholder_of.get(own_name, own_name))
                 if own_name not in split:
                     name = own_name if not self._taken(own_name) \
                         else self._free_name(own_name)
@@ -261,6 +275,7 @@ class _Planner:
                     f"is {entry.dtype_name}{list(entry.shape)}")
                 continue
             self.plan.fills.append(Fill(own, key, "merged-split", shared.name, removes=node))
+            self.served_placeholders.add(self.placeholder_of.get(own, own))
 
     # ---------------------------------------------------------- unrecorded folds
     def unrecorded_folds(self) -> None:
@@ -289,6 +304,32 @@ class _Planner:
                 continue
             self._replay(target, source, key, inferred=True)
             used.add(key)
+
+    def dropped_weights(self) -> None:
+        """Weights a node's FX node reads that the exporter's optimizer removed.
+
+        A placeholder value can let the optimizer drop a weight from the computation
+        (a zero bias: ``addmm(bias, x, w)`` becomes a ``Gemm`` without bias). Filled
+        by name, such a model ignores the trained weight, so it is an error.
+        """
+        filled = {t.placeholder for t in self.targets if t.placeholder and t.name in self.served}
+        reported: set[str] = set()
+        for node in self.graph:
+            for argument in fx_arguments(node):
+                if (not is_placeholder_name(argument) or argument in reported
+                        or argument in filled or argument in self.served_placeholders):
+                    continue
+                name = self.signature.get(argument, argument)
+                key = self.matching.key_of(name)
+                if key is None or name in self.served:
+                    continue
+                reported.add(argument)
+                self.plan.problems.append(
+                    f"node {node.name!r} comes from {fx_target(node) or 'an FX node'} reading "
+                    f"the weight {name!r} (key {key!r}), but the exporter's optimizer removed "
+                    "that weight from the graph (its placeholder value, such as a zero bias, "
+                    "made it look unneeded); filled by name, the model would ignore the "
+                    f"trained weight. Hint: {REEXPORT_ADVICE}")
 
     def _linear_weight(self, uses: Sequence[tuple[Node, int]]) -> tuple[str, str] | None:
         """The weight placeholder of the ``aten.linear`` every use comes from."""

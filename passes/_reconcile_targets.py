@@ -8,6 +8,9 @@
   only when a key matches it, and otherwise stays an input;
 * names the main graph uses but nothing defines (``ONNXProgram.save(...,
   include_initializers=False)`` leaves the weights out but keeps using them).
+
+In a dynamo export, whose graph records its state-dict names, the exporter's own
+constants (``val_0``) are candidates too, but nothing is said when no key fills them.
 """
 
 from __future__ import annotations
@@ -71,10 +74,11 @@ def collect_targets(graph: Graph, signature: Mapping[str, str]) -> list[Target]:
     inputs = set(graph.input_names)
     for name, tensor in graph.initializers.items():
         metadata = graph.value(name).metadata
-        targets.append(Target(name, "initializer", tensor.dtype, tensor.shape, True,
-                              name in inputs,
-                              metadata.get(ORIGINAL_NAME) or placeholder_of.get(name),
-                              folded_from(metadata)))
+        placeholder = metadata.get(ORIGINAL_NAME) or placeholder_of.get(name)
+        folds = folded_from(metadata)
+        targets.append(Target(name, "initializer", tensor.dtype, tensor.shape,
+                              _is_weight(name, placeholder, folds, signature), name in inputs,
+                              placeholder, folds))
     for value in graph.inputs:
         if value.name in graph.initializers:
             continue
@@ -87,7 +91,23 @@ def collect_targets(graph: Graph, signature: Mapping[str, str]) -> list[Target]:
                               folded_from(value.metadata)))
     for name in graph.free_names:
         value = graph.value(name)
-        targets.append(Target(name, "undefined", value.elem_type, value.shape, True, False,
-                              value.metadata.get(ORIGINAL_NAME) or placeholder_of.get(name),
-                              folded_from(value.metadata)))
+        placeholder = value.metadata.get(ORIGINAL_NAME) or placeholder_of.get(name)
+        folds = folded_from(value.metadata)
+        targets.append(Target(name, "undefined", value.elem_type, value.shape,
+                              _is_weight(name, placeholder, folds, signature), False,
+                              placeholder, folds))
     return targets
+
+
+def _is_weight(name: str, placeholder: str | None, folds: tuple[str, ...],
+               signature: Mapping[str, str]) -> bool:
+    """Whether an initializer or undefined name stands for a weight.
+
+    Without the dynamo exporter's records, every one may. With them, a weight is a
+    state-dict name, has a placeholder, or was computed from a weight; the rest are
+    the exporter's constants (``val_0``), which no checkpoint holds.
+    """
+    if not signature:
+        return True
+    weights = set(signature.values())
+    return name in weights or placeholder is not None or any(s in weights for s in folds)

@@ -315,3 +315,56 @@ def test_undeclared_weights_are_checked_by_shape_inference(exports, trained, tmp
     message = str(caught.value)
     assert "do not fit the model where it never declared them" in message
     assert "Incompatible dimensions" in message, message
+
+
+class _TwoLayers(nn.Module):
+    def __init__(self, zero_bias: bool):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.out = nn.Linear(3, 2)
+        if zero_bias:
+            nn.init.zeros_(self.fc.bias)
+
+    def forward(self, x):
+        offsets = torch.arange(2, dtype=torch.float32) * 0.5  # an exporter-made constant
+        return self.out(torch.relu(self.fc(x))) + offsets
+
+
+def _export_two_layers(tmp_path: Path, zero_bias: bool) -> tuple[Path, Path, np.ndarray]:
+    torch.manual_seed(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_TwoLayers(zero_bias).eval(), (torch.zeros(2, 4),),
+                          dynamo=True).save(str(tmp_path / "two.onnx"))
+    trained = _TwoLayers(zero_bias=False).eval()
+    checkpoint = tmp_path / "two.safetensors"
+    save_file({k: v.contiguous() for k, v in trained.state_dict().items()}, str(checkpoint))
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        return tmp_path / "two.onnx", checkpoint, trained(x).numpy()
+
+
+def test_exporter_constants_are_left_alone(tmp_path):
+    model_path, checkpoint, expected = _export_two_layers(tmp_path, zero_bias=False)
+    model = graphpass.load(model_path)
+    weights = {"fc.weight", "fc.bias", "out.weight", "out.bias"}
+    constants = [n for n in model.graph.initializers if n not in weights]
+    assert constants  # the folded arange * 0.5
+    result = graphpass.PassManager(["reconcile-initializers"], checkpoints=[checkpoint]).run(model)
+    assert "GP201" not in {f.code for f in result.findings}
+    assert all(not result.model.graph.initializers[n].is_external for n in constants)
+    out = graphpass.save(result.model, tmp_path / "filled.onnx")
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1)).numpy()
+    got = ort.InferenceSession(str(out)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_weight_the_optimizer_dropped_is_an_error(tmp_path):
+    """A zero placeholder bias makes torch's optimizer drop it: filled by name, it would be lost."""
+    model_path, checkpoint, _ = _export_two_layers(tmp_path, zero_bias=True)
+    model = graphpass.load(model_path)
+    assert "fc.bias" not in model.graph.initializers  # the trap, as torch 2.13 sets it
+    with pytest.raises(graphpass.PassError) as caught:
+        graphpass.PassManager(["reconcile-initializers"], checkpoints=[checkpoint]).run(model)
+    message = str(caught.value)
+    assert "reading the weight 'fc.bias'" in message and "optimize=False" in message
