@@ -208,3 +208,38 @@ def test_references_on_calls_of_kept_functions_are_bound() -> None:
     expected = np.where(X >= 0, X, 0.25 * X)
     assert_close(run_ort(inlined, {"x": X}), [expected])
     assert_close(run_ort(original, {"x": X}), [expected])
+
+
+def test_unused_function_is_removed_with_a_note() -> None:
+    used = function("Used", ["x"], ["y"], [node("Neg", ["x"], ["y"])])
+    dead = function("Dead", ["x"], ["y"], [node("Abs", ["x"], ["y"])])
+    original = model([node("Used", ["x"], ["y"], name="call", domain="local")], [tensor("x")],
+                     [tensor("y")], [used, dead])
+    inlined, result = inline(original)
+    assert not inlined.functions
+    assert [(f.code, f.function) for f in result.findings] == [
+        ("GP102", "local::Dead"), ("GP101", "local::Used")]
+
+
+def test_kept_function_with_conflicting_inner_defaults_is_an_error() -> None:
+    """Kept G forwards ``b`` to two inlined functions whose defaults for it differ."""
+    def leaky(name: str, default: float) -> onnx.FunctionProto:
+        return function(name, ["x"], ["y"],
+                        [node("LeakyRelu", ["x"], ["y"], attributes=[onnx.AttributeProto(
+                            name="alpha", ref_attr_name="a", type=onnx.AttributeProto.FLOAT)])],
+                        defaults=[helper.make_attribute("a", default)])
+    forward = onnx.AttributeProto(name="a", ref_attr_name="b", type=onnx.AttributeProto.FLOAT)
+    kept = function("G", ["x"], ["y"],
+                    [node("F1", ["x"], ["t"], name="one", domain="local", attributes=[forward]),
+                     node("F2", ["t"], ["y"], name="two", domain="local", attributes=[forward])],
+                    attributes=["b"])
+    original = model([node("G", ["x"], ["y"], name="call", domain="local")], [tensor("x")],
+                     [tensor("y")], [leaky("F1", 0.5), leaky("F2", 0.25), kept])
+    with pytest.raises(graphpass.GraphpassError, match="GP125 function local::G passes its "
+                                                       "attribute 'b'"):
+        inline(original, exclude=["local::G"])
+    inlined, _ = inline(original)  # inlining G too is fine
+    check(inlined)
+    expected = np.where(X >= 0, X, 0.25 * 0.5 * X)
+    assert_close(run_ort(inlined, {"x": X}), [expected])
+    assert_close(run_ort(original, {"x": X}), [expected])
