@@ -19,6 +19,7 @@ import onnx
 import pytest
 
 import graphpass
+from graphpass.checkpoint import open_checkpoint
 from graphpass.cli import main
 
 torch = pytest.importorskip("torch")
@@ -212,7 +213,7 @@ def test_optimized_export_really_is_wrong_when_filled_by_name(exports, checkpoin
     """The trap the pass avoids: filling the optimized export by name alone runs and is wrong."""
     _, ids, expected = trained
     model = graphpass.load(exports["dynamo-optimize"])
-    checkpoint = graphpass.checkpoint.open_checkpoint(checkpoints["plain", "safetensors"])
+    checkpoint = open_checkpoint(checkpoints["plain", "safetensors"])
     naive = model.copy()
     for name in list(naive.graph.initializers):
         if name in checkpoint:
