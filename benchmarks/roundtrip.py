@@ -120,8 +120,16 @@ def _measure(tool: str, source: Path, out_dir: Path) -> dict[str, float]:
     result = {phase: marks[i + 1][0] - marks[i][0] for i, phase in enumerate(phases)}
     result["cpu"] = marks[-1][0] - marks[0][0]
     result["wall"] = marks[-1][1] - marks[0][1]
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mb"] = _peak_rss_mb()
     return result
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak RSS; VmHWM, since ru_maxrss includes what fork inherited."""
+    try:
+        return int(Path("/proc/self/status").read_text().split("VmHWM:")[1].split()[0]) / 1024
+    except (OSError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _worker(tool: str, source: str) -> None:
