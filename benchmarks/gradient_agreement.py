@@ -77,10 +77,10 @@ def main() -> int:
     args = parser.parse_args()
 
     started = time.perf_counter()
-    cases, skipped = corpus.node_test_cases(args.only)
+    cache = REPO / "benchmarks" / ".cache" / "gradient_corpus"
+    cases, skipped = corpus.node_test_cases(args.only, cache=cache)
     if not args.no_torch:
-        torch_cases, torch_skipped = corpus.torch_cases(
-            REPO / "benchmarks" / ".cache" / "gradient_corpus", args.only)
+        torch_cases, torch_skipped = corpus.torch_cases(cache, args.only)
         cases.extend(torch_cases)
         skipped.extend(torch_skipped)
     built = time.perf_counter()

@@ -84,6 +84,23 @@ def _node_label(node: Node) -> str:
     return node.name or node.op_type
 
 
+_TORCH_KIND: Final = "pkg.torch.export.graph_signature.InputSpec.kind"
+
+
+def _torch_origin(graph: Graph, name: str, torch_export: bool) -> str:
+    """`` (a torch buffer)`` and the like, from torch's export metadata, else ``""``.
+
+    ``torch_export``: whether the graph carries that metadata at all.
+    """
+    value = graph.values.get(name)
+    kind = value.metadata.get(_TORCH_KIND) if value is not None else None
+    if kind in ("BUFFER", "CONSTANT_TENSOR"):
+        return f" (torch's export marks it as a {kind.lower().replace('_', ' ')})"
+    if kind is None and torch_export:
+        return " (not a torch parameter: an exporter constant)"
+    return ""
+
+
 def _graph_path(graph: Graph) -> str | None:
     """``None`` for a top-level graph, else ``main > If 'cond' > then_branch``."""
     parts: list[str] = []
@@ -303,6 +320,7 @@ class _Linter:
 
     def _weights(self, region: Region) -> None:
         graph, report = region.graph, self.report
+        torch_export = any(_TORCH_KIND in v.metadata for v in graph.value_info)
         for name in self.trainable:
             uses = graph.uses(name)
             captured = [use.node for use in uses if use.slot == CAPTURE and use.node]
@@ -315,13 +333,14 @@ class _Linter:
                     hint="freeze it, or remove the control flow"))
                 continue
             entries = region.entries.get(name, set())
+            origin = _torch_origin(graph, name, torch_export)
             if not entries:
                 consumers = graph.consumers(name)
                 why = ("nothing uses it" if not consumers else
                        "none of its uses leads to the loss through differentiable edges")
                 report.unreachable.append(self._trainer_failure(
                     "unreachable", CODES["unreachable"],
-                    f"trainable weight {name!r} reaches no loss ({why})", value=name,
+                    f"trainable weight {name!r}{origin} reaches no loss ({why})", value=name,
                     hint="freeze it, or check that the loss depends on it",
                     data={"consumers": [_node_label(n) for n in consumers]}))
                 continue
@@ -345,7 +364,7 @@ class _Linter:
                                   sorted(entries, key=_node_label)[:_SHOWN])
                 report.after_build.insert(0, self._trainer_failure(
                     "no-gradient", CODES["no-gradient"],
-                    f"trainable weight {name!r} reaches the loss only through "
+                    f"trainable weight {name!r}{origin} reaches the loss only through "
                     f"non-differentiable inputs (of {where})", value=name,
                     hint="freeze it"))
 

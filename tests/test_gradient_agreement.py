@@ -39,7 +39,7 @@ SAMPLE_QUOTA = {"ok": 14, "missing": 14, "broken": 10, "unreachable": 6, "no-gra
 
 @pytest.fixture(scope="session")
 def cases() -> dict[str, corpus.Case]:
-    node_cases, _ = corpus.node_test_cases()
+    node_cases, _ = corpus.node_test_cases(cache=CACHE)
     torch_cases, _ = corpus.torch_cases(CACHE)
     return {case.name: case for case in [*node_cases, *torch_cases]}
 
@@ -165,3 +165,14 @@ def test_after_inline_functions_the_lint_is_silent_and_ort_trains(blocks_case,
     assert verdict["ok"], verdict["error"]
     losses = verdict["losses"]
     assert len(losses) == 4 and losses[-1] < losses[0]  # it trains: the loss falls
+
+
+def test_by_default_exporter_constants_are_trainable_and_named_as_such():
+    (case,), _ = corpus.torch_cases(CACHE, ["torch_rmsnorm[dynamo]"])
+    model = graphpass.Model.from_proto(case.model)
+    default = LintGradients({"loss": case.loss}).run(model, PassContext()).findings
+    constants = [f for f in default if f.code == "GP404"]
+    assert constants and all("an exporter constant" in f.message for f in constants)
+    chosen = LintGradients({"loss": case.loss, "trainable": case.trainable}).run(
+        model, PassContext()).findings
+    assert chosen == []

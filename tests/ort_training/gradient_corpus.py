@@ -131,12 +131,31 @@ def add_scalar_loss(model: onnx.ModelProto) -> str:
     return LOSS_NAME
 
 
-def node_test_cases(names: Iterable[str] | None = None) -> tuple[list[Case], list[Skipped]]:
+def node_test_cases(names: Iterable[str] | None = None, *, cache: Path | None = None
+                    ) -> tuple[list[Case], list[Skipped]]:
     """Cases from ONNX's node tests: each float input in turn becomes the trainable weight.
 
     Args:
         names: Restrict to these case names (``test_relu[x]``) or test names.
+        cache: A folder to keep the whole corpus in (building it takes ~20 s: the
+            test data generators and the version converter); ignored with ``names``.
     """
+    if cache is not None and names is None:
+        import os
+        import pickle
+        import tempfile
+
+        path = Path(cache) / _cache_key(with_torch=False) / "node_cases.pickle"
+        if path.exists():
+            with path.open("rb") as handle:
+                cached: tuple[list[Case], list[Skipped]] = pickle.load(handle)
+            return cached
+        built = node_test_cases()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as handle:
+            pickle.dump(built, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(handle.name, path)
+        return built
     from onnx.backend.test.case.node import collect_testcases
 
     wanted = set(names) if names is not None else None
@@ -168,13 +187,19 @@ def node_test_cases(names: Iterable[str] | None = None) -> tuple[list[Case], lis
             if wanted is not None and test.name not in wanted and case_name not in wanted:
                 continue
             array = data[index]
-            if not isinstance(array, np.ndarray):
+            if isinstance(array, TensorProto):  # types numpy lacks (bfloat16, float8 ...)
+                initializer = TensorProto()
+                initializer.CopyFrom(array)
+                initializer.name = info.name
+            elif isinstance(array, (np.ndarray, np.generic)):
+                initializer = numpy_helper.from_array(np.asarray(array), info.name)
+            else:
                 skipped.append(Skipped(case_name, "input data is not a tensor"))
                 continue
             model = copy.deepcopy(base)
             position = [i.name for i in model.graph.input].index(info.name)
             del model.graph.input[position]
-            model.graph.initializer.append(numpy_helper.from_array(array, info.name))
+            model.graph.initializer.append(initializer)
             case_changes = list(changes)
             if model.ir_version < 4:  # before IR 4 an initializer must also be an input
                 case_changes.append(f"ir {model.ir_version}->4")
@@ -487,14 +512,20 @@ _EXPORTERS: Mapping[str, dict[str, Any]] = {
 }
 
 
-def _cache_key() -> str:
+def _cache_key(with_torch: bool = True) -> str:
+    """A key of the code that builds the cases and the versions of the libraries it uses."""
     import hashlib
+    import inspect
 
-    import torch
+    parts = [onnx.__version__, np.__version__, inspect.getsource(add_scalar_loss)]
+    if with_torch:
+        import torch
 
-    source = Path(__file__).read_bytes()
-    return hashlib.sha256(source + torch.__version__.encode() + onnx.__version__.encode()
-                          ).hexdigest()[:16]
+        parts += [torch.__version__, inspect.getsource(_torch_modules),
+                  inspect.getsource(_export), repr(_EXPORTERS), repr(_TORCH_EXPORTS)]
+    else:
+        parts += [inspect.getsource(node_test_cases), inspect.getsource(_fit_versions)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
 def _export(module: Any, inputs: tuple[Any, ...], exporter: str,
