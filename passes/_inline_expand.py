@@ -172,6 +172,8 @@ class Inliner:
                 for copy in copies:
                     self._rename_definitions(copy, prefix)
                     _replace_outer_names(copy, mapping, self.names, prefix, body, strict=False)
+                    for inner in copy.walk():
+                        inner.name = self.names.node(prefix, inner.name or inner.op_type)
                 attribute = Attribute(spec.attribute, attribute.type, attribute.proto, copies)
             node.set_attribute(attribute)
             if bound.ref_attr_name and spec.default is not None:
