@@ -63,7 +63,7 @@ def test_cycle_is_reported_with_node_names() -> None:
              helper.make_node("Relu", ["a"], ["b"], name="second")]
     graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("b", 1, [1])])
     model = graphpass.Model.from_proto(helper.make_model(graph))
-    with pytest.raises(graphpass.CycleError, match="first.*second|second.*first"):
+    with pytest.raises(graphpass.CycleError, match=r"first.*second|second.*first"):
         model.graph.topological_order()
 
 
