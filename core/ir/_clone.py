@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from graphpass.ir._attribute import Attribute
 from graphpass.ir._function import Function
+from graphpass.ir._gc import paused_gc
 from graphpass.ir._graph import Graph
 from graphpass.ir._model import Model
 from graphpass.ir._node import Node
@@ -53,6 +54,11 @@ def clone_node(node: Node) -> Node:
 
 def clone_graph(graph: Graph) -> Graph:
     """Return a deep copy of ``graph`` that belongs to no node, function or model."""
+    with paused_gc():
+        return _clone_graph(graph)
+
+
+def _clone_graph(graph: Graph) -> Graph:
     copy = Graph(graph.name, doc_string=graph.doc_string)
     for value in graph._inputs:
         new_value = copy._value_for(value.name)
@@ -104,6 +110,11 @@ def clone_function(function: Function) -> Function:
 
 def clone_model(model: Model) -> Model:
     """Return a deep copy of ``model``; tensors are shared (they are immutable)."""
+    with paused_gc():
+        return _clone_model(model)
+
+
+def _clone_model(model: Model) -> Model:
     copy = Model(
         clone_graph(model.graph),
         ir_version=model.ir_version,
