@@ -507,10 +507,13 @@ def _copy_file(source: Path, destination: Path) -> None:
                         break
                     remaining -= copied
                 if remaining == 0:
+                    _sync(dst)
                     return
         except OSError:
             pass  # not supported here (another filesystem, an old kernel): copy plainly
     shutil.copyfile(source, destination)
+    with open(destination, "rb+") as handle:
+        _sync(handle)
 
 
 def _resolved(path: Path | None) -> Path:
