@@ -100,9 +100,13 @@ def main() -> int:
                      and not corpus.same(row["ort"], row["lint"])]
     others = [row for row in rows if corpus.kind(row["ort"]) == "other"]
 
+    ort_seconds = sum(float(r.get("seconds") or 0) for r in ort.values())
     print(f"{len(cases)} cases ({sum(c.name.startswith('torch_') for c in cases)} torch "
           f"exports), {len(skipped)} test inputs skipped; building {built - started:.1f} s, "
-          f"ORT {ran - built:.1f} s, lint {lint_seconds:.1f} s")
+          f"ORT batch {ran - built:.1f} s")
+    print(f"time per case: lint {lint_seconds / len(cases) * 1000:.1f} ms, ORT "
+          f"generate_artifacts {ort_seconds / len(cases) * 1000:.1f} ms "
+          f"(lint/ORT {lint_seconds / max(ort_seconds, 1e-9):.2f})")
     print(f"changed to fit the trainer: "
           f"{sum(bool(row['changes']) for row in rows)} cases (opset/IR lowered)")
     print("\nconfusion matrix (cases where ORT succeeds or fails predictably):")

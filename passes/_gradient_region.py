@@ -173,5 +173,11 @@ def weight_bits(region: Region, weights: list[str]) -> dict[Node, int]:
 
 
 def names_of(bits: int, weights: list[str]) -> list[str]:
-    """The weight names in a bit set."""
-    return [name for position, name in enumerate(weights) if bits >> position & 1]
+    """The weight names in a bit set (in the order of ``weights``)."""
+    digits = bin(bits)[:1:-1]  # bit i at index i
+    names = []
+    position = digits.find("1")
+    while position >= 0:
+        names.append(weights[position])
+        position = digits.find("1", position + 1)
+    return names

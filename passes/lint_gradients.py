@@ -390,7 +390,7 @@ class _Linter:
         deferred = self.rules.deferred_ops
         for node in region.ordered():
             site = region.site(node, self.trainable_set)
-            found = self._judge(node, site, scope, blocks_of(node), depth)
+            found = self._judge(node, site, scope, functools.partial(blocks_of, node), depth)
             if found is None:
                 continue
             if scope.function is not None or scope.blocks is not None:
@@ -403,11 +403,16 @@ class _Linter:
             else:
                 self.report.nodes.append(found)
 
-    def _judge(self, node: Node, site: NodeSite, scope: _Scope, blocks: list[str],
-               depth: int) -> Finding | None:
+    def _judge(self, node: Node, site: NodeSite, scope: _Scope,
+               blocks_of: Callable[[], list[str]], depth: int) -> Finding | None:
         rules = self.rules
         function = self.model.function_for(node)
         builder = rules.builder_for(node.domain, node.op_type)
+        view = rules.trainer_view(node.domain, node.op_type)
+        failures = rules.failures_for(site) if builder is not None else []
+        if builder == view and not failures and not any(node.subgraphs()):
+            return None  # the common case: a builder of its own, no known failure
+        blocks = blocks_of()
         where = self._where(scope)
         data: dict[str, Any] = {"op_type": node.op_type, "domain": node.domain,
                                 "blocks": blocks, "rules": rules.name,
@@ -434,7 +439,6 @@ class _Linter:
                 "(option `frozen`) so that the node leaves the trainable path", data)
         for subgraph in node.subgraphs():
             self._judge_subgraph(node, site, subgraph, scope, blocks, depth)
-        failures = rules.failures_for(site)
         if failures:
             first = failures[0]
             reasons = "; ".join(f"{f.reason} ({f.describe()})" for f in failures)
@@ -447,8 +451,7 @@ class _Linter:
                 f"{where}{rules.label} cannot differentiate node {_node_label(node)!r} "
                 f"({_op_label(node.domain, node.op_type)}): {reasons}{blocked}",
                 node, scope, "; ".join(dict.fromkeys(f.hint for f in failures)), data)
-        view = rules.trainer_view(node.domain, node.op_type)
-        if builder != view:
+        if builder is not None and builder != view:
             data["builder"] = _op_label(*builder)
             kind = "model-local function" if function is not None else "operator"
             return self._finding(

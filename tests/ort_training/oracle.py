@@ -5,7 +5,7 @@ venv: that runtime ships its own ``onnxruntime`` module. Prints one JSON object:
 
     {"ok": true|false, "stage": "generate"|"train"|"load",
      "missing_gradient_op": "M" | null, "node": "M_1" | null,
-     "unreachable_weight": "W" | null, "error": "...", "losses": [..]}
+     "unreachable_weight": "W" | null, "error": "...", "losses": [..], "seconds": 0.12}
 
 Usage::
 
@@ -37,6 +37,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from typing import Any
 
@@ -124,6 +125,7 @@ def evaluate(job: dict[str, Any]) -> dict[str, object]:
     """Run generate_artifacts (and optionally a few training steps) for one job."""
     result: dict[str, object] = {"ok": False, "stage": "generate", "missing_gradient_op": None,
                                  "node": None, "unreachable_weight": None, "error": None}
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         artifacts = job.get("artifacts") or scratch
         os.makedirs(artifacts, exist_ok=True)
@@ -146,6 +148,7 @@ def evaluate(job: dict[str, Any]) -> dict[str, object]:
                     result["unreachable_weight"] = found.group(1)
                     break
             result["traceback"] = traceback.format_exc()[-4000:]
+    result["seconds"] = round(time.perf_counter() - started, 4)
     return result
 
 
