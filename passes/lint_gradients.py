@@ -313,10 +313,15 @@ class _Linter:
                          data: dict[str, Any] | None = None) -> Finding:
         known = self.rules.trainer_failure(kind)
         severity = Severity.ERROR if known is not None else Severity.WARNING
-        text = f"{message}: {known.reason}" if known is not None else message
+        details = {"problem": kind, "rules": self.rules.name, **(data or {})}
+        text = message
+        if known is not None:
+            text = f"{message}. {known.reason.replace('<weight>', value)}"
+            if known.trainer_message:
+                details["trainer_message"] = known.trainer_message
         return Finding(code, severity, text, node=_node_label(node) if node else None,
                        value=value, hint=known.hint if known is not None else hint,
-                       data={"problem": kind, "rules": self.rules.name, **(data or {})})
+                       data=details)
 
     def _weights(self, region: Region) -> None:
         graph, report = region.graph, self.report
@@ -337,6 +342,8 @@ class _Linter:
             if not entries:
                 consumers = graph.consumers(name)
                 why = ("nothing uses it" if not consumers else
+                       "no loss output is differentiable (float) and computed from a "
+                       "trainable weight" if not region.loss_nodes else
                        "none of its uses leads to the loss through differentiable edges")
                 report.unreachable.append(self._trainer_failure(
                     "unreachable", CODES["unreachable"],
@@ -438,7 +445,7 @@ class _Linter:
                 "differentiate, or freeze the weights whose gradient passes through it "
                 "(option `frozen`) so that the node leaves the trainable path", data)
         for subgraph in node.subgraphs():
-            self._judge_subgraph(node, site, subgraph, scope, blocks, depth)
+            self._judge_subgraph(node, subgraph, scope, blocks, depth)
         if failures:
             first = failures[0]
             reasons = "; ".join(f"{f.reason} ({f.describe()})" for f in failures)
@@ -500,12 +507,14 @@ class _Linter:
         region = differentiable_region(body, seeds, losses, self.rules, inner.type_of)
         self._judge_nodes(region, inner, lambda _: blocks, depth + 1)
 
-    def _judge_subgraph(self, owner: Node, site: NodeSite, subgraph: Graph, scope: _Scope,
+    def _judge_subgraph(self, owner: Node, subgraph: Graph, scope: _Scope,
                         blocks: list[str], depth: int) -> None:
-        """Judge a control-flow body (only for trainers with a builder for its owner)."""
-        outer_needed = {name for name in owner.captured_names
-                        if name in self.trainable_set or name in scope.graph.values}
-        seeds = [*subgraph.input_names, *sorted(outer_needed)]
+        """Judge a control-flow body (only for trainers with a builder for its owner).
+
+        Gradients enter through the body's inputs and the values it reads from outside,
+        and leave through its outputs.
+        """
+        seeds = [*subgraph.input_names, *sorted(owner.captured_names)]
         type_of: Callable[[str], TypeInfo] = scope.type_of
         if scope.function is None:
             type_of = functools.partial(self.types.of, subgraph)
