@@ -18,6 +18,8 @@ under ``--onnx-ir-cap`` seconds, and extrapolated (clearly labelled) above.
 The outputs of every tool's model are compared with the original's (onnxruntime runs
 models with local functions itself) on the smallest size.
 
+Exits 1 if graphpass's model computes other outputs than the original.
+
 Usage::
 
     .venv/bin/python benchmarks/inline.py [--sizes 1000,5000,50000] [--repeats 3]
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import itertools
 import math
 import tempfile
@@ -167,7 +170,7 @@ def same_outputs(original: Path, candidate: Path) -> bool:
 
 
 # ================================================================ the report
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,5000,50000")
     parser.add_argument("--repeats", type=int, default=3)
@@ -175,7 +178,9 @@ def main() -> None:
                         help="skip onnx_ir where its predicted time exceeds this (seconds)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    _import_tools()  # so that no tool's first run pays for its imports
     results: dict[tuple[str, int], Timing] = {}
+    correct: dict[str, bool] = {}
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         for size in sizes:
@@ -198,11 +203,18 @@ def main() -> None:
                 for name in TOOLS:
                     target = folder / f"{name.split()[0]}-{size}.onnx"
                     if target.exists():
-                        verdict = "yes" if same_outputs(source, target) else \
-                            "NO (attribute defaults dropped)"
+                        same = same_outputs(source, target)
+                        correct[name] = same
+                        verdict = "yes" if same else "NO (attribute defaults dropped)"
                         print(f"  {name:<20} {verdict}")
                 print()
     _print_table(results, sizes)
+    return 0 if correct.get("graphpass", True) else 1
+
+
+def _import_tools() -> None:
+    for module in ("onnx.inliner", "onnx_ir.passes.common", "graphpass.passes.inline_functions"):
+        importlib.import_module(module)
 
 
 def _predict(results: dict[tuple[str, int], Timing], name: str, size: int) -> float | None:
@@ -256,4 +268,4 @@ def _print_table(results: dict[tuple[str, int], Timing], sizes: list[int]) -> No
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
