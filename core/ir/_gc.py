@@ -1,10 +1,23 @@
 """Pausing Python's cyclic garbage collector during bulk work on the IR.
 
-Loading or writing a large model allocates millions of small container objects
-that all stay alive. Each allocation burst triggers the cyclic collector, which
-then scans the ever-growing set of live objects again and again: loading gets
-slower per node the bigger the model is. Nothing created during a conversion is
-garbage, so the collector is paused for its duration and restored afterwards.
+Loading, copying or writing a large model allocates millions of small container
+objects that all stay alive. With the collector running, each allocation burst
+triggers collections that scan the ever-growing set of live objects again: loading
+got slower per node the bigger the model was (0.86 s for 100k nodes, 5.4 s for 400k).
+Nothing created during a conversion is garbage, so :func:`paused_gc` switches the
+collector off for the block.
+
+On exit, the objects the block allocated are moved straight to the oldest
+generation (``gc.freeze()`` then ``gc.unfreeze()``); otherwise the first collection
+after the block would scan all of them at once, and again in the middle
+generation. But objects moved that way never count towards CPython's trigger for
+a full collection, so a model discarded later would stay in memory until some
+unrelated activity caused one: loading and dropping models in a loop grew without
+bound. :func:`paused_gc` therefore keeps its own account, as CPython does for
+objects that age normally: once the objects it moved outnumber those alive after
+its last full collection (and at least :data:`_MIN_BATCH`), it runs one. Each
+object is scanned about once by those collections, and memory held by dead models
+stays within about twice what is alive.
 """
 
 from __future__ import annotations
@@ -12,8 +25,19 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Final
 
 __all__ = ["paused_gc"]
+
+_MIN_BATCH: Final = 1_000_000
+"""Objects moved to the oldest generation before a full collection is considered."""
+
+
+class _Account:
+    """Objects moved to the oldest generation, and an estimate of those still alive."""
+
+    moved_since_collection = 0
+    alive_after_collection = 0
 
 
 @contextmanager
@@ -21,7 +45,9 @@ def paused_gc() -> Iterator[None]:
     """Disable the cyclic garbage collector inside the block (nesting is fine).
 
     The collector is re-enabled on exit only if it was enabled on entry, so an
-    application that manages the collector itself is left alone.
+    application that manages the collector itself is left alone; the block's
+    objects are moved to the oldest generation only when the application keeps
+    no frozen objects of its own (``gc.unfreeze`` would release them).
     """
     was_enabled = gc.isenabled()
     if was_enabled:
@@ -31,10 +57,17 @@ def paused_gc() -> Iterator[None]:
     finally:
         if was_enabled:
             if not gc.get_freeze_count():
-                # Move what the block allocated straight to the oldest generation:
-                # otherwise the first collection after re-enabling scans all of it
-                # at once (a sixth of the time of inlining a large model). Skipped
-                # when the application keeps frozen objects of its own.
-                gc.freeze()
-                gc.unfreeze()
+                _move_to_oldest_generation()
             gc.enable()
+
+
+def _move_to_oldest_generation() -> None:
+    moved = gc.get_count()[0]  # objects allocated (net) since the last collection
+    gc.freeze()
+    gc.unfreeze()
+    _Account.moved_since_collection += moved
+    if _Account.moved_since_collection > max(_MIN_BATCH, _Account.alive_after_collection):
+        found = gc.collect()
+        _Account.alive_after_collection = max(
+            0, _Account.alive_after_collection + _Account.moved_since_collection - found)
+        _Account.moved_since_collection = 0
