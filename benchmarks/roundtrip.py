@@ -200,12 +200,12 @@ def write_docs(summary: str, sizes: list[int]) -> None:
         "loading allocates millions of small objects that all stay alive (nodes, values, "
         "networkx's adjacency dicts), and each allocation burst triggered collections that "
         "scanned the growing set of live objects again. graphpass now pauses the collector "
-        "while it converts a model (`graphpass.ir._gc.paused_gc`, restored afterwards) and "
-        "avoids per-node work that is not needed (one walk over the nodes to check external "
-        "data, no generator per node when looking for subgraphs). The objects are still "
-        "scanned once by the next collection, which is why `load` stays the largest share. "
-        "`gc.freeze()` would avoid even that, but would keep discarded models alive until "
-        "the next full collection, so graphpass does not use it.",
+        "while it converts or copies a model (`graphpass.ir._gc.paused_gc`), moves the "
+        "objects it made straight to the oldest generation afterwards, and runs a full "
+        "collection itself once the objects moved that way outnumber those alive after its "
+        "last one (without that account, models dropped in a loop were never collected). "
+        "It also avoids per-node work that is not needed (one walk over the nodes to check "
+        "external data, no generator per node when looking for subgraphs).",
         END,
     ])
     text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
