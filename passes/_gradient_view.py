@@ -20,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx
 
+from graphpass.errors import GraphpassError
 from graphpass.ir import Graph, Model, Node
 from graphpass.passes._gradient_types import ModelTypes, TypeInfo
 
@@ -54,7 +55,10 @@ class _Constants:
             if name in self.variable or tensor.size > _MAX_ELEMENTS \
                     or name in graph.input_names:
                 return None
-            return np.asarray(tensor.numpy())
+            try:
+                return np.asarray(tensor.numpy())
+            except GraphpassError:  # external data not there: leave the branch undecided
+                return None
         producer = graph.producer(name)
         if producer is None or producer.domain not in ("", "ai.onnx") \
                 or any(True for _ in producer.subgraphs()):
