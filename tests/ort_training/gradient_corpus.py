@@ -5,7 +5,7 @@ Two sources:
 * ONNX's node test cases (``onnx.backend.test.case.node.collect_testcases()``): for
   every float input of a test model, one case where that input becomes a trainable
   initializer (holding the test's input data), and the first output, summed to a
-  scalar, is the loss.
+  float32 scalar, is the loss.
 * small torch modules exported with both exporters (see ``torch_cases``).
 
 onnxruntime-training 1.19.2 accepts ai.onnx opsets up to 21 and IR versions up to 10:
@@ -14,9 +14,13 @@ reason is kept. Verdicts are plain strings so that a golden file stays small:
 
 * ``ok``: training artifacts are built.
 * ``missing OP``: no gradient builder for ``OP``.
-* ``broken OP``: ``OP`` has a builder that fails on this node (a known condition).
-* ``unreachable W`` / ``no-gradient W`` / ``duplicate W``: the trainable weight ``W``
-  gets no gradient, or two at once (see the lint's GP402-GP404).
+* ``broken OP``: a known failure condition of ``OP`` (``broken A|B`` when the
+  trainer's message fits several).
+* ``unreachable W`` / ``no-gradient W`` / ``duplicate W`` / ``captured W``: the
+  trainable weight ``W`` gets no gradient, two at once, or is read in a subgraph
+  (the lint's GP402, GP404, GP405, GP406); ``W1|W2`` when several weights share the
+  problem (the trainer names one of them, in no fixed order).
+* ``loss-type``: the loss is not float32 (GP407).
 * ``other: ...`` / ``crash: ...``: the trainer fails for another reason.
 """
 
