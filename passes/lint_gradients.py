@@ -20,6 +20,8 @@ the trainer reports):
 * ``GP404`` a weight reaches the loss only through non-differentiable inputs;
 * ``GP405`` one node reads a weight at two differentiable inputs;
 * ``GP407`` the loss has an element type the trainer does not accept;
+* ``GP423`` (info) float weights left out of the default trainable set because
+  torch's export record marks them as buffers or constants;
 * ``GP421`` / ``GP422`` (warnings) a ``trainable``/``frozen`` pattern that matches
   nothing, a requested weight that is not of a float type.
 
@@ -48,6 +50,7 @@ from graphpass.passes._gradient_region import (
 )
 from graphpass.passes._gradient_types import FunctionTypes, ModelTypes, TypeInfo
 from graphpass.passes._gradient_view import resolve_constant_ifs
+from graphpass.torch_export import default_trainable
 
 __all__ = ["CODES", "LintGradients"]
 
@@ -63,6 +66,7 @@ CODES: Final = {
     "borrowed": "GP420",
     "no-match": "GP421",
     "not-float": "GP422",
+    "not-parameters": "GP423",
 }
 """The finding codes of ``lint-gradients`` by problem (stable)."""
 
@@ -161,7 +165,9 @@ class LintGradients(AnalysisPass):
             rules: The gradient rule set to judge by (default: the default rule set,
                 ``onnxruntime-training``; see ``graphpass plugins`` for others).
             trainable: The trainable weights: initializer (or graph input) names or
-                ``fnmatch`` patterns. Default: every initializer of a float type.
+                ``fnmatch`` patterns. Default: every initializer of a float type, except
+                those torch's export record marks as buffers or constants (PyTorch
+                never trains those); ``["*"]`` takes every float initializer.
             frozen: Weights to leave out of ``trainable`` (names or patterns).
             loss: The loss outputs. Default: every graph output.
         """
@@ -225,13 +231,28 @@ def _select_trainable(graph: Graph, options: Any, rules: GradientRules
                     f"{option} pattern {pattern!r} matches no initializer or graph input",
                     value=pattern,
                     hint="check the spelling; patterns use fnmatch syntax (* ? [...])"))
+    left_out: dict[str, str] = {}
     if options.trainable:
         chosen = [name for name in candidates if _matches(name, options.trainable)]
     else:
-        chosen = [name for name, tensor in initializers.items()
-                  if tensor.dtype in rules.differentiable_types]
+        defaults, left_out = default_trainable(graph)
+        chosen = [name for name in defaults
+                  if initializers[name].dtype in rules.differentiable_types]
+        if left_out:
+            shown = ", ".join(f"{name!r} ({kind})" for name, kind in
+                              list(left_out.items())[:_SHOWN])
+            more = f" and {len(left_out) - _SHOWN} more" if len(left_out) > _SHOWN else ""
+            findings.append(Finding(
+                CODES["not-parameters"], Severity.INFO,
+                f"{len(left_out)} float weight{'s' * (len(left_out) != 1)} left out of the "
+                f"trainable set: torch's export record marks them as buffers or constants, "
+                f"which PyTorch never trains: {shown}{more}",
+                hint='to train them anyway, name them with the trainable option '
+                     '(trainable = ["*"] takes every float weight)',
+                data={"left_out": dict(left_out)}))
     trainable = []
-    frozen = frozenset(name for name in candidates if _matches(name, options.frozen))
+    frozen = frozenset(name for name in candidates
+                       if _matches(name, options.frozen) or name in left_out)
     for name in chosen:
         if name in frozen:
             continue

@@ -21,6 +21,7 @@ import contextlib
 import fnmatch
 import importlib.util
 import io
+import os
 import re
 import tempfile
 from collections.abc import Iterable
@@ -34,6 +35,8 @@ from graphpass.findings import Finding, Severity
 from graphpass.ir import Model
 from graphpass.pass_base import Pass, PassContext, PassResult
 from graphpass.plugins.hookspecs import hookimpl
+from graphpass.proto import model_to_proto
+from graphpass.torch_export import TRAINABLE_TYPES, default_trainable
 
 __all__ = ["EmitTrainingArtifacts", "graphpass_passes", "training_available"]
 
@@ -42,8 +45,7 @@ FAILED_CODE = "GP701"
 NO_TRAINABLE_CODE = "GP702"
 DOES_NOT_LOAD_CODE = "GP703"
 
-_FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
-                          onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16})
+_PROTO_LIMIT = 1_800_000_000
 _MISSING_BUILDER = re.compile(r"The gradient builder has not been registered: (\S+) for node (\S*)")
 
 
@@ -85,7 +87,8 @@ class EmitTrainingArtifacts(Pass):
                 model's first output already is the loss.
             loss_inputs: The model outputs fed to the loss (default: all outputs).
             trainable: Weights to train, as names or globs (default: every float
-                initializer).
+                initializer except those torch's export record marks as buffers or
+                constants, as ``lint-gradients`` chooses).
             frozen: Weights to keep fixed, as names or globs.
             optimizer: The optimizer model to write.
             max_ir_version: The highest IR version to write (default: the highest the
@@ -140,13 +143,21 @@ class EmitTrainingArtifacts(Pass):
 
 
 def _weights(model: Model, trainable: list[str], frozen: list[str]) -> tuple[list[str], list[str]]:
-    floats = [name for name, tensor in model.graph.initializers.items()
-              if tensor.dtype in _FLOAT_TYPES]
-    chosen = [n for n in floats if not trainable or any(fnmatch.fnmatchcase(n, p)
-                                                        for p in trainable)]
-    fixed = [n for n in model.graph.initializers if any(fnmatch.fnmatchcase(n, p)
-                                                        for p in frozen)]
-    return [n for n in chosen if n not in fixed], fixed
+    """The weights to train and to freeze (the same defaults as ``lint-gradients``)."""
+    if trainable:
+        chosen = [name for name, tensor in model.graph.initializers.items()
+                  if tensor.dtype in TRAINABLE_TYPES and _matches(name, trainable)]
+        left_out: list[str] = []
+    else:
+        chosen, kinds = default_trainable(model.graph)
+        left_out = list(kinds)
+    fixed = [name for name in model.graph.initializers
+             if _matches(name, frozen) or name in left_out]
+    return [name for name in chosen if name not in fixed], fixed
+
+
+def _matches(name: str, patterns: list[str]) -> bool:
+    return any(name == pattern or fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
 def _generate(model: Model, directory: Path, options: Any, trainable: list[str],
@@ -162,18 +173,31 @@ def _generate(model: Model, directory: Path, options: Any, trainable: list[str],
               "l1": artifacts.LossType.L1Loss, "none": None}
     optimizers = {"adamw": artifacts.OptimType.AdamW, "sgd": artifacts.OptimType.SGD}
     directory.mkdir(parents=True, exist_ok=True)
+    arguments: dict[str, Any] = {
+        "requires_grad": trainable, "frozen_params": frozen, "loss": losses[options.loss],
+        "optimizer": optimizers[options.optimizer], "artifact_directory": str(directory),
+        "loss_input_names": list(options.loss_inputs) or None}
+    captured = io.StringIO()
+    if _weight_bytes(model) < _PROTO_LIMIT:
+        proto = model_to_proto(model, lambda tensor: tensor.to_embedded_proto()
+                               if tensor.is_external else tensor.to_proto())
+        with contextlib.redirect_stdout(captured):
+            artifacts.generate_artifacts(proto, **arguments)
+        return
+    # Past 2 GB it needs a path, and then writes temp.onnx(.data) into the current
+    # folder: give it a scratch folder of its own.
     with tempfile.TemporaryDirectory(prefix="graphpass-artifacts-") as scratch:
         from graphpass.files import save
 
         source = Path(scratch) / "model.onnx"
-        save(model, source, external_data=_weight_bytes(model) >= 2**30)
-        captured = io.StringIO()
-        with contextlib.redirect_stdout(captured):
-            artifacts.generate_artifacts(
-                str(source), requires_grad=trainable, frozen_params=frozen,
-                loss=losses[options.loss], optimizer=optimizers[options.optimizer],
-                artifact_directory=str(directory),
-                loss_input_names=list(options.loss_inputs) or None)
+        save(model, source, external_data=True)
+        previous = Path.cwd()
+        os.chdir(scratch)
+        try:
+            with contextlib.redirect_stdout(captured):
+                artifacts.generate_artifacts(str(source), **arguments)
+        finally:
+            os.chdir(previous)
 
 
 def _weight_bytes(model: Model) -> int:

@@ -1,0 +1,57 @@
+"""Train a few steps on artifacts written by ``emit-training-artifacts``.
+
+Runs in the onnxruntime-training venv. Prints one JSON line:
+``{"ok": true, "losses": [...], "inputs": [...]}`` or ``{"ok": false, "error": "..."}``.
+
+Usage::
+
+    python train_artifacts.py ARTIFACTS_DIR BATCH.npz [--steps 3]
+
+The batch file holds one array per training-model input (the model's inputs, then
+the loss's, e.g. ``target`` for MSE), by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("artifacts")
+    parser.add_argument("batch")
+    parser.add_argument("--steps", type=int, default=3)
+    args = parser.parse_args()
+    try:
+        import numpy as np
+        import onnxruntime
+        from onnxruntime.training import api
+
+        onnxruntime.set_default_logger_severity(3)
+        state = api.CheckpointState.load_checkpoint(os.path.join(args.artifacts, "checkpoint"))
+        module = api.Module(os.path.join(args.artifacts, "training_model.onnx"), state,
+                            os.path.join(args.artifacts, "eval_model.onnx"))
+        optimizer = api.Optimizer(os.path.join(args.artifacts, "optimizer_model.onnx"), module)
+        with np.load(args.batch) as data:
+            feeds = {name: data[name] for name in data.files}
+        names = module.input_names()
+        module.train()
+        losses = []
+        for _ in range(args.steps):
+            outputs = module(*[feeds[name] for name in names])
+            loss = outputs[0] if isinstance(outputs, (list, tuple)) else outputs
+            losses.append(float(np.asarray(loss).reshape(-1)[0]))
+            optimizer.step()
+            module.lazy_reset_grad()
+    except Exception as error:  # report as data; the test decides
+        print(json.dumps({"ok": False, "error": f"{type(error).__name__}: {error}"[-2000:]}))
+        return 0
+    print(json.dumps({"ok": True, "losses": losses, "inputs": names}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
