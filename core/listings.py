@@ -144,6 +144,9 @@ def print_plugins(registry: Registry, console: Console) -> None:
             if text:
                 text.append("\n")
             text.append(f"{kind.replace('_', ' ')}: {', '.join(names)}")
+        if entry["status"] == "active" and not text:
+            text.append("nothing here (a plugin may give passes only where what it needs is "
+                        "installed)", style="dim")
         if entry["error"]:
             text.append(("\n" if text else "") + entry["error"], style="red")
         for warning in entry["warnings"]:
