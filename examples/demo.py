@@ -11,6 +11,9 @@ line is its title, and append it to ``STORIES``.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -70,8 +73,129 @@ def story_inspect_and_round_trip(out: Path) -> None:
     console.print("onnxruntime gives identical outputs for the original and the saved copy")
 
 
+STORIES_DIR = HERE / "stories"
+ORT_TRAINING_PYTHON = HERE.parent / ".venv-ort-training" / "bin" / "python"
+
+
+def _graphpass(*args: str, expect: int, python: str = sys.executable) -> str:
+    """Run a graphpass command as a user would, show it and its output, check its exit code."""
+    shown = " ".join(_display(a) for a in args)
+    console.print(f"[bold cyan]$ graphpass {shown}[/]", soft_wrap=True)
+    done = subprocess.run([python, "-m", "graphpass", *args], capture_output=True, text=True,
+                          check=False, env={**os.environ, "COLUMNS": "110"})
+    output = (done.stdout + done.stderr).rstrip()
+    if output:
+        # Already laid out by graphpass (110 columns): print it as it is.
+        console.file.write(output + "\n")
+        console.file.flush()
+    console.print(f"[dim](exit code {done.returncode})[/]\n")
+    assert done.returncode == expect, f"expected exit code {expect}, got {done.returncode}"
+    return done.stdout
+
+
+def _display(argument: str) -> str:
+    path = Path(argument)
+    if path.is_absolute():
+        for base in (HERE.parent, Path.cwd()):
+            if base in path.parents:
+                return str(path.relative_to(base))
+    return argument
+
+
+def _matches_torch(model: Path, folder: Path) -> None:
+    try:
+        import onnxruntime
+    except ImportError:
+        console.print("(onnxruntime is not installed: outputs not compared with torch's)")
+        return
+    with np.load(folder / "batch.npz") as batch, np.load(folder / "expected.npz") as expected:
+        session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        feeds = {i.name: batch[i.name] for i in session.get_inputs()}
+        outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds),
+                           strict=True))
+        for name in expected.files:
+            difference = float(np.abs(outputs[name] - expected[name]).max())
+            assert difference < 1e-4, f"{name} differs from torch's by {difference}"
+            console.print(f"onnxruntime's {name!r} on the saved batch equals what torch computed "
+                          f"when the example was made (max difference {difference:.1e})")
+
+
+def _train_if_possible(model: Path, out: Path, *args: str) -> None:
+    """With the onnxruntime-training venv (make ort-venv), emit artifacts and train 3 steps."""
+    if not ORT_TRAINING_PYTHON.exists():
+        console.print("(no onnxruntime-training venv: `make ort-venv` builds one, and the demo "
+                      "then also writes training artifacts and trains three steps)")
+        return
+    artifacts = out / f"{model.parent.name}-artifacts"
+    _graphpass("run", str(model), "-o", str(out / f"{model.parent.name}-trainable.onnx"),
+               "-p", "train-ready", *args, "--emit-training-artifacts", str(artifacts),
+               expect=0, python=str(ORT_TRAINING_PYTHON))
+    batch = out / f"{model.parent.name}-train-batch.npz"
+    with np.load(model.parent / "batch.npz") as data, \
+            np.load(model.parent / "expected.npz") as expected:
+        feeds = {name: data[name] for name in data.files if name != "target"}
+        feeds["target"] = np.zeros_like(next(iter(expected[name] for name in expected.files)))
+        np.savez(batch, **feeds)
+    trainer = HERE.parent / "tests" / "ort_training" / "train_artifacts.py"
+    done = subprocess.run([str(ORT_TRAINING_PYTHON), str(trainer), str(artifacts), str(batch),
+                           "--steps", "3"], capture_output=True, text=True, check=False)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["ok"], result
+    losses = ", ".join(f"{loss:.4f}" for loss in result["losses"])
+    assert result["losses"][0] > result["losses"][-1], "the loss did not fall"
+    console.print(f"onnxruntime-training: three AdamW steps on one batch, MSE loss {losses}")
+
+
+def story_functions_for_training(out: Path) -> None:
+    """A model ONNX Runtime training rejects: calls of model-local functions.
+
+    torch.onnx.export(..., export_modules_as_functions={ResidualBlock}) turns each block
+    into a call of a model-local function. onnxruntime-training has no gradient for a
+    function call ("The gradient builder has not been registered: ResidualBlock for node
+    ..."). lint-gradients says so before training; train-ready inlines the calls; the
+    lint is silent after, and the outputs are verified unchanged.
+    """
+    folder = STORIES_DIR / "functions"
+    model = folder / "model.onnx"
+    _graphpass("lint", str(model), "-p", "lint-gradients", expect=1)
+    ready = out / "functions-ready.onnx"
+    _graphpass("run", str(model), "-o", str(ready), "-p", "train-ready", "--verify",
+               "--verify-inputs", str(folder / "batch.npz"), "--time", expect=0)
+    _graphpass("lint", str(ready), "-p", "lint-gradients", expect=0)
+    _matches_torch(ready, folder)
+    _train_if_possible(model, out)
+
+
+def story_checkpoint_and_lost_buffer(out: Path) -> None:
+    """Weights from a checkpoint whose names don't match, and a buffer nobody saved.
+
+    The model was exported with dynamo=True without its weights. The training code saved
+    the wrapper's state_dict(): every key has a "transformer." prefix, and the attention's
+    causal mask, a non-persistent buffer, is not there. train-ready fills what the
+    checkpoint has and stops before writing anything, naming the buffer; given the full
+    state (graphpass.torch.save_state), it fills, verifies and writes.
+    """
+    folder = STORIES_DIR / "checkpoint"
+    model = folder / "model.onnx"
+    ready = out / "checkpoint-ready.onnx"
+    ready.unlink(missing_ok=True)
+    _graphpass("plan", "-p", "train-ready", "--checkpoint", str(folder / "trained.safetensors"),
+               expect=0)
+    _graphpass("run", str(model), "-o", str(ready), "-p", "train-ready", "--checkpoint",
+               str(folder / "trained.safetensors"), expect=1)
+    assert not ready.exists(), "a failed run wrote a model"
+    console.print(f"nothing was written: {_display(str(ready))} does not exist\n")
+    _graphpass("run", str(model), "-o", str(ready), "-p", "train-ready", "--checkpoint",
+               str(folder / "full_state.safetensors"), "--verify", "--verify-inputs",
+               str(folder / "batch.npz"), "--time", expect=0)
+    _matches_torch(ready, folder)
+    _train_if_possible(model, out, "--checkpoint", str(folder / "full_state.safetensors"))
+
+
 STORIES: list[Callable[[Path], None]] = [
     story_inspect_and_round_trip,
+    story_functions_for_training,
+    story_checkpoint_and_lost_buffer,
 ]
 
 

@@ -23,8 +23,9 @@ import importlib.util
 import io
 import os
 import re
+import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -181,7 +182,7 @@ def _generate(model: Model, directory: Path, options: Any, trainable: list[str],
     if _weight_bytes(model) < _PROTO_LIMIT:
         proto = model_to_proto(model, lambda tensor: tensor.to_embedded_proto()
                                if tensor.is_external else tensor.to_proto())
-        with contextlib.redirect_stdout(captured):
+        with contextlib.redirect_stdout(captured), _quiet_native_stderr():
             artifacts.generate_artifacts(proto, **arguments)
         return
     # Past 2 GB it needs a path, and then writes temp.onnx(.data) into the current
@@ -194,7 +195,7 @@ def _generate(model: Model, directory: Path, options: Any, trainable: list[str],
         previous = Path.cwd()
         os.chdir(scratch)
         try:
-            with contextlib.redirect_stdout(captured):
+            with contextlib.redirect_stdout(captured), _quiet_native_stderr():
                 artifacts.generate_artifacts(str(source), **arguments)
         finally:
             os.chdir(previous)
@@ -259,14 +260,33 @@ def _load_artifacts(directory: Path) -> str | None:
     from onnxruntime.training import api
 
     try:
-        state = api.CheckpointState.load_checkpoint(str(directory / "checkpoint"))
-        module = api.Module(str(directory / "training_model.onnx"), state,
-                            str(directory / "eval_model.onnx"))
-        api.Optimizer(str(directory / "optimizer_model.onnx"), module)
+        with _quiet_native_stderr():  # the training session logs every graph transformer
+            state = api.CheckpointState.load_checkpoint(str(directory / "checkpoint"))
+            module = api.Module(str(directory / "training_model.onnx"), state,
+                                str(directory / "eval_model.onnx"))
+            api.Optimizer(str(directory / "optimizer_model.onnx"), module)
     except Exception as error:  # the runtime's own exception types
         lines = str(error).strip().splitlines()
         return lines[-1] if lines else type(error).__name__
     return None
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr() -> Iterator[None]:
+    """Send what native code writes to file descriptor 2 to /dev/null for a while.
+
+    onnxruntime-training's training sessions log at INFO level whatever the Python
+    logger severity says; those lines would drown the report.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _runtime_version() -> str:
