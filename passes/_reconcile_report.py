@@ -98,10 +98,13 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
         target = by_name[name]
         source = f" (computed by the exporter from {', '.join(target.folded_from)})" \
             if target.folded_from else ""
+        fate = {"initializer": "it keeps the value it was exported with",
+                "input": "it stays a graph input that must be fed",
+                "undefined": "it stays undefined"}.get(target.source, "it stays as it was")
         findings.append(Finding(
             "GP201", Severity.WARNING,
-            f"no checkpoint key fills {target.source} {name!r}{source}; it keeps the value "
-            "it was exported with", PASS_NAME, value=name,
+            f"no checkpoint key fills {target.source} {name!r}{source}; {fate}",
+            PASS_NAME, value=name,
             hint="add a rename (checkpoint key = initializer) or a regex rule; strict = true "
                  "makes this an error"))
     if unused:
