@@ -53,8 +53,8 @@ class Fill:
     Attributes:
         name: The initializer to create or replace.
         key: The checkpoint key that fills it.
-        rule: How the key was found: a matching level, ``folded-transpose`` or
-            ``merged-split``.
+        rule: How the key was found: a matching level, ``tied-alias``,
+            ``folded-transpose`` or ``merged-split``.
         target: The model name this fill serves (the folded value, the merged
             initializer, or ``name`` itself).
         replaces: For a replayed fold: the folded value a new ``Transpose`` of
@@ -113,6 +113,7 @@ def plan_fills(graph: Graph, targets: Sequence[Target], matching: Matching,
     """
     planner = _Planner(graph, targets, matching, checkpoint, signature)
     planner.plain()
+    planner.tied_aliases()
     planner.recorded_folds()
     planner.merges()
     planner.identity_merges()
@@ -155,6 +156,53 @@ class _Planner:
             self.plan.fills.append(fill)
             self.plain_fills[target.name] = fill
             self.served.add(target.name)
+
+    # -------------------------------------------------------------- tied aliases
+    def tied_aliases(self) -> None:
+        """Tied weights saved under another of their names.
+
+        torch.export keeps one name for tied parameters (GPT-2's token embedding is
+        ``lm_head.weight`` in the export), while checkpoints often keep the other
+        (``save_pretrained`` writes ``transformer.wte.weight``). When no key fills a
+        weight and a module that reads it owns, under the same attribute name, an
+        unused key of the same shape and type, that key is the tied weight: it fills
+        the one initializer all readers share, so the tie survives.
+        """
+        used = self.plan.used_keys()
+        for target in self.targets:
+            if target.name in self.served or target.folded_from:
+                continue
+            attribute = leaf(target.name)
+            candidates: dict[str, str] = {}
+            for node, slot in self.graph.uses(target.name):
+                if node is None or slot < 0:
+                    continue
+                scope = module_scope(node)
+                if not scope:
+                    continue
+                alias = f"{scope}.{attribute}"
+                key = self.matching.key_of(alias)
+                if alias == target.name or key is None or key in used:
+                    continue
+                if self.signature and alias not in self.weight_names:
+                    continue  # the exporter never saw a weight of that name
+                if _mismatch(target, self.checkpoint[key]) is None:
+                    candidates[key] = alias
+            if len(candidates) > 1:
+                self.plan.problems.append(
+                    f"no key fills {target.name!r}, and the modules reading it own several "
+                    f"unused keys it could be tied to ({', '.join(map(repr, candidates))}); "
+                    "say which with a rename (renames = {key = \"" + target.name + "\"})")
+                continue
+            if candidates:
+                key, alias = next(iter(candidates.items()))
+                self.plan.fills.append(Fill(target.name, key, "tied-alias", target.name,
+                                            inferred=True))
+                self.served.add(target.name)
+                used.add(key)
+                placeholder = self.placeholder_of.get(alias)
+                if placeholder is not None:
+                    self.served_placeholders.add(placeholder)
 
     # ------------------------------------------------------------ recorded folds
     def recorded_folds(self) -> None:

@@ -39,7 +39,7 @@ from graphpass.passes._reconcile_targets import Target
 __all__ = ["MatchTable", "NameList", "build_report"]
 
 PASS_NAME: Final = "reconcile-initializers"
-RULES: Final = (*LEVELS, "folded-transpose", "merged-split")
+RULES: Final = (*LEVELS, "tied-alias", "folded-transpose", "merged-split")
 _SHOWN: Final = 5
 
 
@@ -120,6 +120,7 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
             + " and ".join(str(p) for p in matching.base_prefix_ties)
             + " match equally many keys", PASS_NAME,
             hint="say which with a regex rule, e.g. rules = {'^model\\\\.' = ''}"))
+    findings.extend(_tied_findings(plan.fills))
     findings.extend(_fold_findings(plan.fills))
     findings.extend(_merge_findings(plan.fills))
     inputs = [f.name for f in plan.fills if f.is_plain and by_name[f.name].is_input]
@@ -171,6 +172,19 @@ def _probable_weight_inputs(plan: Plan, input_names: Sequence[str]) -> NameList:
         return NameList()
     unmatched = {t.name for t in plan.unmatched if not t.required}
     return NameList(name for name in input_names[first:] if name in unmatched)
+
+
+def _tied_findings(fills: Sequence[Fill]) -> list[Finding]:
+    tied = [f for f in fills if f.rule == "tied-alias"]
+    if not tied:
+        return []
+    pairs = [f"{f.name} <- {f.key}" for f in tied]
+    return [Finding(
+        "GP210", Severity.INFO,
+        f"filled {len(tied)} tied weight{'s' * (len(tied) != 1)} from the key of another of "
+        f"its names (the export kept one name for tied weights, the checkpoint another; a "
+        f"module that reads the weight owns that key): {_listing(pairs)}", PASS_NAME,
+        data={"tied": {f.name: f.key for f in tied}})]
 
 
 def _fold_findings(fills: Sequence[Fill]) -> list[Finding]:
