@@ -108,8 +108,9 @@ def functions_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def checkpoint_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """TinyLM exported without weights, its prefixed state_dict, and its buffers."""
-    import graphpass.torch
     from safetensors.torch import save_file
+
+    import graphpass.torch
 
     folder = tmp_path_factory.mktemp("checkpoint")
     torch.manual_seed(1)
