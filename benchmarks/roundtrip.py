@@ -200,12 +200,13 @@ def write_docs(summary: str, sizes: list[int]) -> None:
         "loading allocates millions of small objects that all stay alive (nodes, values, "
         "networkx's adjacency dicts), and each allocation burst triggered collections that "
         "scanned the growing set of live objects again. graphpass now pauses the collector "
-        "while it converts or copies a model (`graphpass.ir._gc.paused_gc`), moves the "
-        "objects it made straight to the oldest generation afterwards, and runs a full "
-        "collection itself once the objects moved that way outnumber those alive after its "
-        "last one (without that account, models dropped in a loop were never collected). "
-        "It also avoids per-node work that is not needed (one walk over the nodes to check "
-        "external data, no generator per node when looking for subgraphs).",
+        "while it converts or copies a model (`graphpass.ir._gc.paused_gc`; its docstring "
+        "has the details: small blocks go straight to the oldest generation, with an "
+        "account that triggers full collections so dropped models are freed; large ones "
+        "age normally), and avoids per-node work that is not needed (one walk over the "
+        "nodes to check external data, no generator per node when looking for subgraphs). "
+        "The model's objects are still scanned once by the collector after a large load, "
+        "which is why `load` is the largest share.",
         END,
     ])
     text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
