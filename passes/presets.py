@@ -17,18 +17,26 @@ TRAIN_READY = Pipeline(
     name="train-ready",
     description=(
         "Make an exported model trainable: inline local functions, fill weights from the "
-        "checkpoint (when one is given), find missing buffers, lint gradients, tidy, check."
+        "checkpoint (when one is given), find missing buffers, rewrite exported operators "
+        "ORT training cannot differentiate, lint gradients, tidy, check."
     ),
     passes=[
         "inline-functions",
         PipelineStep("reconcile-initializers", when="checkpoint"),
         "detect-missing-buffers",
+        "fix-training-ops",
         "lint-gradients",
         "remove-unused",
         "check",
     ],
 )
-"""From an exported model (and its checkpoint) to a model ORT training accepts."""
+"""From an exported model (and its checkpoint) to a model ORT training accepts.
+
+``fix-training-ops`` goes beyond the passes that find problems: ``nn.LayerNorm``
+exports as a one-output ``LayerNormalization`` that onnxruntime-training 1.19.2
+cannot differentiate, in nearly every transformer; the rewrite computes the same
+values (``--verify`` checks it) and lets the model train.
+"""
 
 
 def builtin_pipelines() -> list[Pipeline]:

@@ -24,6 +24,7 @@ def graphpass_passes() -> Iterable[type[Any]]:
     """The built-in passes."""
     from graphpass.passes.check import Check
     from graphpass.passes.detect_missing_buffers import DetectMissingBuffers
+    from graphpass.passes.fix_training_ops import FixTrainingOps
     from graphpass.passes.infer_shapes import InferShapes
     from graphpass.passes.inline_functions import InlineFunctions
     from graphpass.passes.lint_gradients import LintGradients
@@ -36,6 +37,7 @@ def graphpass_passes() -> Iterable[type[Any]]:
         ReconcileInitializers,
         DetectMissingBuffers,
         LintGradients,
+        FixTrainingOps,
         RemoveUnused,
         TopologicalSort,
         InferShapes,

@@ -1,0 +1,185 @@
+"""The ``fix-training-ops`` pass: make common exported operators differentiable.
+
+Two patterns torch exports everywhere stop ONNX Runtime training (1.19.2) although
+an equivalent form trains fine:
+
+* ``nn.LayerNorm`` exports (opset 17 and later) as a ``LayerNormalization`` with only
+  its ``Y`` output; ORT's gradient builder needs the ``Mean`` and ``InvStdDev``
+  outputs. The pass adds them (nothing reads them; the values are unchanged).
+* ``masked_fill`` and friends export (``dynamo=True``) as ``CastLike(value, x)``,
+  which has no gradient builder. ``CastLike`` only reads ``x``'s element type, so
+  when that type is known the pass writes ``Cast(value, to=<type>)`` instead.
+
+Both rewrites compute exactly the same values, so ``--verify`` has nothing to find.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import onnx
+
+from graphpass.checking import structural_proto
+from graphpass.findings import Finding, Severity
+from graphpass.ir import Attribute, Graph, Model, Node
+from graphpass.pass_base import Pass, PassContext, PassResult
+
+__all__ = ["FixTrainingOps"]
+
+LAYER_NORM_CODE = "GP530"
+CAST_LIKE_CODE = "GP531"
+
+
+class FixTrainingOps(Pass):
+    """Rewrite operators ORT training cannot differentiate into equivalent ones it can."""
+
+    name = "fix-training-ops"
+    description = ("Rewrite exported operators ONNX Runtime training cannot differentiate into "
+                   "equivalent ones it can (LayerNormalization statistics, CastLike to Cast).")
+    after = ("inline-functions",)
+    before = ("lint-gradients",)
+    codes: ClassVar[dict[str, str]] = {
+        LAYER_NORM_CODE: "LayerNormalization nodes given their Mean and InvStdDev outputs",
+        CAST_LIKE_CODE: "CastLike nodes with a known target type written as Cast",
+    }
+
+    @dataclass
+    class Options:
+        """Options of ``fix-training-ops``.
+
+        Attributes:
+            layer_norm: Give ``LayerNormalization`` nodes their ``Mean`` and
+                ``InvStdDev`` outputs.
+            cast_like: Write ``CastLike`` nodes whose target element type is known as
+                ``Cast``.
+        """
+
+        layer_norm: bool = True
+        cast_like: bool = True
+
+    def run(self, model: Model, context: PassContext) -> PassResult:
+        """Rewrite every graph: main, subgraphs, function bodies."""
+        types = _ElementTypes(model) if self.options.cast_like else None
+        layer_norms: list[str] = []
+        cast_likes: list[str] = []
+        for graph in list(model.graphs()):
+            for node in list(graph):
+                if node.domain not in ("", "ai.onnx"):
+                    continue
+                label = node.name or node.op_type
+                fixed_norm = (self.options.layer_norm and node.op_type == "LayerNormalization"
+                              and _add_statistics(graph, node))
+                fixed_cast = (not fixed_norm and types is not None
+                              and node.op_type == "CastLike"
+                              and _cast_like_to_cast(graph, node, types))
+                if fixed_norm:
+                    layer_norms.append(label)
+                if fixed_cast:
+                    cast_likes.append(label)
+        findings = []
+        if layer_norms:
+            findings.append(Finding(
+                LAYER_NORM_CODE, Severity.INFO,
+                f"gave {len(layer_norms)} LayerNormalization node"
+                f"{'s' * (len(layer_norms) != 1)} their Mean and InvStdDev outputs, which "
+                f"onnxruntime-training's gradient needs: {_listing(layer_norms)}",
+                data={"nodes": layer_norms}))
+        if cast_likes:
+            findings.append(Finding(
+                CAST_LIKE_CODE, Severity.INFO,
+                f"wrote {len(cast_likes)} CastLike node{'s' * (len(cast_likes) != 1)} as Cast "
+                f"(CastLike has no gradient builder; its target type was known): "
+                f"{_listing(cast_likes)}", data={"nodes": cast_likes}))
+        return PassResult(changed=bool(layer_norms or cast_likes), findings=findings,
+                          stats={"layer norms": len(layer_norms), "cast-likes": len(cast_likes)})
+
+
+def _add_statistics(graph: Graph, node: Node) -> bool:
+    outputs = list(node.outputs) + [""] * (3 - len(node.outputs))
+    if all(outputs[1:3]) or not outputs[0]:
+        return False
+    for index, suffix in ((1, "mean"), (2, "inv_std_dev")):
+        if not outputs[index]:
+            outputs[index] = _fresh(graph, f"{outputs[0]}__{suffix}")
+    node.set_outputs(outputs)
+    return True
+
+
+def _cast_like_to_cast(graph: Graph, node: Node, types: _ElementTypes) -> bool:
+    if len(node.inputs) != 2 or not node.inputs[0] or not node.inputs[1]:
+        return False
+    elem_type = types.of(graph, node.inputs[1])
+    if elem_type is None:
+        return False
+    attributes = [Attribute.from_value("to", elem_type)]
+    saturate = node.attributes.get("saturate")
+    if saturate is not None:
+        attributes.append(saturate)
+    cast = Node("Cast", [node.inputs[0]], list(node.outputs), name=node.name,
+                attributes=attributes, doc_string=node.doc_string,
+                metadata=dict(node.metadata))
+    graph.replace(node, [cast])
+    return True
+
+
+class _ElementTypes:
+    """Element types of values: declared, or from ONNX shape inference (run once)."""
+
+    def __init__(self, model: Model):
+        self.model = model
+        self._inferred: dict[str, int] | None = None
+
+    def of(self, graph: Graph, name: str) -> int | None:
+        scope: Graph | None = graph
+        while scope is not None:
+            tensor = scope.initializers.get(name)
+            if tensor is not None:
+                return tensor.dtype
+            value = scope.values.get(name)
+            if value is not None and value.elem_type:
+                return value.elem_type
+            if scope.is_defined(name):
+                break
+            scope = scope.parent_graph
+        if graph.function is not None:
+            return None  # function bodies are typed per call; nothing to infer here
+        return self._infer().get(name)
+
+    def _infer(self) -> dict[str, int]:
+        if self._inferred is None:
+            self._inferred = {}
+            try:
+                proto = onnx.shape_inference.infer_shapes(structural_proto(self.model))
+            except Exception:  # inference is best effort here; unknown types stay unknown
+                return self._inferred
+            stack: list[Any] = [proto.graph]
+            while stack:
+                graph_proto = stack.pop()
+                for info in [*graph_proto.input, *graph_proto.output, *graph_proto.value_info]:
+                    if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type:
+                        self._inferred.setdefault(info.name, info.type.tensor_type.elem_type)
+                for node_proto in graph_proto.node:
+                    for attribute in node_proto.attribute:
+                        if attribute.HasField("g"):
+                            stack.append(attribute.g)
+                        stack.extend(attribute.graphs)
+        return self._inferred
+
+
+def _fresh(graph: Graph, base: str) -> str:
+    root = graph.root
+    candidate, number = base, 1
+    while _taken(graph, candidate) or _taken(root, candidate):
+        number += 1
+        candidate = f"{base}{number}"
+    return candidate
+
+
+def _taken(graph: Graph, name: str) -> bool:
+    return name in graph.values
+
+
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:4])
+    return shown + (f" and {len(names) - 4} more" if len(names) > 4 else "")
