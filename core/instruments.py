@@ -114,6 +114,7 @@ class DumpAfter(Instrument):
         stem = model.source_path.stem if model.source_path is not None else "model"
         suffix = f"-{record.iteration}" if record.iteration > 1 else ""
         path = self.directory / f"{stem}.after-{planned.name}{suffix}.onnx"
-        self.written.append(save(model, path))
+        # A dump shows the model as the pass left it, valid or not: that is what it is for.
+        self.written.append(save(model, path, validate=False))
         return [Finding("GP011", Severity.INFO, f"model after pass {planned.name!r} saved to "
                         f"{path}", pass_name=planned.name, data={"path": str(path)})]
