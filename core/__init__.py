@@ -9,6 +9,7 @@ graphpass.save(result.model, "out.onnx")
 ```
 """
 
+from graphpass.checkpoint import Checkpoint, CheckpointLoader, open_checkpoint
 from graphpass.errors import (
     CheckpointError,
     ConfigError,
@@ -24,6 +25,7 @@ from graphpass.errors import (
 )
 from graphpass.files import load, save
 from graphpass.findings import Finding, Severity
+from graphpass.gradients import GradientRules
 from graphpass.instruments import Instrument
 from graphpass.ir import (
     Attribute,
@@ -45,13 +47,16 @@ from graphpass.validate import validate
 __all__ = [
     "AnalysisPass",
     "Attribute",
+    "Checkpoint",
     "CheckpointError",
+    "CheckpointLoader",
     "ConfigError",
     "CycleError",
     "ExternalDataError",
     "Finding",
     "Function",
     "FunctionId",
+    "GradientRules",
     "Graph",
     "GraphpassError",
     "Instrument",
@@ -76,6 +81,7 @@ __all__ = [
     "Use",
     "Value",
     "load",
+    "open_checkpoint",
     "save",
     "validate",
 ]
