@@ -24,6 +24,9 @@ def _chain(nodes: int) -> bytes:
 
 def test_models_dropped_in_a_loop_are_collected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_gc, "_MIN_BATCH", 50_000, raising=False)
+    # The account is process-wide: start from a clean one, whatever ran before here.
+    monkeypatch.setattr(_gc._Account, "moved_since_collection", 0)
+    monkeypatch.setattr(_gc._Account, "alive_after_collection", 0)
     import onnx
 
     proto = onnx.ModelProto.FromString(_chain(3000))
