@@ -84,6 +84,14 @@ def load(path: str | os.PathLike[str], *, check_external_data: bool = True) -> M
     try:
         proto.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError, RecursionError) as error:
+        if "MaxDepth" in str(error) or isinstance(error, RecursionError):
+            raise ModelLoadError(
+                "the model nests messages (subgraphs in subgraphs, or types in types) deeper "
+                "than protobuf's limit of 100 levels",
+                where=where,
+                hint="onnx.load refuses it too (both read models through Python protobuf); "
+                     "build the model with flatter control flow",
+            ) from None
         raise ModelLoadError(
             f"not an ONNX model, or truncated ({_short(error)})",
             where=where,

@@ -192,6 +192,9 @@ def _model_from_proto(proto: onnx.ModelProto, base: Path | None) -> Model:
         model._metadata_proto = metadata_proto
     for function_proto in fields.get("functions", ()):
         model.add_function(function_from_proto(function_proto, base))
+    _check_text("the model", [model.producer_name, model.producer_version, model.domain,
+                              model.doc_string, *model.opset_imports, *model.metadata.keys(),
+                              *model.metadata.values()])
     model._present_empty = frozenset(present_empty) if present_empty else _EMPTY
     model._extra = extra or None
     model.base_dir = base
@@ -239,6 +242,10 @@ def function_from_proto(proto: onnx.FunctionProto, base_dir: Path | None = None)
         doc_string=fields.get("doc_string", ""),
         metadata={e.key: e.value for e in fields.get("metadata_props", ())},
     )
+    _check_text(f"function {label}", [function.name, function.domain, function.overload,
+                                       function.doc_string, *function.attribute_names,
+                                       *function.opset_imports, *graph._values,
+                                       *function.metadata.keys(), *function.metadata.values()])
     function._metadata_proto = fields.get("metadata_props")
     function._opset_protos = opsets if opsets else None
     function._present_empty = frozenset(present_empty) if present_empty else _EMPTY
@@ -290,6 +297,7 @@ def graph_from_proto(proto: onnx.GraphProto, base_dir: Path | None = None) -> Gr
         graph._use(info.name, None, slot)
     _load_declarations(graph, outputs, "output", graph._outputs)
     _load_declarations(graph, fields.get("value_info", ()), "value_info", graph._value_info)
+    _check_text(where, [graph.name, graph.doc_string, *graph._values])
     graph._metadata_proto = fields.get("metadata_props")
     graph._present_empty = frozenset(present_empty) if present_empty else _EMPTY
     graph._extra = extra or None
@@ -441,6 +449,11 @@ def _node_from_proto(proto: onnx.NodeProto, base_dir: Path | None) -> Node:
             node._extra = {**(node._extra or {}), name: _copy_extra(value, field)}
     if UnknownFieldSet is not None and len(UnknownFieldSet(proto)):
         node._extra = {**(node._extra or {}), _UNKNOWN: _unknown_fields(proto)}
+    try:
+        "".join((node.op_type, node.domain, node.name, node.overload, node.doc_string))
+    except TypeError:
+        _check_text("a node", [node.op_type, node.domain, node.name, node.overload,
+                               node.doc_string])
     node._present_empty = frozenset(present_empty) if present_empty else _EMPTY
     return node
 
@@ -448,9 +461,14 @@ def _node_from_proto(proto: onnx.NodeProto, base_dir: Path | None) -> Node:
 def _attribute_from_proto(proto: onnx.AttributeProto, base_dir: Path | None) -> Attribute:
     if base_dir is not None and proto.type in TENSOR_ATTRIBUTE_TYPES:
         _check_tensor_locations(attribute_tensors(proto), base_dir)
+    name, reference = proto.name, proto.ref_attr_name
+    try:
+        "".join((name, reference))
+    except TypeError:
+        _check_text("an attribute", [name, reference])
     has_graph = proto.HasField("g") or len(proto.graphs) > 0
     if not has_graph:
-        return Attribute(proto.name, proto.type, proto, None, proto.ref_attr_name)
+        return Attribute(name, proto.type, proto, None, reference)
     stripped = onnx.AttributeProto()
     for field, value in proto.ListFields():
         if field.name not in ("g", "graphs"):
@@ -462,7 +480,7 @@ def _attribute_from_proto(proto: onnx.AttributeProto, base_dir: Path | None) -> 
         graphs = [graph_from_proto(proto.g, base_dir)]
     else:
         graphs = [graph_from_proto(g, base_dir) for g in proto.graphs]
-    return Attribute(proto.name, proto.type, stripped, graphs, proto.ref_attr_name)
+    return Attribute(name, proto.type, stripped, graphs, reference)
 
 
 def attribute_tensors(proto: onnx.AttributeProto) -> list[onnx.TensorProto]:
@@ -483,6 +501,27 @@ def _check_tensor_locations(tensors: Sequence[onnx.TensorProto], base_dir: Path)
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             location = next((e.value for e in tensor.external_data if e.key == "location"), "")
             resolve_external_location(base_dir, location, tensor.name)
+
+
+def _check_text(owner: str, texts: Iterable[Any]) -> None:
+    """Refuse names and strings that are not UTF-8.
+
+    protobuf hands string fields holding invalid UTF-8 over as ``bytes``; ONNX
+    requires UTF-8, and nothing downstream (passes, writing the model back) can use
+    them, so the model is refused while loading.
+
+    Raises:
+        InvalidModelError: One of ``texts`` is ``bytes``.
+    """
+    items = list(texts)
+    try:
+        "".join(items)
+    except TypeError:
+        bad = next(item for item in items if not isinstance(item, str))
+        raise InvalidModelError(
+            f"{owner} has a name or text that is not valid UTF-8: {bad!r}",
+            hint="the file is corrupt, or was written by a tool that does not encode names "
+                 "as UTF-8 (ONNX requires it)") from None
 
 
 # ==================================================================== writing

@@ -17,12 +17,18 @@ shape inference does not type them).
 
 If shape inference itself fails, the pass changes nothing and reports ``GP510``
 (warning).
+
+Data propagation is skipped (``GP511``, info) when the model has a 1-D tensor longer
+than :data:`DATA_PROPAGATION_LIMIT` elements: onnx's data propagation materializes every
+element of a 1-D tensor as a shape dimension (some 140 bytes each), so a tensor
+declared ``[10**8]`` would make it allocate gigabytes, and ``[2**62]`` exhaust memory.
+Shape tensors are short; the limit never skips them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import ClassVar
+from typing import ClassVar, Final
 
 import onnx
 
@@ -31,7 +37,10 @@ from graphpass.findings import Finding, Severity
 from graphpass.ir import Graph, Model
 from graphpass.pass_base import Pass, PassContext, PassResult
 
-__all__ = ["InferShapes"]
+__all__ = ["DATA_PROPAGATION_LIMIT", "InferShapes"]
+
+DATA_PROPAGATION_LIMIT: Final = 2**16
+"""Data propagation runs only when no 1-D tensor of the model is longer than this."""
 
 
 class InferShapes(Pass):
@@ -40,15 +49,29 @@ class InferShapes(Pass):
     name = "infer-shapes"
     description = "Add value_info for every value ONNX shape inference can type."
     codes: ClassVar[Mapping[str, str]] = {
-        "GP510": "ONNX shape inference failed; no types were added."}
+        "GP510": "ONNX shape inference failed; no types were added.",
+        "GP511": "A 1-D tensor is too long for ONNX's data propagation; it was skipped."}
 
     def run(self, model: Model, context: PassContext) -> PassResult:
         """Infer and declare types; report how many declarations were added."""
         proto = structural_proto(model)
+        findings: list[Finding] = []
         try:
             inferred = onnx.shape_inference.infer_shapes(
-                proto, check_type=False, strict_mode=False, data_prop=True)
-        except (onnx.shape_inference.InferenceError, ValueError, RuntimeError) as error:
+                proto, check_type=False, strict_mode=False, data_prop=False)
+            longest = _longest_vector(inferred)
+            if longest[1] <= DATA_PROPAGATION_LIMIT:
+                inferred = onnx.shape_inference.infer_shapes(
+                    proto, check_type=False, strict_mode=False, data_prop=True)
+            else:
+                findings.append(Finding(
+                    "GP511", Severity.INFO,
+                    f"skipped ONNX data propagation: {longest[0]!r} is a 1-D tensor of "
+                    f"{longest[1]} elements, and data propagation would hold a shape "
+                    "dimension for each", value=longest[0],
+                    hint="shapes computed at run time (Shape -> ... -> Reshape) stay unknown"))
+        except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, ValueError,
+                RuntimeError) as error:
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
             return PassResult(findings=[Finding(
                 "GP510", Severity.WARNING, f"ONNX shape inference failed: {first_line[:500]}",
@@ -57,8 +80,33 @@ class InferShapes(Pass):
         for graph, graph_proto in _graph_pairs(model.graph, inferred.graph):
             added += _declare_values(graph, graph_proto)
             typed_outputs += _type_outputs(graph, graph_proto)
-        return PassResult(changed=bool(added or typed_outputs),
+        return PassResult(changed=bool(added or typed_outputs), findings=findings,
                           stats={"value_info added": added, "outputs typed": typed_outputs})
+
+
+def _longest_vector(proto: onnx.ModelProto) -> tuple[str, int]:
+    """The longest 1-D tensor declared, inferred or stored anywhere in the model."""
+    longest = ("", 0)
+    stack = [proto.graph]
+    while stack:
+        graph = stack.pop()
+        for info in (*graph.input, *graph.output, *graph.value_info):
+            dims = info.type.tensor_type.shape.dim
+            if len(dims) == 1 and dims[0].dim_value > longest[1]:
+                longest = (info.name, dims[0].dim_value)
+        for tensor in graph.initializer:
+            if len(tensor.dims) == 1 and tensor.dims[0] > longest[1]:
+                longest = (tensor.name, tensor.dims[0])
+        for node in graph.node:
+            for attribute in node.attribute:
+                if attribute.HasField("t") and len(attribute.t.dims) == 1 \
+                        and attribute.t.dims[0] > longest[1]:
+                    longest = (node.output[0] if node.output else node.name,
+                               attribute.t.dims[0])
+                if attribute.HasField("g"):
+                    stack.append(attribute.g)
+                stack.extend(attribute.graphs)
+    return longest
 
 
 def _graph_pairs(graph: Graph, proto: onnx.GraphProto) -> Iterator[tuple[Graph, onnx.GraphProto]]:

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from graphpass.errors import ExternalDataError
+from graphpass.errors import ExternalDataError, InvalidModelError
 
 __all__ = ["Tensor", "dtype_name", "dtype_size", "numpy_dtype"]
 
@@ -51,12 +51,27 @@ def dtype_name(elem_type: int) -> str:
 
 
 def numpy_dtype(elem_type: int) -> np.dtype[Any]:
-    """Return the numpy dtype that holds one element of an ONNX element type."""
-    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    """Return the numpy dtype that holds one element of an ONNX element type.
+
+    Raises:
+        InvalidModelError: ``onnx`` does not know the element type (a corrupt file, or
+            one written for a newer ONNX release).
+    """
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError, ValueError):
+        raise InvalidModelError(
+            f"element type {elem_type} is not one that onnx {onnx.__version__} knows",
+            hint="the file is corrupt, or it needs a newer onnx (pip install -U onnx)",
+        ) from None
 
 
 def dtype_size(elem_type: int) -> float:
-    """Return the storage size of one element in bytes (0.5 for 4-bit types)."""
+    """Return the storage size of one element in bytes (0.5 for 4-bit types).
+
+    Raises:
+        InvalidModelError: ``onnx`` does not know the element type.
+    """
     if elem_type in _PACKED_4BIT:
         return 0.25 if "2" in dtype_name(elem_type)[-2:] else 0.5
     if elem_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
@@ -69,6 +84,12 @@ def _element_count(shape: Sequence[int]) -> int:
     for dim in shape:
         count *= int(dim)
     return count
+
+
+def _storage_bytes(count: int, elem_type: int) -> int:
+    """The bytes ``count`` elements take as raw data (packed types rounded up)."""
+    bits = round(dtype_size(elem_type) * 8)
+    return (count * bits + 7) // 8
 
 
 class _Source:
@@ -88,7 +109,15 @@ class _ProtoSource(_Source):
         self.proto = proto
 
     def array(self, tensor: Tensor) -> np.ndarray[Any, Any]:
-        return numpy_helper.to_array(self.proto)
+        numpy_dtype(tensor.dtype)  # an unknown element type is a clear error
+        try:
+            return numpy_helper.to_array(self.proto)
+        except (ValueError, TypeError, KeyError, OverflowError) as error:
+            problem = _embedded_data_problem(self.proto) or str(error).strip()
+            raise InvalidModelError(
+                f"tensor {tensor.name!r} cannot be read: {problem}",
+                hint="the file is corrupt, or the tool that wrote it stored the tensor wrongly",
+            ) from None
 
     def iter_bytes(self, tensor: Tensor) -> Iterator[bytes | memoryview]:
         if self.proto.HasField("raw_data"):
@@ -244,27 +273,39 @@ class Tensor:
 
         Raises:
             ExternalDataError: The external data location is unsafe (absolute, ``..``, or
-                a link leading out of ``base_dir``).
+                a link leading out of ``base_dir``), its offset or length is not a whole
+                number, or a string tensor claims external data.
+            InvalidModelError: ``onnx`` does not know the element type.
         """
+        try:
+            dtype_size(proto.data_type)
+        except InvalidModelError as error:
+            raise InvalidModelError(f"tensor {proto.name!r}: {error.message}",
+                                    hint=error.hint) from None
         if proto.data_location == onnx.TensorProto.EXTERNAL:
             info = _external_info(proto)
             location = info.get("location", "")
+            if proto.data_type == onnx.TensorProto.STRING:
+                raise ExternalDataError(
+                    f"tensor {proto.name!r} holds strings but points at external data "
+                    f"({location!r}); ONNX keeps string tensors inside the model",
+                    hint="the file is corrupt, or was written by a tool that does not follow "
+                         "the ONNX external data format")
             if base_dir is None:
                 check_external_location(location, proto.name)
                 return cls(proto.name, proto.data_type, proto.dims, _UnplacedSource(location),
                            proto)
             path = resolve_external_location(Path(base_dir), location, proto.name)
-            offset = int(info.get("offset", 0) or 0)
-            if info.get("length"):
-                length = int(info["length"])
-            else:
-                length = int(_element_count(proto.dims) * dtype_size(proto.data_type) + 0.5)
-            if offset < 0 or length < 0:
+            offset = _external_number(info, "offset", proto.name)
+            length = _external_number(info, "length", proto.name)
+            if length is None:
+                length = _storage_bytes(_element_count(proto.dims), proto.data_type)
+            if length < 0:
                 raise ExternalDataError(
-                    f"tensor {proto.name!r} has a negative external data offset or length"
-                )
+                    f"tensor {proto.name!r} has a negative external data length "
+                    f"(its shape is {list(proto.dims)})")
             return cls(proto.name, proto.data_type, proto.dims,
-                       _FileRegionSource(path, offset, length), proto)
+                       _FileRegionSource(path, offset or 0, length), proto)
         return cls(proto.name, proto.data_type, proto.dims, _ProtoSource(proto), proto)
 
     @classmethod
@@ -303,7 +344,7 @@ class Tensor:
         """The size of the data in bytes, as stored."""
         if isinstance(self._source, _FileRegionSource):
             return self._source.length
-        return int(self.size * dtype_size(self.dtype) + 0.5)
+        return _storage_bytes(self.size, self.dtype)
 
     @property
     def is_external(self) -> bool:
@@ -406,20 +447,45 @@ class Tensor:
 
 
 def _external_info(proto: onnx.TensorProto) -> dict[str, str]:
-    return {entry.key: entry.value for entry in proto.external_data}
+    info = {entry.key: entry.value for entry in proto.external_data}
+    for key, value in info.items():
+        if not isinstance(key, str) or not isinstance(value, str):  # bytes: not UTF-8
+            raise ExternalDataError(
+                f"tensor {proto.name!r} has external data entry {key!r} = {value!r}, which is "
+                "not UTF-8 text", hint="the file is corrupt")
+    return info
+
+
+def _external_number(info: dict[str, str], key: str, tensor_name: str) -> int | None:
+    """The ``offset`` or ``length`` of external data: a non-negative decimal, or ``None``."""
+    text = info.get(key, "")
+    if not text:
+        return None
+    if not text.isascii() or not text.isdigit() or len(text) > 19:
+        raise ExternalDataError(
+            f"tensor {tensor_name!r} has external data {key} {text[:40]!r}, which is not a "
+            "non-negative whole number below 2**63", hint="the file is corrupt")
+    return int(text)
 
 
 def _embedded_data_problem(proto: onnx.TensorProto) -> str | None:
     count = _element_count(proto.dims)
     if count == 0:
         return None
+    try:
+        dtype_size(proto.data_type)
+    except InvalidModelError as error:
+        return error.message
     if proto.HasField("raw_data"):
-        expected = int(count * dtype_size(proto.data_type) + 0.5)
+        expected = _storage_bytes(count, proto.data_type)
         if proto.data_type != onnx.TensorProto.STRING and len(proto.raw_data) < expected:
             return (f"raw_data holds {len(proto.raw_data)} bytes, the shape "
                     f"{list(proto.dims)} needs {expected}")
         return None
-    field = onnx.helper.tensor_dtype_to_field(proto.data_type) if proto.data_type else None
+    try:
+        field = onnx.helper.tensor_dtype_to_field(proto.data_type) if proto.data_type else None
+    except KeyError:
+        return f"element type {proto.data_type} is not one that onnx {onnx.__version__} knows"
     if field is None:
         return "the tensor has no element type"
     stored = len(getattr(proto, field))
@@ -436,6 +502,10 @@ def check_external_location(location: str, tensor_name: str) -> None:
     """
     if not location:
         raise ExternalDataError(f"tensor {tensor_name!r} has external data without a location")
+    if "\0" in location:
+        raise ExternalDataError(
+            f"tensor {tensor_name!r} points at external data {location!r}, a name with a NUL "
+            "character, which no file can have", hint="the file is corrupt")
     candidate = Path(location)
     if (candidate.is_absolute() or location.startswith(("/", "\\"))
             or (len(location) > 1 and location[1] == ":")):
