@@ -682,6 +682,8 @@ STRUCTURAL: dict[str, Mutator] = {
 
 def _bytes_mutation(rng: random.Random, data: bytes) -> tuple[str, bytes]:
     choice = rng.choice(["flip", "truncate", "insert", "splice", "zero run", "length"])
+    if not data:
+        return "empty", data
     buffer = bytearray(data)
     if choice == "flip":
         for _ in range(rng.randint(1, 8)):

@@ -282,6 +282,7 @@ class Tensor:
         except InvalidModelError as error:
             raise InvalidModelError(f"tensor {proto.name!r}: {error.message}",
                                     hint=error.hint) from None
+        _check_dims(proto)
         if proto.data_location == onnx.TensorProto.EXTERNAL:
             info = _external_info(proto)
             location = info.get("location", "")
@@ -480,7 +481,7 @@ def _embedded_data_problem(proto: onnx.TensorProto) -> str | None:
         expected = _storage_bytes(count, proto.data_type)
         if proto.data_type != onnx.TensorProto.STRING and len(proto.raw_data) < expected:
             return (f"raw_data holds {len(proto.raw_data)} bytes, the shape "
-                    f"{list(proto.dims)} needs {expected}")
+                    f"{list(proto.dims)} needs {_number(expected)}")
         return None
     try:
         field = onnx.helper.tensor_dtype_to_field(proto.data_type) if proto.data_type else None
@@ -490,8 +491,27 @@ def _embedded_data_problem(proto: onnx.TensorProto) -> str | None:
         return "the tensor has no element type"
     stored = len(getattr(proto, field))
     if stored == 0:
-        return f"the tensor holds no data, its shape {list(proto.dims)} needs {count} elements"
+        return (f"the tensor holds no data, its shape {list(proto.dims)} needs {_number(count)} "
+                "elements")
     return None
+
+
+def _check_dims(proto: onnx.TensorProto) -> None:
+    """Refuse a shape no tensor can have: a negative dimension, or 2**63 elements or more."""
+    dims = proto.dims
+    if any(dim < 0 for dim in dims):
+        raise InvalidModelError(
+            f"tensor {proto.name!r} has a negative dimension (shape {list(dims)})",
+            hint="the file is corrupt")
+    if _element_count(dims) >= 2**63:
+        raise InvalidModelError(
+            f"tensor {proto.name!r} has shape {list(dims)[:8]}{' ...' if len(dims) > 8 else ''},"
+            " 2**63 elements or more, which no tensor can hold", hint="the file is corrupt")
+
+
+def _number(value: int) -> str:
+    """``value`` in digits, or as a power of two when it is astronomically large."""
+    return str(value) if abs(value) < 10**30 else f"about 2**{value.bit_length() - 1}"
 
 
 def check_external_location(location: str, tensor_name: str) -> None:
