@@ -219,6 +219,7 @@ def _run(args: argparse.Namespace) -> int:
     if not args.in_place and _same_path(output, model_path):
         raise UsageError(f"-o {args.output} is the input model; refusing to write over it "
                          "without --in-place", "graphpass run")
+    _check_report_path(args, "graphpass run", model_path, output)
     config, registry = _setup(args)
     if args.max_iterations is not None and args.max_iterations < 1:
         raise UsageError("--max-iterations must be at least 1", "graphpass run")
@@ -258,6 +259,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _lint(args: argparse.Namespace) -> int:
+    _check_report_path(args, "graphpass lint", Path(args.model))
     config, registry = _setup(args)
     manager = _manager(args, config, registry, required=False, stop_on_error=False)
     transforming = [p.name for p in manager.plan if p.requested and not p.analysis]
@@ -451,6 +453,13 @@ def _stdout_console() -> Console:
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = 120  # logs and pipes: wide enough that tables rarely wrap
     return console
+
+
+def _check_report_path(args: argparse.Namespace, command: str, *models: Path) -> None:
+    """Refuse a --report file that is the input or output model."""
+    if args.report and any(_same_path(Path(args.report), model) for model in models):
+        raise UsageError(f"--report {args.report} is a model file; refusing to write the "
+                         "report over it", command)
 
 
 def _same_path(a: Path, b: Path) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -45,6 +46,9 @@ AUTO_EXTERNAL_BYTES: Final = 512 * 1024 * 1024
 """With ``external_data=None``, weights go to a data file when they add up to more than this."""
 
 _PROTOBUF_LIMIT: Final = 2**31 - 1
+_TEMPORARY_SUFFIX: Final = ".graphpass-tmp"
+_TEMPORARY: Final = re.compile(r"^\..+\.(?P<pid>\d+)\.[^.]+\.graphpass-tmp$")
+"""``.<final name>.<pid>.<random>.graphpass-tmp``: a temporary file of a save in progress."""
 _ALIGN_SMALL: Final = 64
 _ALIGN_LARGE: Final = 64 * 1024
 _LARGE_TENSOR: Final = 1024 * 1024
@@ -185,32 +189,45 @@ def save(
     if Path(data_name).is_absolute() or ".." in Path(data_name).parts:
         raise ModelSaveError(f"external data location {data_name!r} must be a plain relative path",
                              where=where)
-    with _Transaction(out_dir) as transaction:
-        try:
-            plan = _plan_tensors(model, out_dir.resolve(), out_dir / data_name, data_name,
-                                 external_data, size_threshold)
-            emitted = _write_data(plan, transaction, where)
-            proto = model_to_proto(model, lambda tensor: emitted[id(tensor)])
-            size = proto.ByteSize()
-            if size > _PROTOBUF_LIMIT:
-                raise ModelSaveError(
-                    f"the model is {size / 2**30:.1f} GiB, over protobuf's 2 GiB limit",
-                    where=where,
-                    hint="save with external_data=True (weights go to a separate file)",
-                )
-            model_tmp = transaction.new_file(out_path.name)
-            with open(model_tmp, "wb") as handle:
-                handle.write(proto.SerializeToString())
-                _sync(handle)
-            transaction.commit_order.append((model_tmp, out_path))
-        except GraphpassError as error:
-            if isinstance(error, ModelSaveError):
-                raise
-            raise ModelSaveError(error.message, where=_join(where, error.where),
-                                 hint=error.hint) from None
-        except OSError as error:
-            raise ModelSaveError(f"cannot write ({error.strerror or error})", where=where) from None
+    try:
+        with _Transaction(out_dir) as transaction:
+            _write_model(model, out_path, data_name, external_data, size_threshold,
+                         overwrite_input, transaction)
+    except OSError as error:  # a rename failed while committing; nothing was left behind
+        raise ModelSaveError(f"cannot write ({error.strerror or error})", where=where) from None
     return out_path
+
+
+def _write_model(model: Model, out_path: Path, data_name: str, external_data: bool | None,
+                 size_threshold: int, overwrite_input: bool, transaction: _Transaction) -> None:
+    """Write the data files and the model into ``transaction`` (renamed on success)."""
+    where = str(out_path)
+    out_dir = out_path.parent
+    try:
+        plan = _plan_tensors(model, out_dir.resolve(), out_dir / data_name, data_name,
+                             external_data, size_threshold)
+        _check_destinations(model, plan, out_path, overwrite_input)
+        emitted = _write_data(plan, transaction, where)
+        proto = model_to_proto(model, lambda tensor: emitted[id(tensor)])
+        size = proto.ByteSize()
+        if size > _PROTOBUF_LIMIT:
+            raise ModelSaveError(
+                f"the model is {size / 2**30:.1f} GiB, over protobuf's 2 GiB limit",
+                where=where,
+                hint="save with external_data=True (weights go to a separate file)",
+            )
+        model_tmp = transaction.new_file(out_path.name)
+        with open(model_tmp, "wb") as handle:
+            handle.write(proto.SerializeToString())
+            _sync(handle)
+        transaction.commit_order.append((model_tmp, out_path))
+    except GraphpassError as error:
+        if isinstance(error, ModelSaveError):
+            raise
+        raise ModelSaveError(error.message, where=_join(where, error.where),
+                             hint=error.hint) from None
+    except OSError as error:
+        raise ModelSaveError(f"cannot write ({error.strerror or error})", where=where) from None
 
 
 # ===================================================================== planning
@@ -289,6 +306,54 @@ def _plan_tensors(model: Model, out_dir: Path, data_path: Path, data_name: str,
         plan.stream = moved + plan.stream
     _plan_loose(model, plan, out_dir, target)
     return plan
+
+
+def _check_destinations(model: Model, plan: _Plan, out_path: Path, overwrite_input: bool) -> None:
+    """Refuse to write outside the output folder, or over a file the model reads.
+
+    The model file never replaces a data file the model needs. A data file is
+    replaced only with ``overwrite_input``: otherwise it belongs to the input model
+    (or to a checkpoint the weights come from), which must stay intact.
+    """
+    out_dir = out_path.parent.resolve()
+    read = _files_read(model)
+    if out_path.is_dir():
+        raise ModelSaveError("is a folder", where=str(out_path),
+                             hint="give the path of the .onnx file to write")
+    if out_path.resolve() in read:
+        raise ModelSaveError(
+            "refusing to write the model over a data file it reads its weights from",
+            where=str(out_path), hint="write the model to another path")
+    destinations = [plan.data_path] if plan.stream else []
+    destinations.extend(out_path.parent / _proto_location(group[0])
+                        for group in plan.copy_files.values())
+    destinations.extend(out_path.parent / location for location in plan.copy_loose.values())
+    for destination in destinations:
+        if destination.is_dir():
+            raise ModelSaveError(f"the data file {str(destination)!r} would replace a folder",
+                                 where=str(out_path), hint="save with another location=")
+        folder = destination.parent.resolve()
+        if folder != out_dir and out_dir not in folder.parents:
+            raise ModelSaveError(
+                f"the data file {destination.name!r} would go to {str(folder)!r}, outside the "
+                "output folder (a link in its path leads out)", where=str(out_path),
+                hint="graphpass writes data files only inside the output model's folder")
+        if not overwrite_input and destination.resolve() in read:
+            raise ModelSaveError(
+                f"refusing to overwrite {str(destination)!r}: the model reads weights from it "
+                "(it belongs to the input model or a checkpoint)", where=str(out_path),
+                hint="save with another location= (or to another folder), or ask for it "
+                     "explicitly with overwrite_input=True (--in-place on the command line)")
+
+
+def _files_read(model: Model) -> set[Path]:
+    """The external data files (resolved) that the model's tensors read from."""
+    paths = {t.external_path for t in _all_tensors(model) if t.external_path is not None}
+    for proto in _loose_external_tensors(model):
+        path = _loose_source(model, proto).external_path
+        if path is not None:
+            paths.add(path)
+    return {path.resolve() for path in paths}
 
 
 def _plan_loose(model: Model, plan: _Plan, out_dir: Path, target: Path) -> None:
@@ -412,7 +477,8 @@ def _write_data(plan: _Plan, transaction: _Transaction, where: str) -> dict[int,
             assert tensor.proto is not None
             emitted[id(tensor)] = tensor.proto
     if plan.stream:
-        tmp = transaction.new_file(plan.data_path.name)
+        plan.data_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = transaction.new_file(plan.data_path.name, folder=plan.data_path.parent)
         with open(tmp, "wb") as handle:
             for tensor in plan.stream:
                 emitted[id(tensor)] = _stream_tensor(tensor, handle, plan.data_name)
@@ -445,7 +511,13 @@ def _stream_tensor(tensor: Tensor, handle: BinaryIO, location: str) -> onnx.Tens
 
 
 class _Transaction:
-    """Temporary files in the output folder, renamed into place only on success."""
+    """Temporary files in the output folder, renamed into place only on success.
+
+    Any exception (``KeyboardInterrupt`` included) removes the temporary files. A
+    process killed outright (SIGKILL, power loss) leaves them behind under a hidden
+    name with its process id; the next save into the folder removes those whose
+    process no longer runs.
+    """
 
     def __init__(self, out_dir: Path):
         self.out_dir = out_dir
@@ -453,27 +525,58 @@ class _Transaction:
         self.commit_order: list[tuple[Path, Path]] = []
 
     def new_file(self, final_name: str, folder: Path | None = None) -> Path:
-        handle, name = tempfile.mkstemp(prefix=f".{final_name}.", suffix=".graphpass-tmp",
-                                        dir=folder or self.out_dir)
+        handle, name = tempfile.mkstemp(prefix=f".{final_name}.{os.getpid()}.",
+                                        suffix=_TEMPORARY_SUFFIX, dir=folder or self.out_dir)
         os.close(handle)
         path = Path(name)
         self.temporaries.append(path)
         return path
 
     def __enter__(self) -> _Transaction:
+        _remove_stale_temporaries(self.out_dir)
         return self
 
     def __exit__(self, kind: object, error: object, traceback: object) -> None:
-        if kind is None:
-            umask = _umask()
-            for tmp, final in self.commit_order:
-                os.chmod(tmp, 0o666 & ~umask)
-                os.replace(tmp, final)
-            _sync_dir(self.out_dir)
+        try:
+            if kind is None:
+                umask = _umask()
+                for tmp, final in self.commit_order:
+                    os.chmod(tmp, 0o666 & ~umask)
+                    os.replace(tmp, final)
+                    self.temporaries.remove(tmp)
+                _sync_dir(self.out_dir)
+        finally:
+            for tmp in self.temporaries:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
             self.temporaries.clear()
-        for tmp in self.temporaries:
+
+
+def _remove_stale_temporaries(folder: Path) -> None:
+    """Remove temporary files of saves whose process is gone (killed mid-write)."""
+    if os.name != "posix":
+        return  # no cheap, safe way to ask whether a process runs
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        match = _TEMPORARY.match(entry.name)
+        if match is not None and not _process_runs(int(match["pid"])):
             with contextlib.suppress(OSError):
-                tmp.unlink()
+                os.unlink(entry.path)
+
+
+def _process_runs(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it runs, as another user
+    return True
 
 
 def _umask() -> int:

@@ -16,6 +16,7 @@ and external data is memory-mapped, so loading a model never reads its weights.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -181,12 +182,17 @@ class _FileRegionSource(_Source):
 
     def _check(self) -> None:
         try:
-            size = self.path.stat().st_size
+            status = self.path.stat()
         except OSError as error:
             raise ExternalDataError(
                 f"external data file {str(self.path)!r} cannot be read ({error.strerror})",
                 hint="keep the data file next to the model, under the name the model gives",
             ) from None
+        if not stat.S_ISREG(status.st_mode):
+            raise ExternalDataError(
+                f"external data file {str(self.path)!r} is not a regular file (a folder, a "
+                "pipe or a device)", hint="point the tensor at a file holding its data")
+        size = status.st_size
         if self.offset + self.length > size:
             raise ExternalDataError(
                 f"external data file {str(self.path)!r} is {size} bytes, but a tensor needs "
