@@ -72,6 +72,18 @@ class Finding:
     def __post_init__(self) -> None:
         # Accept plain strings ("error") too: Severity(...) maps both to the member.
         object.__setattr__(self, "severity", Severity(self.severity))
+        # Reports rely on these types: refuse a malformed finding where it is made.
+        for name in ("code", "message", "pass_name"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"Finding.{name} must be a string, not "
+                                f"{type(getattr(self, name)).__name__}")
+        for name in ("node", "function", "value", "hint", "graph"):
+            item = getattr(self, name)
+            if item is not None and not isinstance(item, str):
+                raise TypeError(f"Finding.{name} must be a string or None, not "
+                                f"{type(item).__name__}")
+        if not isinstance(self.data, Mapping):
+            raise TypeError(f"Finding.data must be a mapping, not {type(self.data).__name__}")
 
     @property
     def location(self) -> str:

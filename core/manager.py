@@ -214,8 +214,11 @@ class PassManager:
         start = time.perf_counter()
         try:
             outcome = planned.instance.run(working, context)
-        except (KeyboardInterrupt, SystemExit):
+        except KeyboardInterrupt:
             raise
+        except SystemExit as error:  # a pass has no business ending the program
+            raise _pass_error(planned, ran, f"called sys.exit({error.code!r})", error,
+                              hint=f"this is a bug in plugin {planned.plugin!r}") from error
         except PassError as error:
             # The pass's own error type (e.g. a subclass with a code): keep it, add context.
             _describe_failure(error, planned, ran, error.message, error.where, error.hint)
@@ -233,6 +236,21 @@ class PassManager:
         if not isinstance(outcome, PassResult):
             raise _pass_error(planned, ran, f"run() returned {type(outcome).__name__}, not "
                               "a graphpass.PassResult", None)
+        if isinstance(outcome.findings, (str, bytes, Mapping)) or not isinstance(
+                outcome.findings, Iterable):
+            raise _pass_error(planned, ran, "returned findings that are "
+                              f"{type(outcome.findings).__name__}, not a list of "
+                              "graphpass.Finding", None)
+        if not isinstance(outcome.stats, Mapping):
+            raise _pass_error(planned, ran, f"returned stats that are "
+                              f"{type(outcome.stats).__name__}, not a mapping of names to "
+                              "values", None)
+        try:  # reading them runs plugin code too (a generator, a custom mapping)
+            outcome.findings = list(outcome.findings)
+            stats = {str(key): value for key, value in outcome.stats.items()}
+        except Exception as error:
+            raise _pass_error(planned, ran, "its findings or stats cannot be read: "
+                              f"{type(error).__name__}: {error}", error) from error
         bad = [f for f in outcome.findings if not isinstance(f, Finding)]
         if bad:
             raise _pass_error(planned, ran, f"reported {bad[0]!r}, which is not a "
@@ -246,7 +264,7 @@ class PassManager:
             planned.name, planned.plugin, seconds,
             changed=not planned.analysis and (bool(outcome.changed) or mutated),
             findings=[f.with_pass(planned.name) for f in outcome.findings],
-            stats=dict(outcome.stats), iteration=iteration, analysis=planned.analysis)
+            stats=stats, iteration=iteration, analysis=planned.analysis)
         context.results[planned.name] = outcome
         for instrument in self.instruments:
             extra = list(instrument.after_pass(planned, working, record, context) or ())

@@ -258,7 +258,7 @@ def sarif_dict(result: RunResult, info: ReportInfo) -> dict[str, Any]:
 
 def render_sarif(result: RunResult, info: ReportInfo) -> str:
     """A SARIF 2.1.0 log (for GitHub code scanning and other SARIF viewers)."""
-    return json.dumps(sarif_dict(result, info), indent=2)
+    return json.dumps(sarif_dict(result, info), indent=2, default=str)
 
 
 def _logical_locations(finding: Finding) -> list[dict[str, str]]:

@@ -19,6 +19,7 @@ plugins off before they are imported.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.metadata
 import os
@@ -158,25 +159,32 @@ def _collect(manager: pluggy.PluginManager, candidate: _Candidate) -> list[tuple
     info = candidate.info
     try:
         plugin = candidate.load()
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # a plugin must not end the program
         raise _PluginFailed(f"failed to import: {type(error).__name__}: {error}") from None
     try:
         manager.register(plugin, name=info.name)
-    except (pluggy.PluginValidationError, ValueError) as error:
+    except Exception as error:
         raise _PluginFailed(f"not a valid plugin: {error}") from None
-    info.warnings.extend(_misspelled_hooks(manager, plugin, info.name))
-    items: list[tuple[str, str, Any]] = []
-    for hook_name, kind in _KINDS.items():
-        for impl in getattr(manager.hook, hook_name).get_hookimpls():
-            if impl.plugin_name != info.name:
-                continue
-            try:
-                returned = impl.function()
-            except Exception as error:
-                manager.unregister(name=info.name)
-                raise _PluginFailed(f"hook {hook_name} raised {type(error).__name__}: "
-                                    f"{error}") from None
-            items.extend(_checked_items(kind, hook_name, returned, info))
+    try:
+        info.warnings.extend(_misspelled_hooks(manager, plugin, info.name))
+        items: list[tuple[str, str, Any]] = []
+        for hook_name, kind in _KINDS.items():
+            for impl in getattr(manager.hook, hook_name).get_hookimpls():
+                if impl.plugin_name != info.name:
+                    continue
+                try:
+                    returned = impl.function()
+                    # Reading what it returned runs plugin code too (a generator, say).
+                    items.extend(_checked_items(kind, hook_name, returned, info))
+                except (Exception, SystemExit) as error:
+                    raise _PluginFailed(f"hook {hook_name} raised {type(error).__name__}: "
+                                        f"{error}") from None
+    except _PluginFailed:
+        manager.unregister(name=info.name)
+        raise
+    except (Exception, SystemExit) as error:
+        manager.unregister(name=info.name)
+        raise _PluginFailed(f"cannot be inspected: {type(error).__name__}: {error}") from None
     return items
 
 
@@ -241,6 +249,11 @@ def _item_problem(kind: str, item: Any) -> str | None:
             value = getattr(item, attribute, ())
             if isinstance(value, str) or not all(isinstance(v, str) for v in value):
                 return f"`{attribute}` must be a list of pass names"
+        if not isinstance(getattr(item, "description", ""), str):
+            return "`description` must be a string"
+        options = getattr(item, "Options", None)
+        if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
+            return "`Options` must be a dataclass (graphpass.pass_base.NoOptions for none)"
         return None
     if kind == "pipelines":
         if not isinstance(item, Pipeline):

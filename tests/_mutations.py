@@ -1062,21 +1062,25 @@ class Sandbox:
     """Runs cases in a worker process: memory-limited, timed, restarted when it dies."""
 
     def __init__(self, root: Path, *, seconds: float = CASE_SECONDS,
-                 memory_limit: int = MEMORY_LIMIT):
+                 memory_limit: int = MEMORY_LIMIT, restart_every: int = 500):
         self.root = root
         self.seconds = seconds
         self.memory_limit = memory_limit
+        self.restart_every = restart_every
         self.process: subprocess.Popen[str] | None = None
+        self.log = root / "worker-stderr.log"
+        self._served = 0
 
     def _start(self) -> subprocess.Popen[str]:
         env = {**os.environ, "FUZZ_MEMORY_LIMIT": str(self.memory_limit),
                "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
                "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
         env.pop("GRAPHPASS_DISABLE_PLUGINS", None)
-        process = subprocess.Popen(
-            [sys.executable, "-c", "import _mutations; _mutations._worker()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, env=env, cwd=self.root)
+        with open(self.log, "wb") as log:  # the worker's stderr: why it died, if it does
+            process = subprocess.Popen(
+                [sys.executable, "-c", "import _mutations; _mutations._worker()"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                text=True, env=env, cwd=self.root)
         assert process.stdout is not None
         ready = self._read_line(process, 120.0)
         if ready != "ready":
@@ -1098,8 +1102,12 @@ class Sandbox:
         folder = Path(tempfile.mkdtemp(prefix="case-", dir=self.root))
         try:
             model = case.write(folder / "case")
+            if self._served >= self.restart_every:
+                self.close()  # a fresh worker now and then: no state carried too long
             if self.process is None or self.process.poll() is not None:
                 self.process = self._start()
+                self._served = 0
+            self._served += 1
             assert self.process.stdin is not None
             request = {"model": str(model), "steps": steps, "seconds": self.seconds}
             self.process.stdin.write(json.dumps(request) + "\n")
@@ -1109,7 +1117,8 @@ class Sandbox:
                 died = self.process.poll()
                 self.close()
                 category = "hang" if died is None else f"died: exit {died}"
-                return [Outcome(case.ident, "all", category, case.mutation)]
+                stderr = self.log.read_text(errors="replace")[-3000:]
+                return [Outcome(case.ident, "all", category, f"{case.mutation}\n{stderr}")]
             return [Outcome(**entry) for entry in json.loads(line)]
         finally:
             shutil.rmtree(folder, ignore_errors=True)

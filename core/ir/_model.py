@@ -134,16 +134,24 @@ class Model:
             f.graph._version for f in self._functions.values())
 
     def fingerprint(self) -> int:
-        """A cheap hash of the model's structure, to detect unexpected changes."""
+        """A cheap hash of the model's structure, to detect unexpected changes.
+
+        It covers what the IR's methods change and the plain attributes a pass can set
+        directly: names, doc strings, metadata, declarations. (In-place edits of the
+        protobuf messages inside attributes or declarations are not seen.)
+        """
         parts: list[Any] = [self.ir_version, tuple(sorted(self.opset_imports.items())),
-                            tuple(self._functions)]
+                            tuple(self._functions), self.producer_name, self.producer_version,
+                            self.domain, self.model_version, self.doc_string,
+                            tuple(self.metadata.items())]
         for graph in self.graphs():
-            parts.append((graph.input_names, graph.output_names,
+            parts.append((graph.name, graph.doc_string, graph.input_names, graph.output_names,
+                          tuple(v.name for v in graph._value_info),
                           tuple((k, id(t)) for k, t in graph._initializers.items())))
             for node in graph:
                 attributes = tuple((k, id(a)) for k, a in node._attributes.items())
                 parts.append((node.op_type, node.domain, node.overload, node._inputs,
-                              node._outputs, attributes))
+                              node._outputs, attributes, node.name, node.doc_string))
         return hash(tuple(parts))
 
     # ============================================================= conversion

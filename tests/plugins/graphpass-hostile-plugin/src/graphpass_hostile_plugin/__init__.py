@@ -1,0 +1,1 @@
+"""Test fixture: plugins that misbehave in every way graphpass must survive."""
