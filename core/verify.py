@@ -12,6 +12,7 @@ neither can, :class:`RunOutcome` says why nothing was checked.
 from __future__ import annotations
 
 import tempfile
+import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,7 +120,7 @@ def make_inputs(
         try:
             with np.load(options.inputs) as data:
                 given = {name: data[name] for name in data.files}
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
             raise GraphpassError(f"cannot read inputs from {str(options.inputs)!r}: {error}",
                                  hint="give an .npz file saved with numpy.savez") from None
     rng = np.random.default_rng(options.seed)
