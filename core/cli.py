@@ -141,6 +141,9 @@ def _parser() -> argparse.ArgumentParser:
     reporting.add_argument("--report", metavar="FILE",
                            help="write the report to FILE instead of standard output")
     reporting.add_argument("--time", action="store_true", help="show per-pass timing")
+    reporting.add_argument("--no-timing", action="store_true",
+                           help="leave every timing out of the report, so that the same "
+                                "model and passes give a byte-identical report")
 
     parser = _Parser(prog="graphpass", description="Graph-rewrite passes for ONNX models.")
     parser.add_argument("--version", action="version", version=f"graphpass {_version()}")
@@ -420,7 +423,8 @@ def _report(args: argparse.Namespace, result: RunResult, config: PipelineFile | 
             registry: Registry, *, command: str, output: str | None) -> None:
     info = ReportInfo(command=command, model=args.model, output=output,
                       tool_version=_version(), rules=_rule_descriptions(registry),
-                      show_time=args.time or bool(config and config.instruments.time))
+                      show_time=args.time or bool(config and config.instruments.time),
+                      timing=not args.no_timing)
     if args.format == "text":
         if args.report:
             with open(args.report, "w", encoding="utf-8") as handle:

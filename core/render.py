@@ -65,6 +65,8 @@ class ReportInfo:
         tool_version: graphpass's version.
         rules: Short descriptions of finding codes (for SARIF rules).
         show_time: Show per-pass timing in text reports.
+        timing: Include timing at all. Without it a report holds nothing that changes
+            from run to run: the same model and pipeline give the same bytes.
     """
 
     command: str = "run"
@@ -73,6 +75,7 @@ class ReportInfo:
     tool_version: str = ""
     rules: Mapping[str, str] = field(default_factory=dict)
     show_time: bool = False
+    timing: bool = True
 
 
 # ========================================================================= text
@@ -83,7 +86,8 @@ def render_text(result: RunResult, console: Console, info: ReportInfo) -> None:
     passes.add_column("plugin", style="dim")
     passes.add_column("changed")
     passes.add_column("findings", justify="right")
-    if info.show_time:
+    show_time = info.show_time and info.timing
+    if show_time:
         passes.add_column("seconds", justify="right")
     passes.add_column("stats", style="dim")
     for record in result.records:
@@ -91,7 +95,7 @@ def render_text(result: RunResult, console: Console, info: ReportInfo) -> None:
         counts = count_by_severity(record.findings)
         cells = [name, record.plugin, "yes" if record.changed else "-",
                  _counts_text(counts)]
-        if info.show_time:
+        if show_time:
             cells.append(f"{record.seconds:.3f}")
         cells.append(", ".join(f"{k}: {v}" for k, v in record.stats.items() if v))
         passes.add_row(*cells)
@@ -138,7 +142,9 @@ def _summary(result: RunResult, info: ReportInfo) -> Text:
                 f"{'s' * (counts[Severity.WARNING] != 1)}, {counts[Severity.INFO]} note"
                 f"{'s' * (counts[Severity.INFO] != 1)}")
     ran = len({r.name for r in result.records})
-    text.append(f" from {ran} pass{'es' * (ran != 1)} in {result.seconds:.2f} s")
+    text.append(f" from {ran} pass{'es' * (ran != 1)}")
+    if info.timing:
+        text.append(f" in {result.seconds:.2f} s")
     if result.iterations > 1:
         text.append(f" ({result.iterations} rounds)")
     if result.stopped_after:
@@ -167,9 +173,17 @@ def report_dict(result: RunResult, info: ReportInfo) -> dict[str, Any]:
         "iterations": result.iterations,
         "plan": list(result.plan),
         "summary": {severity.value: counts[severity] for severity in Severity},
-        "passes": [record.to_dict() for record in result.records],
+        "passes": _records(result, info),
         "findings": [finding.to_dict() for finding in result.findings],
     }
+
+
+def _records(result: RunResult, info: ReportInfo) -> list[dict[str, Any]]:
+    records = [record.to_dict() for record in result.records]
+    if not info.timing:
+        for record in records:
+            del record["seconds"]
+    return records
 
 
 def render_json(result: RunResult, info: ReportInfo) -> str:
@@ -180,7 +194,9 @@ def render_json(result: RunResult, info: ReportInfo) -> str:
     ``stopped_after``, ``iterations``, ``plan`` (names), ``summary`` {error, warning,
     info}, ``passes`` (name, plugin, iteration, analysis, seconds, changed, findings
     {error, warning, info}, stats) and ``findings`` (code, severity, message, pass, and
-    node, function, value, graph, hint, data where they apply).
+    node, function, value, graph, hint, data where they apply). With
+    ``ReportInfo.timing`` off (``--no-timing``) the ``seconds`` are left out and the
+    report is the same bytes for the same model and passes.
     """
     return json.dumps(report_dict(result, info), indent=2, default=str)
 
@@ -247,7 +263,7 @@ def sarif_dict(result: RunResult, info: ReportInfo) -> dict[str, Any]:
         "invocations": [{
             "executionSuccessful": True,
             "properties": {"command": info.command, "stoppedAfter": result.stopped_after,
-                           "passes": [r.to_dict() for r in result.records]},
+                           "passes": _records(result, info)},
         }],
         "results": results,
     }
