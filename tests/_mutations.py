@@ -1053,6 +1053,10 @@ def _worker() -> None:
                 outcomes.append(outcome.__dict__)
         except _Timeout:
             outcomes.append(Outcome(model_path.parent.name, "?", "hang").__dict__)
+        except BaseException as error:  # report it rather than die
+            outcomes.append(Outcome(model_path.parent.name, "?",
+                                    f"crash: worker {type(error).__name__}",
+                                    traceback.format_exc(limit=-8)).__dict__)
         finally:
             signal.alarm(0)
         print(json.dumps(outcomes), file=out, flush=True)
