@@ -206,7 +206,7 @@ def _write_model(model: Model, out_path: Path, data_name: str, external_data: bo
     try:
         plan = _plan_tensors(model, out_dir.resolve(), out_dir / data_name, data_name,
                              external_data, size_threshold)
-        _check_destinations(model, plan, out_path, overwrite_input)
+        _check_destinations(plan, out_path, overwrite_input)
         emitted = _write_data(plan, transaction, where)
         proto = model_to_proto(model, lambda tensor: emitted[id(tensor)])
         size = proto.ByteSize()
@@ -240,6 +240,7 @@ class _Plan:
     stream: list[Tensor] = field(default_factory=list)
     data_path: Path = Path()
     data_name: str = ""
+    read: set[Path] = field(default_factory=set)  # the data files the tensors come from
 
 
 def _all_tensors(model: Model) -> Iterator[Tensor]:
@@ -274,6 +275,8 @@ def _plan_tensors(model: Model, out_dir: Path, data_path: Path, data_name: str,
                 hint="save with external_data=True (weights go to a separate file)",
             )
     by_file: dict[tuple[Path, str], list[Tensor]] = {}
+    files = {t.external_path for t in tensors if t.external_path is not None}
+    plan.read.update(path.resolve() for path in files)
     for tensor in tensors:
         tensor.check_data()
         if (not external_data_mode or tensor.dtype == onnx.TensorProto.STRING
@@ -308,7 +311,7 @@ def _plan_tensors(model: Model, out_dir: Path, data_path: Path, data_name: str,
     return plan
 
 
-def _check_destinations(model: Model, plan: _Plan, out_path: Path, overwrite_input: bool) -> None:
+def _check_destinations(plan: _Plan, out_path: Path, overwrite_input: bool) -> None:
     """Refuse to write outside the output folder, or over a file the model reads.
 
     The model file never replaces a data file the model needs. A data file is
@@ -316,7 +319,7 @@ def _check_destinations(model: Model, plan: _Plan, out_path: Path, overwrite_inp
     (or to a checkpoint the weights come from), which must stay intact.
     """
     out_dir = out_path.parent.resolve()
-    read = _files_read(model)
+    read = plan.read
     if out_path.is_dir():
         raise ModelSaveError("is a folder", where=str(out_path),
                              hint="give the path of the .onnx file to write")
@@ -346,16 +349,6 @@ def _check_destinations(model: Model, plan: _Plan, out_path: Path, overwrite_inp
                      "explicitly with overwrite_input=True (--in-place on the command line)")
 
 
-def _files_read(model: Model) -> set[Path]:
-    """The external data files (resolved) that the model's tensors read from."""
-    paths = {t.external_path for t in _all_tensors(model) if t.external_path is not None}
-    for proto in _loose_external_tensors(model):
-        path = _loose_source(model, proto).external_path
-        if path is not None:
-            paths.add(path)
-    return {path.resolve() for path in paths}
-
-
 def _plan_loose(model: Model, plan: _Plan, out_dir: Path, target: Path) -> None:
     """Keep or copy the data files of external tensors that are not initializers.
 
@@ -370,6 +363,7 @@ def _plan_loose(model: Model, plan: _Plan, out_dir: Path, target: Path) -> None:
         tensor = _loose_source(model, proto)
         tensor.check_data()
         source = _resolved(tensor.external_path)
+        plan.read.add(source)
         location = _location(proto)
         destination = (out_dir / location).resolve()
         if destination == source and source not in rewritten:
