@@ -264,3 +264,26 @@ def test_torch_buffers_are_not_trained_by_default(checkpoint_export: Path) -> No
     everything = graphpass.PassManager(
         ["lint-gradients"], options={"lint-gradients": {"trainable": ["*"]}}).run(filled.model)
     assert not any(f.code == "GP423" for f in everything.findings)
+
+
+@pytest.mark.ort_training
+def test_graphpass_installs_beside_onnxruntime_training(ort_training_python: str) -> None:
+    # graphpass is installed in that venv (make ort-venv); a hard dependency on
+    # onnxruntime would have installed its module over onnxruntime-training's.
+    probe = (
+        "import importlib.metadata as m, json\n"
+        "def has(name):\n"
+        "    try:\n"
+        "        m.distribution(name)\n"
+        "        return True\n"
+        "    except m.PackageNotFoundError:\n"
+        "        return False\n"
+        "import onnxruntime.training, graphpass\n"
+        "print(json.dumps({'training': has('onnxruntime-training'), 'plain': has('onnxruntime'),"
+        " 'requires': m.requires('graphpass')}))\n")
+    done = subprocess.run([ort_training_python, "-c", probe], capture_output=True, text=True,
+                          check=False, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["training"] and not found["plain"]
+    assert not [r for r in found["requires"] if r.startswith("onnxruntime") and "extra" not in r]
