@@ -24,41 +24,15 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from _bench import Stopwatch, peak_rss_bytes, run_worker, write_docs_section
+
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "big_weights.json"
-DOCS = ROOT.parent / "docs" / "benchmarks.md"
-START, END = "<!-- big-weights:start -->", "<!-- big-weights:end -->"
 TENSORS, ELEMENTS = 3, 200 * 1024 * 1024
-
-_CHILD = r"""
-import json, resource, shutil, sys, time
-case, source, target = sys.argv[1:4]
-import onnx, onnx_ir, graphpass
-clock, wall = time.process_time, time.perf_counter
-start = (clock(), wall())
-if case.startswith("graphpass"):
-    model = graphpass.load(source)
-    model.to_proto()
-    if case == "graphpass-drop-one":
-        model.graph.remove_initializer("w0")
-        model.graph.nodes[0].set_input(1, "x")
-    graphpass.save(model, target)
-elif case == "onnx_ir":
-    onnx_ir.save(onnx_ir.load(source), target, external_data="model.onnx.data")
-else:
-    proto = onnx.load(source)
-    onnx.save(proto, target, save_as_external_data=True, location="model.onnx.data")
-try:  # VmHWM: ru_maxrss would include the parent's size inherited through fork
-    peak = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024
-except (OSError, IndexError):
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"cpu": clock() - start[0], "wall": wall() - start[1], "peak_rss_mb": peak}))
-"""
 
 CASES = [
     ("graphpass-in-place", "graphpass: save next to the data (referenced in place)"),
@@ -76,6 +50,31 @@ def _write_model(folder: Path) -> Path:
     return write_big_model(folder, TENSORS, ELEMENTS)
 
 
+def _worker(case: str, source: str, target: str) -> None:
+    """One case, in this (fresh) process: print its CPU and wall time and peak RSS."""
+    import onnx
+    import onnx_ir
+
+    import graphpass
+
+    watch = Stopwatch()
+    if case.startswith("graphpass"):
+        model = graphpass.load(source)
+        model.to_proto()
+        if case == "graphpass-drop-one":
+            model.graph.remove_initializer("w0")
+            model.graph.nodes[0].set_input(1, "x")
+        graphpass.save(model, target)
+    elif case == "onnx_ir":
+        onnx_ir.save(onnx_ir.load(source), target, external_data="model.onnx.data")
+    else:
+        proto = onnx.load(source)
+        onnx.save(proto, target, save_as_external_data=True, location="model.onnx.data")
+    watch.lap()
+    print(json.dumps({"cpu": watch.cpu, "wall": watch.wall,
+                      "peak_rss_mb": peak_rss_bytes() / 2**20}))
+
+
 def run_case(case: str, folder: Path) -> dict[str, float]:
     """Run one case in a fresh process on a fresh copy of the sparse model."""
     source_dir = folder / "source"
@@ -85,12 +84,10 @@ def run_case(case: str, folder: Path) -> dict[str, float]:
     shutil.rmtree(folder / "out", ignore_errors=True)
     target_dir.mkdir(exist_ok=True)
     target = target_dir / ("resaved.onnx" if target_dir == source_dir else "model.onnx")
-    completed = subprocess.run([sys.executable, "-c", _CHILD, case, str(source), str(target)],
-                               capture_output=True, text=True, check=False)
-    if completed.returncode != 0:
-        return {"error": completed.stderr.strip().splitlines()[-1][:200]}  # type: ignore[dict-item]
-    result: dict[str, float] = json.loads(completed.stdout.strip().splitlines()[-1])
-    return result
+    try:
+        return run_worker(__file__, case, str(source), str(target))
+    except RuntimeError as error:  # the last line of its stderr says why
+        return {"error": str(error).splitlines()[-1][:200]}  # type: ignore[dict-item]
 
 
 def render(results: dict[str, dict[str, float]]) -> str:
@@ -111,8 +108,8 @@ def render(results: dict[str, dict[str, float]]) -> str:
 
 def write_docs(summary: str) -> None:
     """Replace (or append) this benchmark's section in docs/benchmarks.md."""
-    section = "\n".join([
-        START, "## Models over 2 GB: peak memory", "",
+    write_docs_section("big-weights", [
+        "## Models over 2 GB: peak memory", "",
         "`benchmarks/big_weights.py`: each case in a fresh process; peak RSS is the "
         "process's high-water mark (`VmHWM`), imports included (about 90 MB). The weights "
         "file is sparse, so reading it costs nothing and the times are mostly writing.", "",
@@ -123,22 +120,19 @@ def write_docs(summary: str) -> None:
         "are atomic and durable: every file is written under a temporary name, flushed to "
         "disk (`fsync`) and only then renamed into place. onnx_ir's save does not flush, "
         "which is most of the difference in time on this 2.3 GiB write; `onnx.load` reads "
-        "all weights into memory.",
-        END])
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    if START in text and END in text:
-        before, rest = text.split(START, 1)
-        text = before + section + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    DOCS.write_text(text)
+        "all weights into memory."])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folder", default=tempfile.gettempdir())
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--worker", nargs=3, metavar=("CASE", "SOURCE", "TARGET"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        _worker(*args.worker)
+        return
     folder = Path(tempfile.mkdtemp(prefix="graphpass-big-", dir=args.folder))
     try:
         free = shutil.disk_usage(folder).free

@@ -8,7 +8,7 @@ prefix, then measures, each in a fresh subprocess:
 * the usual alternative: ``safetensors.numpy.load_file`` + ``onnx.numpy_helper``
   + ``onnx.save_model(save_as_external_data=True)``.
 
-Peak RSS comes from ``resource.getrusage`` in the child; the baseline is the RSS
+Peak RSS is the child's high-water mark (``VmHWM``); the baseline is the RSS
 after imports. graphpass's output is checked against the checkpoint bytes.
 
     .venv/bin/python benchmarks/reconcile_memory.py [--size-gb 2] [--formats safetensors,pt]
@@ -25,10 +25,12 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
 import onnx
+from _bench import peak_rss_bytes, run_worker
 from onnx import TensorProto, helper
 
 LAYERS = 32
@@ -84,52 +86,51 @@ def build_torch(path: Path, safetensors_path: Path) -> None:
     subprocess.run([sys.executable, "-c", script], check=True)
 
 
-_GRAPHPASS = """
-import json, resource, sys, time
-import psutil
-import graphpass
-if sys.argv[2].endswith(".pt"):
-    import torch  # the torch loader needs it; count its import in the baseline
-baseline = psutil.Process().memory_info().rss
-start = time.perf_counter()
-model = graphpass.load(sys.argv[1])
-result = graphpass.PassManager(["reconcile-initializers"], checkpoints=[sys.argv[2]]).run(model)
-graphpass.save(result.model, sys.argv[3])
-seconds = time.perf_counter() - start
-stats = result.records[0].stats
-print(json.dumps({"peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                  "baseline": baseline, "seconds": seconds, "filled": stats["filled"],
-                  "matched_by": stats["matched by"]}))
-"""
+def _graphpass(model_path: str, checkpoint: str, out: str) -> dict[str, object]:
+    import psutil
 
-_NAIVE = """
-import json, resource, sys, time
-import psutil
-import onnx
-from onnx import numpy_helper
-from safetensors.numpy import load_file
-baseline = psutil.Process().memory_info().rss
-start = time.perf_counter()
-model = onnx.load(sys.argv[1])
-weights = load_file(sys.argv[2])
-names = {i.name for i in model.graph.input}
-for key, array in weights.items():
-    name = key.removeprefix("module.")
-    model.graph.initializer.append(numpy_helper.from_array(array, name))
-kept = [i for i in model.graph.input if i.name == "x"]
-del model.graph.input[:]
-model.graph.input.extend(kept)
-onnx.save_model(model, sys.argv[3], save_as_external_data=True, location="naive.onnx.data")
-seconds = time.perf_counter() - start
-print(json.dumps({"peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                  "baseline": baseline, "seconds": seconds, "filled": len(weights)}))
-"""
+    import graphpass
+
+    if checkpoint.endswith(".pt"):
+        import torch  # noqa: F401  (the torch loader needs it; count its import in the baseline)
+    baseline = psutil.Process().memory_info().rss
+    start = time.perf_counter()
+    model = graphpass.load(model_path)
+    result = graphpass.PassManager(["reconcile-initializers"], checkpoints=[checkpoint]).run(model)
+    graphpass.save(result.model, out)
+    seconds = time.perf_counter() - start
+    stats = result.records[0].stats
+    return {"peak": peak_rss_bytes(), "baseline": baseline, "seconds": seconds,
+            "filled": stats["filled"], "matched_by": stats["matched by"]}
 
 
-def measure(script: str, *arguments: Path) -> dict[str, float]:
-    done = subprocess.run([sys.executable, "-c", script, *map(str, arguments)], check=True,
-                          capture_output=True, text=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def _naive(model_path: str, checkpoint: str, out: str) -> dict[str, object]:
+    import psutil
+    from onnx import numpy_helper
+    from safetensors.numpy import load_file
+
+    baseline = psutil.Process().memory_info().rss
+    start = time.perf_counter()
+    model = onnx.load(model_path)
+    weights = load_file(checkpoint)
+    for key, array in weights.items():
+        name = key.removeprefix("module.")
+        model.graph.initializer.append(numpy_helper.from_array(array, name))
+    kept = [i for i in model.graph.input if i.name == "x"]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    onnx.save_model(model, out, save_as_external_data=True, location="naive.onnx.data")
+    seconds = time.perf_counter() - start
+    return {"peak": peak_rss_bytes(), "baseline": baseline, "seconds": seconds,
+            "filled": len(weights)}
+
+
+_WORKERS = {"graphpass": _graphpass, "naive": _naive}
+
+
+def measure(worker: str, *arguments: Path) -> dict[str, float]:
+    """Run ``worker`` in a fresh process (its peak RSS is its own)."""
+    return run_worker(__file__, worker, *map(str, arguments))
 
 
 def check_output(output: Path, checkpoint: Path, width: int) -> None:
@@ -158,7 +159,13 @@ def main() -> None:
                         help="comma-separated: safetensors, pt")
     parser.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp)")
     parser.add_argument("--skip-naive", action="store_true")
+    parser.add_argument("--worker", nargs=4, metavar=("WORKER", "MODEL", "CHECKPOINT", "OUT"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        worker, *arguments = args.worker
+        print(json.dumps(_WORKERS[worker](*arguments)))
+        return
     work = args.dir or Path(tempfile.mkdtemp(prefix="graphpass-reconcile-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     width = _width(args.size_gb)
@@ -177,14 +184,14 @@ def main() -> None:
                 build_torch(checkpoint, safetensors_path)
             out = work / f"filled-{fmt}" / "model.onnx"
             out.parent.mkdir(exist_ok=True)
-            measured = measure(_GRAPHPASS, model, checkpoint, out)
+            measured = measure("graphpass", model, checkpoint, out)
             check_output(out, safetensors_path, width)
             rows.append({"tool": f"graphpass ({fmt})", **measured})
             shutil.rmtree(out.parent)
         if not args.skip_naive:
             out = work / "naive" / "naive.onnx"
             out.parent.mkdir(exist_ok=True)
-            rows.append({"tool": "load_file + onnx.save_model", **measure(_NAIVE, model,
+            rows.append({"tool": "load_file + onnx.save_model", **measure("naive", model,
                                                                          safetensors_path, out)})
             shutil.rmtree(out.parent)
     finally:

@@ -30,22 +30,17 @@ import json
 import math
 import os
 import platform
-import resource
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import onnx
+from _bench import Stopwatch, peak_rss_bytes, run_worker, write_docs_section
 from onnx import TensorProto, helper
 
 ROOT = Path(__file__).resolve().parent
 CACHE = ROOT / ".cache"
 RESULTS = ROOT / "results" / "roundtrip.json"
-DOCS = ROOT.parent / "docs" / "benchmarks.md"
 TOOLS = ("graphpass", "onnx_ir", "onnx")
-START, END = "<!-- roundtrip:start -->", "<!-- roundtrip:end -->"
 
 
 # ================================================================ the model
@@ -96,55 +91,34 @@ def _measure(tool: str, source: Path, out_dir: Path) -> dict[str, float]:
     import graphpass
 
     out = out_dir / "out.onnx"
-    clock, wall = time.process_time, time.perf_counter
-    marks: list[tuple[float, float]] = [(clock(), wall())]
+    watch = Stopwatch()
+    result: dict[str, float] = {}
     if tool == "graphpass":
         model = graphpass.load(source)
-        marks.append((clock(), wall()))
+        result["load"] = watch.lap()
         model.to_proto()
-        marks.append((clock(), wall()))
+        result["to_proto"] = watch.lap()
         graphpass.save(model, out)
     elif tool == "onnx_ir":
         model = onnx_ir.load(source)
-        marks.append((clock(), wall()))
+        result["load"] = watch.lap()
         onnx_ir.serde.serialize_model(model)
-        marks.append((clock(), wall()))
+        result["to_proto"] = watch.lap()
         onnx_ir.save(model, out)
     else:
         proto = onnx.load(source)
-        marks.append((clock(), wall()))
-        marks.append((clock(), wall()))
+        result["load"] = watch.lap()
+        result["to_proto"] = watch.lap()
         onnx.save(proto, out)
-    marks.append((clock(), wall()))
-    phases = ("load", "to_proto", "save")
-    result = {phase: marks[i + 1][0] - marks[i][0] for i, phase in enumerate(phases)}
-    result["cpu"] = marks[-1][0] - marks[0][0]
-    result["wall"] = marks[-1][1] - marks[0][1]
-    result["peak_rss_mb"] = _peak_rss_mb()
+    result["save"] = watch.lap()
+    result["cpu"], result["wall"] = watch.cpu, watch.wall
+    result["peak_rss_mb"] = peak_rss_bytes() / 2**20
     return result
-
-
-def _peak_rss_mb() -> float:
-    """This process's peak RSS; VmHWM, since ru_maxrss includes what fork inherited."""
-    try:
-        return int(Path("/proc/self/status").read_text().split("VmHWM:")[1].split()[0]) / 1024
-    except (OSError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _worker(tool: str, source: str) -> None:
     with tempfile.TemporaryDirectory(prefix="graphpass-bench-") as folder:
         print(json.dumps(_measure(tool, Path(source), Path(folder))))
-
-
-def run_once(tool: str, source: Path) -> dict[str, float]:
-    """Measure a tool in a fresh process (no warm caches, no GC state from other runs)."""
-    completed = subprocess.run(
-        [sys.executable, __file__, "--worker", tool, str(source)],
-        capture_output=True, text=True, check=False)
-    if completed.returncode != 0:
-        raise RuntimeError(f"{tool} failed on {source.name}:\n{completed.stderr[-2000:]}")
-    return json.loads(completed.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 # ==================================================================== report
@@ -183,8 +157,7 @@ def render(results: dict[str, dict[int, dict[str, float]]], sizes: list[int]) ->
 
 def write_docs(summary: str, sizes: list[int]) -> None:
     """Replace (or append) this benchmark's section in docs/benchmarks.md."""
-    section = "\n".join([
-        START,
+    write_docs_section("roundtrip", [
         "## Round trip: load, to_proto, save",
         "",
         "`benchmarks/roundtrip.py`: a chain of `MatMul -> Add -> LeakyRelu` blocks (two "
@@ -207,15 +180,7 @@ def write_docs(summary: str, sizes: list[int]) -> None:
         "nodes to check external data, no generator per node when looking for subgraphs). "
         "The model's objects are still scanned once by the collector after a large load, "
         "which is why `load` is the largest share.",
-        END,
     ])
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    if START in text and END in text:
-        before, rest = text.split(START, 1)
-        text = before + section + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    DOCS.write_text(text)
 
 
 def _version(module: str) -> str:
@@ -240,7 +205,7 @@ def main() -> None:
     for size in sizes:
         source = model_path(size)
         for tool in TOOLS:
-            runs = [run_once(tool, source) for _ in range(args.repeats)]
+            runs = [run_worker(__file__, tool, str(source)) for _ in range(args.repeats)]
             best = min(runs, key=lambda r: r["cpu"])
             results[tool][size] = best
             print(f"{size:>9,} nodes  {tool:<9} {best['cpu']:7.2f} s CPU  "

@@ -1,0 +1,94 @@
+"""What the benchmark scripts share (not a benchmark: ``run_all.py`` skips ``_*`` files).
+
+* :func:`run_worker`: a measurement in a fresh process (no warm caches, no collector
+  state or memory high-water mark left by other runs);
+* :class:`Stopwatch`: CPU time of this process, lap by lap, and wall time;
+* :func:`peak_rss_bytes`: this process's peak resident memory;
+* :func:`write_docs_section`: a benchmark's section of ``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+
+
+def _now() -> tuple[float, float]:
+    return time.process_time(), time.perf_counter()
+
+
+class Stopwatch:
+    """CPU seconds of this process (``time.process_time``) per lap, and wall seconds.
+
+    The benchmarks compare CPU time: on a shared machine wall time mostly measures
+    the neighbours.
+    """
+
+    def __init__(self) -> None:
+        self._marks = [_now()]
+
+    def lap(self) -> float:
+        """End a lap here; return its CPU seconds."""
+        self._marks.append(_now())
+        return self._marks[-1][0] - self._marks[-2][0]
+
+    @property
+    def cpu(self) -> float:
+        """CPU seconds from the start to the end of the last lap."""
+        return self._marks[-1][0] - self._marks[0][0]
+
+    @property
+    def wall(self) -> float:
+        """Wall seconds from the start to the end of the last lap."""
+        return self._marks[-1][1] - self._marks[0][1]
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory: ``VmHWM``.
+
+    Not ``ru_maxrss``: that also counts the parent's memory the process had between
+    fork and exec.
+    """
+    try:
+        kib = int(Path("/proc/self/status").read_text().split("VmHWM:")[1].split()[0])
+    except (OSError, IndexError):
+        kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kib * 1024
+
+
+def run_worker(script: str, *arguments: str) -> dict[str, Any]:
+    """Run ``script --worker ARGUMENTS`` in a fresh Python; return the JSON it prints last.
+
+    Raises:
+        RuntimeError: the worker failed; the message ends with the end of its stderr.
+    """
+    completed = subprocess.run([sys.executable, script, "--worker", *arguments],
+                               capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        raise RuntimeError(f"{Path(script).name} {' '.join(arguments)} failed:\n"
+                           f"{completed.stderr.strip()[-2000:]}")
+    result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return result
+
+
+def write_docs_section(name: str, lines: list[str]) -> None:
+    """Replace (or append) section ``name`` of docs/benchmarks.md with ``lines``.
+
+    A section sits between ``<!-- name:start -->`` and ``<!-- name:end -->``.
+    """
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    section = "\n".join([start, *lines, end])
+    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
+    if start in text and end in text:
+        before, rest = text.split(start, 1)
+        text = before + section + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    DOCS.write_text(text)
