@@ -30,22 +30,28 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib
 import itertools
 import math
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
+import onnx.inliner
+import onnx_ir
+from _bench import Stopwatch
 from onnx import helper, numpy_helper
+from onnx_ir.passes.common import InlinePass
+
+import graphpass
+from graphpass.pass_base import PassContext
+from graphpass.passes.inline_functions import InlineFunctions
 
 FUNCTIONS = 20
 DOMAIN = "bench"
-_clock = time.process_time  # CPU time of this process: a busy machine barely disturbs it
 _FLOAT = onnx.AttributeProto.FLOAT
 
 
@@ -93,49 +99,25 @@ def make_model(calls: int) -> onnx.ModelProto:
 
 
 # ================================================================ the tools
-def run_graphpass(source: Path, target: Path) -> tuple[float, float, float]:
-    import graphpass
-    from graphpass.pass_base import PassContext
-    from graphpass.passes.inline_functions import InlineFunctions
+@dataclass(frozen=True)
+class Tool:
+    """How a tool loads a model file, inlines its functions, and saves it."""
 
-    start = _clock()
-    model = graphpass.load(source)
-    loaded = _clock()
+    load: Callable[[Path], Any]
+    inline: Callable[[Any], Any]
+    save: Callable[[Any, Path], object]
+
+
+def _graphpass_inline(model: graphpass.Model) -> graphpass.Model:
     InlineFunctions().run(model, PassContext())
-    inlined = _clock()
-    graphpass.save(model, target)
-    return loaded - start, inlined - loaded, _clock() - inlined
+    return model
 
 
-def run_onnx(source: Path, target: Path) -> tuple[float, float, float]:
-    import onnx.inliner
-
-    start = _clock()
-    model = onnx.load(source)
-    loaded = _clock()
-    model = onnx.inliner.inline_local_functions(model)
-    inlined = _clock()
-    onnx.save(model, target)
-    return loaded - start, inlined - loaded, _clock() - inlined
-
-
-def run_onnx_ir(source: Path, target: Path) -> tuple[float, float, float]:
-    import onnx_ir
-    from onnx_ir.passes.common import InlinePass
-
-    start = _clock()
-    model = onnx_ir.load(source)
-    loaded = _clock()
-    model = InlinePass()(model).model
-    inlined = _clock()
-    onnx_ir.save(model, target)
-    return loaded - start, inlined - loaded, _clock() - inlined
-
-
-TOOLS: dict[str, Callable[[Path, Path], tuple[float, float, float]]] = {
-    "graphpass": run_graphpass,
-    "onnx.inliner (C++)": run_onnx,
-    "onnx_ir InlinePass": run_onnx_ir,
+TOOLS: dict[str, Tool] = {
+    "graphpass": Tool(graphpass.load, _graphpass_inline, graphpass.save),
+    "onnx.inliner (C++)": Tool(onnx.load, onnx.inliner.inline_local_functions, onnx.save),
+    "onnx_ir InlinePass": Tool(onnx_ir.load, lambda model: InlinePass()(model).model,
+                               onnx_ir.save),
 }
 
 
@@ -151,12 +133,22 @@ class Timing:
         return self.load + self.inline + self.save
 
 
-def best_of(tool: Callable[[Path, Path], tuple[float, float, float]], source: Path,
-            target: Path, repeats: int) -> Timing:
+def run(tool: Tool, source: Path, target: Path) -> Timing:
+    """Load, inline and save, in this process; CPU seconds of each step."""
+    watch = Stopwatch()
+    model = tool.load(source)
+    loaded = watch.lap()
+    model = tool.inline(model)
+    inlined = watch.lap()
+    tool.save(model, target)
+    return Timing(loaded, inlined, watch.lap())
+
+
+def best_of(tool: Tool, source: Path, target: Path, repeats: int) -> Timing:
     runs = []
     for _ in range(repeats):
         gc.collect()
-        runs.append(Timing(*tool(source, target)))
+        runs.append(run(tool, source, target))
     return min(runs, key=lambda t: t.total)
 
 
@@ -178,7 +170,6 @@ def main() -> int:
                         help="skip onnx_ir where its predicted time exceeds this (seconds)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    _import_tools()  # so that no tool's first run pays for its imports
     results: dict[tuple[str, int], Timing] = {}
     correct: dict[str, bool] = {}
     with tempfile.TemporaryDirectory() as scratch:
@@ -210,11 +201,6 @@ def main() -> int:
                 print()
     _print_table(results, sizes)
     return 0 if correct.get("graphpass", True) else 1
-
-
-def _import_tools() -> None:
-    for module in ("onnx.inliner", "onnx_ir.passes.common", "graphpass.passes.inline_functions"):
-        importlib.import_module(module)
 
 
 def _predict(results: dict[tuple[str, int], Timing], name: str, size: int) -> float | None:
