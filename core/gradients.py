@@ -134,22 +134,22 @@ class NodeSite:
         return self.input_ranks[index] if index < len(self.input_ranks) else None
 
 
-def _attribute_value(node: Node, name: str) -> tuple[bool, Any]:
-    """``(present, value)``; an attribute referring to a function attribute is unknown."""
+def _attribute_value(node: Node, name: str, default: Any) -> Any:
+    """The attribute's value, ``default`` when it is absent.
+
+    ``None`` when unknown: absent without a default, or referring to a function attribute.
+    """
     attribute = node.attributes.get(name)
     if attribute is None:
-        return False, None
+        return default
     if attribute.is_reference:
-        return True, _UNKNOWN
+        return None
     value = attribute.value
     if isinstance(value, list):
         value = tuple(value)
     if isinstance(value, bytes):
         value = value.decode("utf-8", errors="replace")
-    return True, value
-
-
-_UNKNOWN = object()
+    return value
 
 
 def _normalized(values: Iterable[Any]) -> tuple[Any, ...]:
@@ -174,11 +174,7 @@ class AttributeIn:
 
     def matches(self, site: NodeSite) -> bool:
         """Whether the condition holds for ``site``."""
-        present, value = _attribute_value(site.node, self.name)
-        if value is _UNKNOWN:
-            return False
-        if not present:
-            value = self.default
+        value = _attribute_value(site.node, self.name, self.default)
         return value is not None and value in _normalized(self.values)
 
     def describe(self) -> str:
@@ -198,11 +194,7 @@ class AttributeNotIn:
 
     def matches(self, site: NodeSite) -> bool:
         """Whether the condition holds for ``site``."""
-        present, value = _attribute_value(site.node, self.name)
-        if value is _UNKNOWN:
-            return False
-        if not present:
-            value = self.default
+        value = _attribute_value(site.node, self.name, self.default)
         return value is not None and value not in _normalized(self.values)
 
     def describe(self) -> str:
