@@ -38,6 +38,7 @@ import onnx
 
 from graphpass.errors import PluginError
 from graphpass.ir import Node
+from graphpass.torch_export import TRAINABLE_TYPES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -69,11 +70,9 @@ __all__ = [
     "normalize_domain",
 ]
 
-DIFFERENTIABLE_TYPES: frozenset[int] = frozenset({
-    onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
-    onnx.TensorProto.BFLOAT16,
-})
-"""The element types gradients flow through (float, float16, double, bfloat16)."""
+DIFFERENTIABLE_TYPES: frozenset[int] = TRAINABLE_TYPES
+"""The element types gradients flow through (float, float16, double, bfloat16): the
+types :func:`graphpass.torch_export.default_trainable` takes weights of."""
 
 Lookup = Literal["op_type", "domain"]
 """How a trainer finds a node's gradient builder: by ``op_type`` alone (ONNX Runtime),
