@@ -78,7 +78,7 @@ def _one(ident: str, keep: Path | None, root: Path) -> int:
     print(f"case {case.ident}: {case.mutation}")
     if keep is not None:
         print(f"model written to {case.write(keep)}")
-    steps = [*_mutations.PIPELINES, "cli run", "cli lint", "cli inspect"]
+    steps = [*_mutations.PIPELINES, *_mutations.CLI_STEPS]
     with _mutations.Sandbox(root) as sandbox:
         outcomes = sandbox.run(case, steps)
     for outcome in outcomes:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import itertools
 import json
 import os
 import random
@@ -39,7 +40,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,9 @@ PIPELINES = (
 )
 """The built-in pipelines every case goes through (``-p`` syntax; ``+checkpoint`` runs
 with the seed's weights as a safetensors checkpoint)."""
+
+CLI_STEPS = ("cli run", "cli lint", "cli inspect")
+"""The CLI commands a case can go through too (see :func:`run_cli`)."""
 
 FAILURES = ("crash", "hang", "memory", "died", "bad output")
 """Outcome categories that are bugs."""
@@ -1187,27 +1191,30 @@ class Tally:
         return "\n".join(lines)
 
 
+def run_cases(sandbox: Sandbox, cases: Iterable[Case], steps: Sequence[str] = PIPELINES, *,
+              cli_every: int = 0, progress: Callable[[Tally], None] | None = None) -> Tally:
+    """Run every case through ``steps``, and every ``cli_every``-th also through the CLI."""
+    tally = Tally()
+    for case in cases:
+        chosen = list(steps)
+        if cli_every and tally.cases % cli_every == 0:
+            chosen += CLI_STEPS
+        tally.add(case, sandbox.run(case, chosen))
+        if progress is not None:
+            progress(tally)
+    return tally
+
+
 def run_for(seed: int, seconds: float, *, root: Path, cli_every: int = 10,
             first: int = 0, include_large: bool = True,
             progress: Callable[[Tally], None] | None = None) -> Tally:
-    """Run random cases of ``seed`` (and the large ones) until ``seconds`` have passed."""
-    tally = Tally()
+    """Run the large cases, then random cases of ``seed``, until ``seconds`` have passed."""
     start = time.monotonic()
     seeds = seed_models()
+    queue = itertools.chain(large_cases() if include_large else [],
+                            (make_case(seed, index, seeds) for index in itertools.count(first)))
+    in_time = itertools.takewhile(lambda _: time.monotonic() - start < seconds, queue)
     with Sandbox(root) as sandbox:
-        queue: list[Case] = large_cases() if include_large else []
-        index = first
-        while time.monotonic() - start < seconds:
-            if queue:
-                case = queue.pop(0)
-            else:
-                case = make_case(seed, index, seeds)
-                index += 1
-            steps = list(PIPELINES)
-            if cli_every and tally.cases % cli_every == 0:
-                steps += ["cli run", "cli lint", "cli inspect"]
-            tally.add(case, sandbox.run(case, steps))
-            if progress is not None:
-                progress(tally)
+        tally = run_cases(sandbox, in_time, cli_every=cli_every, progress=progress)
     tally.seconds = time.monotonic() - start
     return tally

@@ -30,22 +30,8 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory):
         yield box
 
 
-def _run(sandbox: _mutations.Sandbox, cases: list[_mutations.Case],
-         steps: list[str]) -> _mutations.Tally:
-    tally = _mutations.Tally()
-    for case in cases:
-        tally.add(case, sandbox.run(case, steps))
-    return tally
-
-
 def test_seeded_random_cases_end_clearly(sandbox: _mutations.Sandbox) -> None:
-    cases = list(_mutations.cases(SEED, CASES))
-    tally = _mutations.Tally()
-    for index, case in enumerate(cases):
-        steps = list(_mutations.PIPELINES)
-        if index % 10 == 0:
-            steps += ["cli run", "cli lint", "cli inspect"]
-        tally.add(case, sandbox.run(case, steps))
+    tally = _mutations.run_cases(sandbox, _mutations.cases(SEED, CASES), cli_every=10)
     print(tally.summary())
     assert not tally.failures, tally.summary()
     # The slice reaches every kind of outcome, not just parse errors.
@@ -59,7 +45,7 @@ def test_seeded_random_cases_end_clearly(sandbox: _mutations.Sandbox) -> None:
 def test_inputs_hostile_by_size_end_clearly(sandbox: _mutations.Sandbox) -> None:
     steps = ["inline-functions,remove-unused,topological-sort", "infer-shapes,check",
              "cli inspect"]
-    tally = _run(sandbox, _mutations.large_cases(), steps)
+    tally = _mutations.run_cases(sandbox, _mutations.large_cases(), steps)
     print(tally.summary())
     assert not tally.failures, tally.summary()
     assert tally.cases == len(_mutations.LARGE) + len(_mutations.LARGE_BYTES)
