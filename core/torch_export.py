@@ -1,29 +1,62 @@
 """What PyTorch's ONNX exporters record about model state, read without torch.
 
-``torch.onnx.export(..., dynamo=True)`` writes, in the ``metadata_props`` of each
-state tensor's ``value_info`` (or graph input),
-``pkg.torch.export.graph_signature.InputSpec.kind`` (``PARAMETER``, ``BUFFER``,
-``CONSTANT_TENSOR``, ``USER_INPUT``) and ``...InputSpec.persistent``; the onnxscript
-optimizer marks the constants it folds with ``pkg.onnxscript.optimizer.folded_from``.
-When the model is saved without its initializers those declarations are gone, but
-each consuming node still carries ``pkg.torch.onnx.fx_node``, which names the
-torch.export placeholder it read: ``%p_<name>`` for a parameter, ``%b_`` for a
-buffer, ``%c_`` for a tensor constant.
+``torch.onnx.export(..., dynamo=True)`` (torch 2.13) writes:
 
-:func:`state_kinds` reads both, so that passes can tell parameters (what training
-updates) from buffers and constants (what it must not), whatever the export mode.
+* on the graph, ``pkg.torch.export.ExportedProgram.graph_signature``: one line per
+  placeholder, ``p_blocks_0_norm_weight: PARAMETER target='blocks.0.norm.weight'``;
+* in the ``metadata_props`` of each state tensor's ``value_info`` (or graph input),
+  ``pkg.torch.export.graph_signature.InputSpec.kind`` (``PARAMETER``, ``BUFFER``,
+  ``CONSTANT_TENSOR``, ``USER_INPUT``), ``...InputSpec.persistent`` and
+  ``pkg.torch.onnx.original_node_name`` (its placeholder);
+* on an initializer its optimizer computed from weights (a folded transpose),
+  ``pkg.onnxscript.optimizer.folded_from = "['blocks.0.proj.0.weight']"``;
+* on each node, ``pkg.torch.onnx.fx_node`` (the FX node it came from, whose
+  arguments name the placeholders it reads, even after the optimizer merged
+  identical initializers or the model was saved without its initializers) and
+  ``pkg.torch.onnx.name_scopes`` (module path). torch.export names the placeholder of
+  parameter ``a.b`` ``p_a_b``, of a buffer ``b_a_b``, of a tensor constant ``c_a_b``.
+
+The legacy exporter (``dynamo=False``) records none of this, but names nodes by
+module path: ``/transformer/blocks.0/proj/proj.0/MatMul``.
+
+:func:`state_kinds` reads the record so that passes can tell parameters (what
+training updates) from buffers and constants (what it must not), whatever the
+export mode; the other functions read one piece of it each.
 """
 
 from __future__ import annotations
 
+import ast
 import re
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 import onnx
 
-from graphpass.ir import Graph
+from graphpass.ir import Graph, Node
 
-__all__ = ["TRAINABLE_TYPES", "StateKind", "default_trainable", "state_kinds"]
+__all__ = [
+    "FOLDED_FROM",
+    "FX_NODE",
+    "INPUT_KIND",
+    "INPUT_PERSISTENT",
+    "NAME_SCOPES",
+    "ORIGINAL_NAME",
+    "SIGNATURE",
+    "TRAINABLE_TYPES",
+    "Placeholder",
+    "StateKind",
+    "default_trainable",
+    "folded_from",
+    "fx_arguments",
+    "fx_placeholders",
+    "fx_target",
+    "graph_signature",
+    "input_spec_kind",
+    "is_placeholder_name",
+    "module_scope",
+    "placeholder_stem",
+    "state_kinds",
+]
 
 StateKind = Literal["parameter", "buffer", "constant", "input"]
 """What a tensor of a torch export is: a parameter, a buffer (persistent or not), a
@@ -33,45 +66,165 @@ TRAINABLE_TYPES: Final = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLO
                                     onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16})
 """Element types a trainer can compute gradients for."""
 
-_KIND_KEY: Final = "pkg.torch.export.graph_signature.InputSpec.kind"
-_FOLDED_KEY: Final = "pkg.onnxscript.optimizer.folded_from"
-_FX_NODE_KEY: Final = "pkg.torch.onnx.fx_node"
+SIGNATURE: Final = "pkg.torch.export.ExportedProgram.graph_signature"
+"""Graph metadata key: the placeholders and the state-dict names they stand for."""
+INPUT_KIND: Final = "pkg.torch.export.graph_signature.InputSpec.kind"
+"""Value metadata key: what torch says a graph input or weight is (``PARAMETER`` ...)."""
+INPUT_PERSISTENT: Final = "pkg.torch.export.graph_signature.InputSpec.persistent"
+"""Value metadata key: whether a buffer is persistent (``True``/``False``)."""
+ORIGINAL_NAME: Final = "pkg.torch.onnx.original_node_name"
+"""Value metadata key: the torch.export placeholder a weight came from."""
+FOLDED_FROM: Final = "pkg.onnxscript.optimizer.folded_from"
+"""Value metadata key: the values the onnxscript optimizer folded a constant from."""
+FX_NODE: Final = "pkg.torch.onnx.fx_node"
+"""Node metadata key: the FX node the ONNX node was exported from."""
+NAME_SCOPES: Final = "pkg.torch.onnx.name_scopes"
+"""Node metadata key: the module path of the node, as a list."""
+
 _SPEC_KINDS: Final[dict[str, StateKind]] = {
     "PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant",
     "USER_INPUT": "input"}
 _PLACEHOLDER_KINDS: Final[dict[str, StateKind]] = {
     "p": "parameter", "b": "buffer", "c": "constant"}
-_PLACEHOLDER: Final = re.compile(r"%([pbc])_([0-9A-Za-z_]+)")
+_SIGNATURE_LINE: Final = re.compile(
+    r"^\s*(\w+): (?:PARAMETER|BUFFER|CONSTANT_TENSOR) target='([^']+)'", re.MULTILINE)
+_FX_ARGUMENT: Final = re.compile(r"%(\w+)")
+_FX_TARGET: Final = re.compile(r"target=(?:torch\.ops\.)?([\w.]+)\]")
+_PLACEHOLDER: Final = re.compile(r"([pbc])_(\w+)")
 _NOT_IN_PLACEHOLDER: Final = re.compile(r"[^0-9A-Za-z_]")
 
 
+class Placeholder(NamedTuple):
+    """A torch.export placeholder that an FX node reads.
+
+    Attributes:
+        name: The placeholder (``b_block_scale``).
+        kind: What it stands for: ``parameter``, ``buffer`` or ``constant``.
+        stem: The name without its prefix (``block_scale``); see :func:`placeholder_stem`.
+    """
+
+    name: str
+    kind: StateKind
+    stem: str
+
+
+# ================================================================ value records
+def input_spec_kind(metadata: dict[str, str]) -> StateKind | None:
+    """What ``InputSpec.kind`` in a value's metadata says it is (``None``: nothing known)."""
+    return _SPEC_KINDS.get(metadata.get(INPUT_KIND, ""))
+
+
+def folded_from(metadata: dict[str, str]) -> tuple[str, ...]:
+    """The weights an optimizer folded a value from (empty when not folded)."""
+    text = metadata.get(FOLDED_FROM)
+    if not text:
+        return ()
+    try:
+        names = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return ()
+    if isinstance(names, str):
+        return (names,)
+    if isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names):
+        return tuple(names)
+    return ()
+
+
+def graph_signature(graph: Graph) -> dict[str, str]:
+    """Placeholder names and the state-dict names they stand for (dynamo exports)."""
+    text = graph.metadata.get(SIGNATURE, "")
+    return {placeholder: target for placeholder, target in _SIGNATURE_LINE.findall(text)}
+
+
+# ================================================================= node records
+def fx_arguments(node: Node) -> tuple[str, ...]:
+    """The FX values (``p_...`` placeholders, other nodes) the node's FX node reads."""
+    text = node.metadata.get(FX_NODE, "")
+    _, found, arguments = text.partition("](")
+    return tuple(_FX_ARGUMENT.findall(arguments)) if found else ()
+
+
+def fx_target(node: Node) -> str | None:
+    """The operator of the node's FX node (``aten.linear.default``), if recorded."""
+    match = _FX_TARGET.search(node.metadata.get(FX_NODE, ""))
+    return match.group(1) if match else None
+
+
+def is_placeholder_name(name: str) -> bool:
+    """Whether an FX name looks like a torch.export state placeholder (``p_...``)."""
+    return _PLACEHOLDER.fullmatch(name) is not None
+
+
+def placeholder_stem(name: str) -> str:
+    """The stem torch.export gives the placeholder of state ``name``: ``a.b`` -> ``a_b``."""
+    return _NOT_IN_PLACEHOLDER.sub("_", name).lower()
+
+
+def fx_placeholders(node: Node) -> list[Placeholder]:
+    """The state placeholders (``%p_``, ``%b_``, ``%c_``) the node's FX node reads."""
+    found: list[Placeholder] = []
+    for argument in fx_arguments(node):
+        match = _PLACEHOLDER.fullmatch(argument)
+        if match is not None:
+            found.append(Placeholder(argument, _PLACEHOLDER_KINDS[match.group(1)],
+                                     match.group(2)))
+    return found
+
+
+def module_scope(node: Node) -> str | None:
+    """The path of the module the node was exported from (``transformer.blocks.0.norm``).
+
+    Read from ``pkg.torch.onnx.name_scopes`` (dynamo), whose last entry is the FX
+    node, or from a legacy node name such as ``/transformer/blocks.0/proj/proj.0/MatMul``,
+    where a container's child repeats the container's name (``proj`` then ``proj.0``).
+    """
+    text = node.metadata.get(NAME_SCOPES)
+    if text:
+        try:
+            scopes = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            scopes = None
+        if isinstance(scopes, list) and len(scopes) >= 2 and isinstance(scopes[-2], str):
+            return scopes[-2] or None
+        return None
+    if not node.name.startswith("/"):
+        return None
+    parts = [part for part in node.name.split("/")[1:-1] if part]
+    path: list[str] = []
+    for part in parts:
+        if path and part.startswith(path[-1] + "."):
+            path[-1] = part
+        else:
+            path.append(part)
+    return ".".join(path) or None
+
+
+# ======================================================================= state
 def state_kinds(graph: Graph) -> dict[str, StateKind]:
     """What torch's export record says each initializer or graph input of ``graph`` is.
 
-    Names the record says nothing about are left out (models not exported by torch,
-    or exported by the legacy exporter, which records nothing).
+    A value's own record (folded, or its ``InputSpec.kind``) comes first; a value
+    whose record was dropped is known by the placeholder its consumers' FX nodes
+    read. Names the record says nothing about are left out (models not exported by
+    torch, or exported by the legacy exporter, which records nothing).
     """
     kinds: dict[str, StateKind] = {}
     names = list(dict.fromkeys([*graph.initializers, *graph.input_names]))
     for name in names:
         value = graph.values.get(name)
         metadata = value.metadata if value is not None else {}
-        if _FOLDED_KEY in metadata:
+        if FOLDED_FROM in metadata:
             kinds[name] = "constant"
-        elif metadata.get(_KIND_KEY) in _SPEC_KINDS:
-            kinds[name] = _SPEC_KINDS[metadata[_KIND_KEY]]
-    stems = {_NOT_IN_PLACEHOLDER.sub("_", name).lower(): name
-             for name in names if name not in kinds}
+        elif (kind := input_spec_kind(metadata)) is not None:
+            kinds[name] = kind
+    stems = {placeholder_stem(name): name for name in names if name not in kinds}
     if not stems:
         return kinds
     for node in graph:
-        fx_node = node.metadata.get(_FX_NODE_KEY)
-        if not fx_node:
-            continue
-        for found in _PLACEHOLDER.finditer(fx_node):
-            stem_of = stems.get(found.group(2))
+        for placeholder in fx_placeholders(node):
+            stem_of = stems.get(placeholder.stem)
             if stem_of is not None and stem_of in node.inputs and stem_of not in kinds:
-                kinds[stem_of] = _PLACEHOLDER_KINDS[found.group(1)]
+                kinds[stem_of] = placeholder.kind
     return kinds
 
 

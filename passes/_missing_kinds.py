@@ -27,9 +27,17 @@ from typing import Final, Literal
 
 from graphpass.ir import Model
 from graphpass.passes._missing_gaps import Gap
+from graphpass.torch_export import (
+    FOLDED_FROM,
+    INPUT_KIND,
+    INPUT_PERSISTENT,
+    StateKind,
+    fx_placeholders,
+    input_spec_kind,
+    placeholder_stem,
+)
 
 __all__ = [
-    "INPUT_KIND",
     "STATE_KINDS",
     "CheckpointMatch",
     "CheckpointNames",
@@ -65,20 +73,15 @@ STATE_KINDS: Final[frozenset[str]] = frozenset({
 })
 """Kinds that, on a graph input, certainly mean model state."""
 
-INPUT_KIND: Final = "pkg.torch.export.graph_signature.InputSpec.kind"
-"""The ``metadata_props`` key where torch records what a graph input or weight is."""
-_PERSISTENT_KEY: Final = "pkg.torch.export.graph_signature.InputSpec.persistent"
-_FOLDED_KEY: Final = "pkg.onnxscript.optimizer.folded_from"
-_FX_NODE_KEY: Final = "pkg.torch.onnx.fx_node"
-
 _IDENTIFIER: Final = r"[A-Za-z_][A-Za-z0-9_]*"
 _MODULE_PATH: Final = re.compile(rf"{_IDENTIFIER}(?:\.(?:{_IDENTIFIER}|[0-9]+))*\.{_IDENTIFIER}")
 _LIFTED: Final = re.compile(r"(?:lifted_tensor_|_tensor_constant)[0-9]+")
 _FOLDED: Final = re.compile(r"onnx::\w+|val_[0-9]+")
-_PLACEHOLDER: Final = re.compile(r"%([pbc])_([0-9A-Za-z_]+)")
-_NOT_IN_PLACEHOLDER: Final = re.compile(r"[^0-9A-Za-z_]")
-_PLACEHOLDER_KINDS: Final[Mapping[str, Kind]] = {
-    "p": "parameter", "b": "buffer", "c": "tensor constant"}
+_KINDS: Final[Mapping[StateKind, Kind]] = {
+    "parameter": "parameter", "buffer": "buffer", "constant": "tensor constant",
+    "input": "data input"}
+_BUFFERS: Final[Mapping[str, Kind]] = {
+    "True": "persistent buffer", "False": "non-persistent buffer"}
 _WRAPPERS: Final = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module"})
 _LEADING_WRAPPERS: Final = frozenset({"module", "_orig_mod"})
 
@@ -214,51 +217,42 @@ def _declared_metadata(gap: Gap, model: Model) -> dict[str, str]:
 
 def _from_metadata(gap: Gap, model: Model, result: Classification) -> bool:
     metadata = _declared_metadata(gap, model)
-    if _FOLDED_KEY in metadata:
+    if FOLDED_FROM in metadata:
         result.kind = "folded constant"
         result.evidence.append("the onnxscript optimizer folded it (pkg.onnxscript.optimizer."
                                "folded_from)")
         return True
-    spec_kind = metadata.get(INPUT_KIND)
-    if spec_kind is None:
+    kind = input_spec_kind(metadata)
+    if kind is None:
         return False
-    persistent = metadata.get(_PERSISTENT_KEY)
-    kinds: dict[str, Kind] = {"PARAMETER": "parameter", "CONSTANT_TENSOR": "tensor constant",
-                              "USER_INPUT": "data input"}
-    buffers: dict[str, Kind] = {"True": "persistent buffer", "False": "non-persistent buffer"}
-    if spec_kind == "BUFFER":
-        result.kind = buffers.get(persistent or "", "buffer")
-    elif spec_kind in kinds:
-        result.kind = kinds[spec_kind]
+    persistent = metadata.get(INPUT_PERSISTENT)
+    if kind == "buffer":
+        result.kind = _BUFFERS.get(persistent or "", "buffer")
     else:
-        return False
+        result.kind = _KINDS[kind]
     if result.kind == "tensor constant" and _LIFTED.fullmatch(gap.name):
         result.kind = "lifted constant"
-    detail = f"InputSpec.kind={spec_kind}"
-    if spec_kind == "BUFFER":
+    detail = f"InputSpec.kind={metadata[INPUT_KIND]}"
+    if kind == "buffer":
         detail += f", persistent={persistent}"
     result.evidence.append(f"the model's torch export metadata says {detail}")
     return True
 
 
 def _from_fx_nodes(gap: Gap, result: Classification) -> bool:
-    stem = _NOT_IN_PLACEHOLDER.sub("_", gap.name).lower()
+    stem = placeholder_stem(gap.name)
     for consumer in gap.consumers:
         node = consumer.node
         if node is None:
             continue
-        fx_node = node.metadata.get(_FX_NODE_KEY)
-        if not fx_node:
+        placeholder = next((p for p in fx_placeholders(node) if p.stem == stem), None)
+        if placeholder is None:
             continue
-        prefix = next((found.group(1) for found in _PLACEHOLDER.finditer(fx_node)
-                       if found.group(2) == stem), None)
-        if prefix is None:
-            continue
-        result.kind = _PLACEHOLDER_KINDS[prefix]
+        result.kind = _KINDS[placeholder.kind]
         if result.kind == "tensor constant" and _LIFTED.fullmatch(gap.name):
             result.kind = "lifted constant"
         result.evidence.append(
             f"node {consumer.node_name!r} was traced from torch.export placeholder "
-            f"%{prefix}_{stem} ({result.kind})")
+            f"%{placeholder.name} ({result.kind})")
         return True
     return False

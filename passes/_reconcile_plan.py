@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from graphpass.ir import dtype_name
-from graphpass.passes._reconcile_exporter import (
+from graphpass.passes._reconcile_names import canonical_forms, ends_with_leaf, leaf
+from graphpass.torch_export import (
     fx_arguments,
     fx_target,
     is_placeholder_name,
     module_scope,
 )
-from graphpass.passes._reconcile_names import canonical_forms, ends_with_leaf, leaf
 
 if TYPE_CHECKING:
     from graphpass.checkpoint import Checkpoint, CheckpointEntry

@@ -19,12 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from graphpass.passes._reconcile_exporter import (
-    INPUT_KIND,
-    ORIGINAL_NAME,
-    WEIGHT_KINDS,
-    folded_from,
-)
+from graphpass.torch_export import ORIGINAL_NAME, folded_from, input_spec_kind
 
 if TYPE_CHECKING:
     from graphpass.ir import Graph
@@ -32,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["Target", "collect_targets"]
 
 Source = Literal["initializer", "input", "undefined"]
+_STATE = ("parameter", "buffer", "constant")
 
 
 @dataclass(frozen=True)
@@ -82,11 +78,11 @@ def collect_targets(graph: Graph, signature: Mapping[str, str]) -> list[Target]:
     for value in graph.inputs:
         if value.name in graph.initializers:
             continue
-        kind = value.metadata.get(INPUT_KIND)
-        if kind == "USER_INPUT":
+        kind = input_spec_kind(value.metadata)
+        if kind == "input":
             continue
         targets.append(Target(value.name, "input", value.elem_type, value.shape,
-                              kind in WEIGHT_KINDS or value.name.startswith("onnx::"), True,
+                              kind in _STATE or value.name.startswith("onnx::"), True,
                               value.metadata.get(ORIGINAL_NAME) or placeholder_of.get(value.name),
                               folded_from(value.metadata)))
     for name in graph.free_names:

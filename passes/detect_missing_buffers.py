@@ -33,12 +33,12 @@ from graphpass.ir import Model
 from graphpass.pass_base import AnalysisPass, PassContext, PassResult
 from graphpass.passes._missing_gaps import Gap, find_gaps
 from graphpass.passes._missing_kinds import (
-    INPUT_KIND,
     STATE_KINDS,
     CheckpointNames,
     Classification,
     classify,
 )
+from graphpass.torch_export import INPUT_KIND
 
 __all__ = ["DetectMissingBuffers"]
 

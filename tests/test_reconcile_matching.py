@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphpass.ir import Node
-from graphpass.passes._reconcile_exporter import module_scope
 from graphpass.passes._reconcile_match import match_names
 from graphpass.passes._reconcile_names import (
     BasePrefix,
@@ -17,6 +16,7 @@ from graphpass.passes._reconcile_names import (
     ends_with_leaf,
     strip_wrappers,
 )
+from graphpass.torch_export import module_scope
 
 
 @pytest.mark.parametrize(("key", "expected"), [
