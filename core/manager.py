@@ -106,11 +106,8 @@ class PassManager:
         self.registry = registry if registry is not None else default_registry()
         self.base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
         self.checkpoints = tuple(self._resolve(Path(c)) for c in checkpoints)
-        requested: list[PassSpec] = (
-            [passes] if isinstance(passes, (str, type)) or not isinstance(passes, Iterable)
-            else list(passes))
         self.plan: list[PlannedPass] = plan_passes(
-            requested, options, self.registry, has_checkpoint=bool(self.checkpoints),
+            passes, options, self.registry, has_checkpoint=bool(self.checkpoints),
             disable=disable)
         dump_names = tuple(dump_after)
         planned_names = {p.name for p in self.plan}
@@ -156,8 +153,6 @@ class PassManager:
                 before it; the original exception is its ``__cause__``.
         """
         working = model.copy()
-        working.source_path = model.source_path
-        working.base_dir = model.base_dir
         context = PassContext(base_dir=self.base_dir, checkpoints=self.checkpoints,
                               plan=self.plan_names, _registry=self.registry)
         result = RunResult(working, plan=self.plan_names)

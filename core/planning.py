@@ -81,7 +81,7 @@ USER_PLUGIN = "<user>"
 
 
 def plan_passes(
-    requested: Iterable[PassSpec],
+    requested: Iterable[PassSpec] | PassSpec,
     options: Mapping[str, Any] | None,
     registry: Registry,
     *,
@@ -91,7 +91,8 @@ def plan_passes(
     """Resolve what the user asked for into the passes to run, in order.
 
     Args:
-        requested: Pass names, preset names, pass classes or instances, pipelines.
+        requested: Pass names, preset names, pass classes or instances, pipelines (one,
+            or an iterable).
         options: Options by pass name: an ``Options`` instance or a mapping of option
             names to values. User options win over a preset's.
         registry: Where names are looked up.
@@ -105,10 +106,9 @@ def plan_passes(
         PipelineError: An unknown pass or preset, options for an unknown pass, a
             disabled pass another pass requires, a dependency cycle, a bad option.
     """
-    items: list[Any] = list(requested)
-    if isinstance(requested, (str, Pass, Pipeline)) or (
-            isinstance(requested, type) and issubclass(requested, Pass)):
-        items = [requested]
+    items: list[Any] = (
+        [requested] if isinstance(requested, (str, type)) or not isinstance(requested, Iterable)
+        else list(requested))
     user_options = dict(options or {})
     entries: dict[str, _Entry] = {}
     mention: list[str] = []
