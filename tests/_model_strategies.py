@@ -59,17 +59,23 @@ class _Scope:
         self.values[node.output[0]] = shape
         return str(node.output[0])
 
-    def weight(self, draw: st.DrawFn, shape: Shape, stem: str = "w") -> str:
-        """A weight of ``shape``: an initializer, or a ``Constant`` where weights can't live."""
-        name = self.fresh(stem)
-        data = draw(_arrays(shape))
-        tensor = numpy_helper.from_array(data, name)
+    def same_shape(self, shape: Shape) -> list[str]:
+        """The values of ``shape``, sorted."""
+        return sorted(name for name, other in self.values.items() if other == shape)
+
+    def constant(self, tensor: onnx.TensorProto) -> str:
+        """``tensor`` as an initializer, or a ``Constant`` where weights can't live."""
         if self.allow_weights:
             self.initializers.append(tensor)
         else:
-            self.nodes.append(helper.make_node("Constant", [], [name], value=tensor,
+            self.nodes.append(helper.make_node("Constant", [], [tensor.name], value=tensor,
                                                name=self.fresh("const_")))
-        return name
+        return tensor.name
+
+    def weight(self, draw: st.DrawFn, shape: Shape, stem: str = "w") -> str:
+        """A random weight of ``shape`` (see :meth:`constant`)."""
+        name = self.fresh(stem)
+        return self.constant(numpy_helper.from_array(draw(_arrays(shape)), name))
 
 
 def _arrays(shape: Shape) -> st.SearchStrategy[np.ndarray[Any, Any]]:
@@ -108,11 +114,10 @@ def _unary(draw: st.DrawFn, scope: _Scope, alpha_ref: bool = False) -> str:
 
 def _binary(draw: st.DrawFn, scope: _Scope) -> str:
     first, shape = _pick(draw, scope)
-    same = [name for name, other in scope.values.items() if other == shape]
     kind = draw(st.sampled_from(["value", "weight", "scalar"]) if scope.allow_weights
                 else st.sampled_from(["value", "weight"]))
     if kind == "value":
-        second = draw(st.sampled_from(sorted(same)))
+        second = draw(st.sampled_from(scope.same_shape(shape)))
     elif kind == "weight":
         # A weight broadcast along the leading axes.
         tail = shape[draw(st.integers(0, len(shape) - 1)):]
@@ -140,13 +145,7 @@ def _reshape(draw: st.DrawFn, scope: _Scope) -> str:
     spec = list(target)
     if len(spec) == 2 and draw(st.booleans()):
         spec[1] = -1
-    name = scope.fresh("shape")
-    tensor = numpy_helper.from_array(np.array(spec, np.int64), name)
-    if scope.allow_weights:
-        scope.initializers.append(tensor)
-    else:
-        scope.nodes.append(helper.make_node("Constant", [], [name], value=tensor,
-                                            name=scope.fresh("const_")))
+    name = scope.constant(numpy_helper.from_array(np.array(spec, np.int64), scope.fresh("shape")))
     return scope.add(helper.make_node("Reshape", [source, name], [scope.fresh("r")]), target)
 
 
@@ -160,8 +159,7 @@ def _transpose(draw: st.DrawFn, scope: _Scope) -> str:
 def _concat(draw: st.DrawFn, scope: _Scope) -> str:
     source, shape = _pick(draw, scope)
     axis = draw(st.integers(0, len(shape) - 1))
-    same = [n for n, s in scope.values.items() if s == shape]
-    other = draw(st.sampled_from(sorted(same)))
+    other = draw(st.sampled_from(scope.same_shape(shape)))
     out = tuple(d * 2 if k == axis else d for k, d in enumerate(shape))
     node = helper.make_node("Concat", [source, other], [scope.fresh("c")],
                             axis=axis - len(shape) if draw(st.booleans()) else axis)
@@ -258,7 +256,7 @@ def _function(draw: st.DrawFn, index: int, earlier: list[_FunctionInfo]) -> _Fun
 def _call(draw: st.DrawFn, scope: _Scope, functions: list[_FunctionInfo]) -> str:
     callee = draw(st.sampled_from(functions))
     first, shape = _pick(draw, scope)
-    same = sorted(n for n, s in scope.values.items() if s == shape)
+    same = scope.same_shape(shape)
     arguments = [first] + [draw(st.sampled_from(same)) for _ in range(callee.inputs - 1)]
     results = [scope.fresh("call") for _ in range(callee.outputs)]
     node = helper.make_node(callee.proto.name, arguments, results, domain=DOMAIN)
@@ -273,20 +271,19 @@ def _call(draw: st.DrawFn, scope: _Scope, functions: list[_FunctionInfo]) -> str
 def _branch(draw: st.DrawFn, scope: _Scope, shape: Shape, label: str,
             depth: int) -> onnx.GraphProto:
     """A branch computing a value of ``shape`` from outer values of that shape."""
-    outer = sorted(n for n, s in scope.values.items() if s == shape)
+    outer = scope.same_shape(shape)
     inner = _Scope(prefix=scope.fresh(f"{label}_"), allow_weights=False)
     inner.values = {name: scope.values[name] for name in outer}
     result = draw(st.sampled_from(outer))
     for _step in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(["unary", "binary", "if"] if depth < 2
                                     else ["unary", "binary"]))
-        source = draw(st.sampled_from(sorted(n for n, s in inner.values.items() if s == shape)))
+        source = draw(st.sampled_from(inner.same_shape(shape)))
         if kind == "unary":
             op = draw(st.sampled_from(_UNARY))
             result = inner.add(helper.make_node(op, [source], [inner.fresh("u")]), shape)
         elif kind == "binary":
-            other = draw(st.sampled_from(sorted(n for n, s in inner.values.items()
-                                                if s == shape)))
+            other = draw(st.sampled_from(inner.same_shape(shape)))
             op = draw(st.sampled_from(["Add", "Mul"]))
             result = inner.add(helper.make_node(op, [source, other], [inner.fresh("b")]), shape)
         else:
@@ -313,7 +310,7 @@ def _control(draw: st.DrawFn, scope: _Scope) -> str:
 
 
 def _loop(draw: st.DrawFn, scope: _Scope, shape: Shape) -> str:
-    start = draw(st.sampled_from(sorted(n for n, s in scope.values.items() if s == shape)))
+    start = draw(st.sampled_from(scope.same_shape(shape)))
     captured = scope.weight(draw, shape, "loopw")
     trips = scope.fresh("trips")
     keep = scope.fresh("keep")
