@@ -23,12 +23,17 @@ Conditions are declarative where they can be (:class:`AttributeIn`,
 :class:`InputPresent`, :class:`OutputsFewerThan`, :class:`InputNeedsGradient`,
 :class:`InputTypeIn`, :class:`InputTypeNotIn`, :class:`InputRankIn`);
 :class:`Check` wraps a small function for the rest.
+
+:func:`select_weights` picks the weights to train from ``trainable`` and ``frozen``
+options (names or ``fnmatch`` patterns), as ``lint-gradients`` and the training
+artifacts plugin both do.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -37,8 +42,8 @@ from typing import Any, Literal
 import onnx
 
 from graphpass.errors import PluginError
-from graphpass.ir import Node
-from graphpass.torch_export import TRAINABLE_TYPES
+from graphpass.ir import Graph, Node
+from graphpass.torch_export import TRAINABLE_TYPES, StateKind, default_trainable
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -67,7 +72,9 @@ __all__ = [
     "StopEdges",
     "TrainerFailure",
     "TrainerFailureKind",
+    "WeightSelection",
     "normalize_domain",
+    "select_weights",
 ]
 
 DIFFERENTIABLE_TYPES: frozenset[int] = TRAINABLE_TYPES
@@ -771,3 +778,63 @@ def _elem_type(value: int | str) -> int:
         return value
     return int(onnx.TensorProto.DataType.Value(str(value).upper()))
 
+
+# ========================================================================== weights
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(name == pattern or fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+@dataclass(frozen=True)
+class WeightSelection:
+    """The weights ``trainable`` and ``frozen`` options pick (see :func:`select_weights`).
+
+    Attributes:
+        candidates: Every initializer and graph input name (initializers first).
+        chosen: The candidates ``trainable`` names (of any element type) or, when it
+            names none, the default trainable weights, frozen ones included.
+        frozen: The candidates ``frozen`` names and the float weights left out of the
+            default, in the order of ``candidates``.
+        left_out: The float weights left out of the default because torch's export
+            record marks them as buffers or constants, with what it says they are
+            (empty when ``trainable`` names weights).
+    """
+
+    candidates: tuple[str, ...]
+    chosen: tuple[str, ...]
+    frozen: tuple[str, ...]
+    left_out: Mapping[str, StateKind]
+
+    @property
+    def trainable(self) -> list[str]:
+        """The chosen weights that are not frozen, in order."""
+        frozen = frozenset(self.frozen)
+        return [name for name in self.chosen if name not in frozen]
+
+    def matching_nothing(self, patterns: Iterable[str]) -> list[str]:
+        """The ``patterns`` that match no candidate."""
+        return [pattern for pattern in patterns
+                if not any(_matches(name, (pattern,)) for name in self.candidates)]
+
+
+def select_weights(graph: Graph, trainable: Sequence[str] = (),
+                   frozen: Sequence[str] = ()) -> WeightSelection:
+    """Pick the weights to train in ``graph``.
+
+    Args:
+        graph: The main graph.
+        trainable: Initializer (or graph input) names or ``fnmatch`` patterns. None:
+            every float initializer except those torch's export record marks as
+            buffers or constants (:func:`graphpass.torch_export.default_trainable`).
+        frozen: Names or patterns of weights to leave out.
+
+    Returns:
+        The selection; element types are not checked beyond the default's.
+    """
+    candidates = tuple(dict.fromkeys([*graph.initializers, *graph.input_names]))
+    left_out: dict[str, StateKind] = {}
+    if trainable:
+        chosen = [name for name in candidates if _matches(name, trainable)]
+    else:
+        chosen, left_out = default_trainable(graph)
+    fixed = tuple(name for name in candidates if _matches(name, frozen) or name in left_out)
+    return WeightSelection(candidates, tuple(chosen), fixed, MappingProxyType(left_out))

@@ -31,15 +31,20 @@ function's name and come after the main graph's.
 
 from __future__ import annotations
 
-import fnmatch
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from graphpass.errors import PassError, PluginError
 from graphpass.findings import Finding, Severity
-from graphpass.gradients import GradientRules, NodeSite, TrainerFailureKind, normalize_domain
+from graphpass.gradients import (
+    GradientRules,
+    NodeSite,
+    TrainerFailureKind,
+    normalize_domain,
+    select_weights,
+)
 from graphpass.ir import CAPTURE, Function, Graph, Model, Node, dtype_name
 from graphpass.pass_base import AnalysisPass, PassContext, PassResult
 from graphpass.passes._gradient_region import (
@@ -50,7 +55,6 @@ from graphpass.passes._gradient_region import (
 )
 from graphpass.passes._gradient_types import FunctionTypes, ModelTypes, TypeInfo
 from graphpass.passes._gradient_view import resolve_constant_ifs
-from graphpass.torch_export import default_trainable
 
 __all__ = ["CODES", "LintGradients"]
 
@@ -214,29 +218,22 @@ class LintGradients(AnalysisPass):
 
 
 # ====================================================================== selection
-def _matches(name: str, patterns: Iterable[str]) -> bool:
-    return any(name == pattern or fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
-
-
 def _select_trainable(graph: Graph, options: Any, rules: GradientRules
                       ) -> tuple[list[Finding], list[str], frozenset[str]]:
     findings: list[Finding] = []
     initializers = graph.initializers
-    candidates = list(dict.fromkeys([*initializers, *graph.input_names]))
+    selection = select_weights(graph, options.trainable, options.frozen)
     for option, patterns in (("trainable", options.trainable), ("frozen", options.frozen)):
-        for pattern in patterns:
-            if not any(_matches(name, (pattern,)) for name in candidates):
-                findings.append(Finding(
-                    CODES["no-match"], Severity.WARNING,
-                    f"{option} pattern {pattern!r} matches no initializer or graph input",
-                    value=pattern,
-                    hint="check the spelling; patterns use fnmatch syntax (* ? [...])"))
-    left_out: dict[str, str] = {}
-    if options.trainable:
-        chosen = [name for name in candidates if _matches(name, options.trainable)]
-    else:
-        defaults, left_out = default_trainable(graph)
-        chosen = [name for name in defaults
+        for pattern in selection.matching_nothing(patterns):
+            findings.append(Finding(
+                CODES["no-match"], Severity.WARNING,
+                f"{option} pattern {pattern!r} matches no initializer or graph input",
+                value=pattern,
+                hint="check the spelling; patterns use fnmatch syntax (* ? [...])"))
+    left_out = selection.left_out
+    chosen: Sequence[str] = selection.chosen
+    if not options.trainable:
+        chosen = [name for name in chosen
                   if initializers[name].dtype in rules.differentiable_types]
         if left_out:
             shown = ", ".join(f"{name!r} ({kind})" for name, kind in
@@ -251,8 +248,7 @@ def _select_trainable(graph: Graph, options: Any, rules: GradientRules
                      '(trainable = ["*"] takes every float weight)',
                 data={"left_out": dict(left_out)}))
     trainable = []
-    frozen = frozenset(name for name in candidates
-                       if _matches(name, options.frozen) or name in left_out)
+    frozen = frozenset(selection.frozen)
     for name in chosen:
         if name in frozen:
             continue

@@ -18,7 +18,6 @@ which onnxruntime-training 1.19.2 refuses) and are loaded once with
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import importlib.util
 import io
 import os
@@ -33,11 +32,12 @@ from typing import Any, ClassVar, Literal
 import onnx
 
 from graphpass.findings import Finding, Severity
+from graphpass.gradients import select_weights
 from graphpass.ir import Model
 from graphpass.pass_base import Pass, PassContext, PassResult
 from graphpass.plugins.hookspecs import hookimpl
 from graphpass.proto import model_to_proto
-from graphpass.torch_export import TRAINABLE_TYPES, default_trainable
+from graphpass.torch_export import TRAINABLE_TYPES
 
 __all__ = ["EmitTrainingArtifacts", "graphpass_passes", "training_available"]
 
@@ -144,21 +144,15 @@ class EmitTrainingArtifacts(Pass):
 
 
 def _weights(model: Model, trainable: list[str], frozen: list[str]) -> tuple[list[str], list[str]]:
-    """The weights to train and to freeze (the same defaults as ``lint-gradients``)."""
-    if trainable:
-        chosen = [name for name, tensor in model.graph.initializers.items()
-                  if tensor.dtype in TRAINABLE_TYPES and _matches(name, trainable)]
-        left_out: list[str] = []
-    else:
-        chosen, kinds = default_trainable(model.graph)
-        left_out = list(kinds)
-    fixed = [name for name in model.graph.initializers
-             if _matches(name, frozen) or name in left_out]
-    return [name for name in chosen if name not in fixed], fixed
+    """The weights to train and to freeze (the same selection as ``lint-gradients``).
 
-
-def _matches(name: str, patterns: list[str]) -> bool:
-    return any(name == pattern or fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+    Only float initializers are trained, and only initializers are frozen.
+    """
+    initializers = model.graph.initializers
+    selection = select_weights(model.graph, trainable, frozen)
+    chosen = [name for name in selection.trainable
+              if name in initializers and initializers[name].dtype in TRAINABLE_TYPES]
+    return chosen, [name for name in selection.frozen if name in initializers]
 
 
 def _generate(model: Model, directory: Path, options: Any, trainable: list[str],
