@@ -243,15 +243,19 @@ def test_a_failing_save_leaves_the_previous_output_as_it_was(tmp_path: Path) -> 
 _BIG = 48 * 2**20  # floats: 192 MiB of weights, streamed in 16 MiB chunks
 
 
-def _big_run(tmp_path: Path) -> tuple[list[str], Path]:
-    """A CLI run that streams ~192 MiB into ``tmp_path/out`` (the data file is half used)."""
-    source = tmp_path / "in" / "m.onnx"
-    if not source.exists():
-        _external(tmp_path / "in", size=_BIG, spare=_BIG * 4)
+def _big_run(tmp_path: Path) -> tuple[list[str], Path, dict[str, str]]:
+    """A CLI run that streams ~192 MiB into ``tmp_path/out`` (the data file is half used).
+
+    Runs it once to the end; returns the command, the output folder and the digests
+    of that first, complete output.
+    """
+    source = _external(tmp_path / "in", size=_BIG, spare=_BIG * 4)
     out = tmp_path / "out"
     command = [sys.executable, "-m", "graphpass", "run", str(source), "-o",
                str(out / "m.onnx"), "-p", "topological-sort"]
-    return command, out
+    first = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert first.returncode == 0, first.stderr
+    return command, out, _digests(out)
 
 
 def _interrupt_mid_write(command: list[str], out: Path, sig: int) -> subprocess.CompletedProcess[
@@ -278,10 +282,7 @@ def _interrupt_mid_write(command: list[str], out: Path, sig: int) -> subprocess.
 
 def test_sigint_mid_write_leaves_the_previous_output_and_no_temporary_files(
         tmp_path: Path) -> None:
-    command, out = _big_run(tmp_path)
-    first = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
-    assert first.returncode == 0, first.stderr
-    before = _digests(out)
+    command, out, before = _big_run(tmp_path)
     assert set(before) == {"m.onnx", "m.onnx.data"}
     interrupted = _interrupt_mid_write(command, out, signal.SIGINT)
     assert interrupted.returncode == 130, interrupted.stderr
@@ -293,10 +294,7 @@ def test_sigint_mid_write_leaves_the_previous_output_and_no_temporary_files(
 
 def test_sigkill_mid_write_leaves_the_previous_output_and_the_next_save_tidies_up(
         tmp_path: Path) -> None:
-    command, out = _big_run(tmp_path)
-    first = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
-    assert first.returncode == 0, first.stderr
-    before = _digests(out)
+    command, out, before = _big_run(tmp_path)
     killed = _interrupt_mid_write(command, out, signal.SIGKILL)
     assert killed.returncode == -signal.SIGKILL
     assert _digests(out) == before  # the previous output, whole
