@@ -10,14 +10,14 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
+from _docs_runner import section_blocks
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 
 
 def _python_blocks(page: str, section: str) -> list[str]:
-    text = (DOCS / page).read_text().split(f"## {section}", 1)[1].split("\n## ", 1)[0]
-    return [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
+    return section_blocks((DOCS / page).read_text(), section, "python")
 
 
 @pytest.fixture

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import importlib
-import re
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _docs_runner import block_after
 from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
@@ -20,22 +20,15 @@ from graphpass.registry import Registry, default_registry
 DOC = Path(__file__).resolve().parent.parent / "docs" / "passes" / "lint-gradients.md"
 
 
-def _block_after(text: str, marker: str, language: str) -> str:
-    start = text.index(marker)
-    found = re.compile(rf"```{language}\n(.*?)```", re.S).search(text, start)
-    assert found is not None, f"no {language} block after {marker!r}"
-    return found.group(1)
-
-
 @pytest.fixture
 def plugin_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     text = DOC.read_text()
     package = tmp_path / "mytrainer_rules"
     package.mkdir()
     (package / "mytrainer.toml").write_text(
-        _block_after(text, "`mytrainer_rules/mytrainer.toml`", "toml"))
+        block_after(text, "`mytrainer_rules/mytrainer.toml`", "toml"))
     (package / "__init__.py").write_text(
-        _block_after(text, "`mytrainer_rules/__init__.py`", "python"))
+        block_after(text, "`mytrainer_rules/__init__.py`", "python"))
     monkeypatch.syspath_prepend(str(tmp_path))
     module = importlib.import_module("mytrainer_rules")
     yield module.graphpass_gradient_rules()
@@ -85,7 +78,7 @@ def test_the_documented_plugin_rules_load_and_judge(plugin_rules):
 
 def test_the_documented_pipeline_snippet_is_valid(tmp_path: Path):
     text = DOC.read_text()
-    snippet = _block_after(text, "So freezing is also how you tell the lint", "toml")
+    snippet = block_after(text, "So freezing is also how you tell the lint", "toml")
     config = tmp_path / "pipeline.toml"
     config.write_text('[pipeline]\npasses = ["lint-gradients"]\n\n' + snippet)
     from graphpass.config import load_pipeline_file
