@@ -23,9 +23,10 @@ help:
 
 venv: $(STAMP)
 
+# pip is upgraded once, when the venv is made (editable installs need a recent pip);
+# a change to pyproject.toml only reinstalls the project.
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install $(PIP_FLAGS) --upgrade pip
+	test -x $(BIN)/python || { $(PYTHON) -m venv $(VENV) && $(BIN)/pip install $(PIP_FLAGS) --upgrade pip; }
 	$(BIN)/pip install $(PIP_FLAGS) $(TORCH)
 	$(BIN)/pip install $(PIP_FLAGS) -e '.[dev,torch]' transformers
 	touch $@
@@ -36,8 +37,8 @@ $(STAMP): pyproject.toml
 ort-venv: $(ORT_STAMP)
 
 $(ORT_STAMP): pyproject.toml
-	@( test -x $(ORT_VENV)/bin/python || $(PYTHON) -m venv $(ORT_VENV) ) && \
-	$(ORT_VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip && \
+	@( test -x $(ORT_VENV)/bin/python || \
+	   { $(PYTHON) -m venv $(ORT_VENV) && $(ORT_VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip; } ) && \
 	$(ORT_VENV)/bin/pip install $(PIP_FLAGS) $(TORCH) $(ORT_TRAINING) && \
 	$(ORT_VENV)/bin/pip install $(PIP_FLAGS) -e . && \
 	$(ORT_VENV)/bin/python -c "import onnxruntime.training.artifacts" && \
@@ -59,7 +60,6 @@ docs: $(STAMP)
 
 test: $(STAMP) ort-venv
 	$(MAKE) --no-print-directory lint docs
-	GRAPHPASS_ORT_TRAINING_PYTHON=$$(test -f $(ORT_STAMP) && echo $(CURDIR)/$(ORT_VENV)/bin/python) \
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 bench: $(STAMP)
