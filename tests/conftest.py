@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+PLUGIN_PACKAGES = REPO / "tests" / "plugins"
 
 
 @pytest.fixture(scope="session")
@@ -30,3 +34,33 @@ def ort_training_python() -> str:
 def python_exe() -> str:
     """The Python running the tests."""
     return sys.executable
+
+
+@pytest.fixture(scope="session")
+def install_plugin(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """Install ``tests/plugins/graphpass-NAME-plugin`` with pip, once; return its folder.
+
+    Each package goes into a folder of its own (never into the shared venv: the broken
+    ones would break every other test); put that folder on ``sys.path`` (in process) or
+    ``PYTHONPATH`` (a subprocess) to use the plugin.
+    """
+    root = tmp_path_factory.mktemp("plugin-sites")
+    # Build with the setuptools of this environment when it has one (offline and fast);
+    # otherwise let pip fetch a build backend.
+    offline = (["--no-build-isolation", "--no-index"]
+               if importlib.util.find_spec("setuptools") is not None else [])
+    sites: dict[str, Path] = {}
+
+    def install(name: str) -> Path:
+        if name not in sites:
+            # Build from a copy: pip builds in the source tree, and test workers run at once.
+            source = root / f"src-{name}"
+            shutil.copytree(PLUGIN_PACKAGES / f"graphpass-{name}-plugin", source)
+            subprocess.run(
+                [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                 "--disable-pip-version-check", *offline, "--target", str(root / name),
+                 str(source)], check=True, capture_output=True, text=True)
+            sites[name] = root / name
+        return sites[name]
+
+    return install

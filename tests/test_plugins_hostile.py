@@ -22,14 +22,12 @@ Loading problems skip the plugin with a warning, or fail with one message under
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import onnx
@@ -42,22 +40,13 @@ from graphpass.cli import main
 from graphpass.plugins.manager import build_registry
 from graphpass.registry import reset_default_registry
 
-PACKAGE = Path(__file__).parent / "plugins" / "graphpass-hostile-plugin"
 RUNTIME = "hostile-runtime"
 
 
 @pytest.fixture(scope="session")
-def hostile_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def hostile_site(install_plugin: Callable[[str], Path]) -> Path:
     """The hostile plugin package, installed into its own folder."""
-    root = tmp_path_factory.mktemp("hostile-site")
-    source = root / "src"
-    shutil.copytree(PACKAGE, source)
-    offline = (["--no-build-isolation", "--no-index"]
-               if importlib.util.find_spec("setuptools") is not None else [])
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                    "--disable-pip-version-check", *offline, "--target", str(root / "site"),
-                    str(source)], check=True, capture_output=True, text=True)
-    return root / "site"
+    return install_plugin("hostile")
 
 
 @pytest.fixture
