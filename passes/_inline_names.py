@@ -54,25 +54,18 @@ class FreshNames:
 
     def value(self, prefix: str, name: str) -> str:
         """A new value name ``prefix/name`` (with a suffix if that is taken)."""
-        wanted = f"{prefix}/{name}"
-        if wanted in self._values:
-            return self._with_suffix(self._values, wanted)
-        self._values.add(wanted)
-        return wanted
+        return self._claim(self._values, f"{prefix}/{name}")
 
     def node(self, prefix: str, name: str) -> str:
         """A new node name ``prefix/name`` (with a suffix if that is taken)."""
-        wanted = f"{prefix}/{name}"
-        if wanted in self._nodes:
-            return self._with_suffix(self._nodes, wanted)
-        self._nodes.add(wanted)
-        return wanted
+        return self._claim(self._nodes, f"{prefix}/{name}")
 
     @staticmethod
-    def _with_suffix(taken: set[str], wanted: str) -> str:
-        suffix = 1
-        while f"{wanted}_{suffix}" in taken:
+    def _claim(taken: set[str], wanted: str) -> str:
+        """``wanted``, else ``wanted_1``, ``wanted_2`` ...: the first not taken, now taken."""
+        name, suffix = wanted, 0
+        while name in taken:
             suffix += 1
-        name = f"{wanted}_{suffix}"
+            name = f"{wanted}_{suffix}"
         taken.add(name)
         return name
