@@ -18,14 +18,15 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from _mutations import PIPELINES as FUZZ_PIPELINES
 from _mutations import _call_chain, _mlp, _nested_types, _nesting_bytes, _with_external_data
 from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
 from graphpass.cli import main
 
-PIPELINES = ("train-ready", "inline-functions,remove-unused,topological-sort",
-             "infer-shapes,check", "detect-missing-buffers,lint-gradients")
+PIPELINES = tuple(p for p in FUZZ_PIPELINES if not p.endswith("+checkpoint"))
+"""The fuzzer's pipelines, less the one that needs a checkpoint."""
 
 
 def _write(tmp_path: Path, data: bytes | onnx.ModelProto, files: dict[str, bytes] | None = None
