@@ -2,7 +2,7 @@
 
 The weights are one external data file (sparse: made with ``truncate``) holding
 three 800 MiB tensors. Each case runs in a fresh process and reports its CPU and
-wall time and its peak RSS (``ru_maxrss``):
+wall time and its peak RSS (``VmHWM``):
 
 * graphpass, save next to the data: ``load -> to_proto -> save`` in the same folder;
   the data file is referenced in place (nothing copied).
