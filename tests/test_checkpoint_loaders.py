@@ -303,6 +303,13 @@ def test_unknown_format_lists_the_loaders(tmp_path):
         assert name in caught.value.hint
 
 
+def test_a_pipe_is_refused_without_reading_it(tmp_path):
+    path = tmp_path / "weights.safetensors"
+    os.mkfifo(path)  # reading it would block forever
+    with pytest.raises(graphpass.CheckpointError, match="not a regular file"):
+        open_checkpoint(path)
+
+
 def test_plain_pickle_is_not_unpickled(tmp_path):
     path = tmp_path / "weights.pkl"
     path.write_bytes(pickle.dumps({"w": [1.0, 2.0]}))

@@ -11,7 +11,7 @@ base class::
         description = "My company's weight files (.mw)"
 
         def can_load(self, path):
-            return path.is_file() and read_magic(path, 4) == b"MW01"
+            return read_magic(path, 4) == b"MW01"
 
         def load(self, path):
             return graphpass.checkpoint.Checkpoint([...], path=path, format=self.name)
@@ -58,7 +58,13 @@ class CheckpointLoader:
 
 
 def read_magic(path: Path, size: int) -> bytes:
-    """The first ``size`` bytes of ``path`` (fewer for a short file, empty on error)."""
+    """The first ``size`` bytes of ``path`` (fewer for a short file, empty on error).
+
+    Empty, too, for anything but a regular file: a folder, or a pipe or device, which
+    could block or never end.
+    """
+    if not path.is_file():
+        return b""
     try:
         with open(path, "rb") as handle:
             return handle.read(size)
@@ -130,6 +136,8 @@ def open_checkpoint(path: str | os.PathLike[str],
 def _describe_content(path: Path) -> str:
     if path.is_dir():
         return "a folder with no checkpoint shards or index"
+    if not path.is_file():
+        return "not a regular file"
     head = read_magic(path, 16)
     if not head:
         return "the file is empty"

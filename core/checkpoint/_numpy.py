@@ -35,8 +35,6 @@ class NumpyLoader(CheckpointLoader):
 
     def can_load(self, path: Path) -> bool:
         """A zip archive whose first member is a ``.npy`` file."""
-        if not path.is_file():
-            return False
         head = read_magic(path, 512)
         if not head.startswith(_ZIP_MAGIC) or len(head) < 30:
             return False

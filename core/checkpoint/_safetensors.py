@@ -32,8 +32,6 @@ class SafetensorsLoader(CheckpointLoader):
 
     def can_load(self, path: Path) -> bool:
         """A file whose first 8 bytes give a plausible header size, followed by ``{``."""
-        if not path.is_file():
-            return False
         head = read_magic(path, 9)
         if len(head) < 9:
             return False

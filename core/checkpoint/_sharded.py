@@ -46,7 +46,7 @@ class ShardedLoader(CheckpointLoader):
         """A folder, or a JSON object that mentions a ``weight_map``."""
         if path.is_dir():
             return True
-        if not path.is_file() or not read_magic(path, 64).lstrip().startswith(b"{"):
+        if not read_magic(path, 64).lstrip().startswith(b"{"):
             return False
         return b'"weight_map"' in read_magic(path, _MAX_INDEX)
 

@@ -48,8 +48,6 @@ class TorchLoader(CheckpointLoader):
 
     def can_load(self, path: Path) -> bool:
         """A zip whose first record is ``<name>/data.pkl``, or the legacy torch magic."""
-        if not path.is_file():
-            return False
         head = read_magic(path, 512)
         if head.startswith(_LEGACY_MAGIC):
             return True
