@@ -29,7 +29,7 @@ import networkx as nx
 
 from graphpass.gradients import GradientRules, NodeSite
 from graphpass.ir import CAPTURE, Graph, Node
-from graphpass.passes._gradient_types import TypeInfo
+from graphpass.value_types import TypeInfo
 
 __all__ = ["Region", "differentiable_region", "names_of", "weight_bits"]
 

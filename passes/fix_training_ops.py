@@ -16,14 +16,12 @@ Both rewrites compute exactly the same values, so ``--verify`` has nothing to fi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import onnx
-
-from graphpass.checking import structural_proto
 from graphpass.findings import Finding, Severity
 from graphpass.ir import Attribute, Graph, Model, Node
 from graphpass.pass_base import Pass, PassContext, PassResult
+from graphpass.value_types import ModelTypes
 
 __all__ = ["FixTrainingOps"]
 
@@ -60,7 +58,7 @@ class FixTrainingOps(Pass):
 
     def run(self, model: Model, context: PassContext) -> PassResult:
         """Rewrite every graph: main, subgraphs, function bodies."""
-        types = _ElementTypes(model) if self.options.cast_like else None
+        types = ModelTypes(model) if self.options.cast_like else None
         layer_norms: list[str] = []
         cast_likes: list[str] = []
         for graph in list(model.graphs()):
@@ -106,10 +104,10 @@ def _add_statistics(graph: Graph, node: Node) -> bool:
     return True
 
 
-def _cast_like_to_cast(graph: Graph, node: Node, types: _ElementTypes) -> bool:
+def _cast_like_to_cast(graph: Graph, node: Node, types: ModelTypes) -> bool:
     if len(node.inputs) != 2 or not node.inputs[0] or not node.inputs[1]:
         return False
-    elem_type = types.of(graph, node.inputs[1])
+    elem_type = types.elem_type(graph, node.inputs[1])
     if elem_type is None:
         return False
     attributes = [Attribute.from_value("to", elem_type)]
@@ -121,50 +119,6 @@ def _cast_like_to_cast(graph: Graph, node: Node, types: _ElementTypes) -> bool:
                 metadata=dict(node.metadata))
     graph.replace(node, [cast])
     return True
-
-
-class _ElementTypes:
-    """Element types of values: declared, or from ONNX shape inference (run once)."""
-
-    def __init__(self, model: Model):
-        self.model = model
-        self._inferred: dict[str, int] | None = None
-
-    def of(self, graph: Graph, name: str) -> int | None:
-        scope: Graph | None = graph
-        while scope is not None:
-            tensor = scope.initializers.get(name)
-            if tensor is not None:
-                return tensor.dtype
-            value = scope.values.get(name)
-            if value is not None and value.elem_type:
-                return value.elem_type
-            if scope.is_defined(name):
-                break
-            scope = scope.parent_graph
-        if graph.function is not None:
-            return None  # function bodies are typed per call; nothing to infer here
-        return self._infer().get(name)
-
-    def _infer(self) -> dict[str, int]:
-        if self._inferred is None:
-            self._inferred = {}
-            try:
-                proto = onnx.shape_inference.infer_shapes(structural_proto(self.model))
-            except Exception:  # inference is best effort here; unknown types stay unknown
-                return self._inferred
-            stack: list[Any] = [proto.graph]
-            while stack:
-                graph_proto = stack.pop()
-                for info in [*graph_proto.input, *graph_proto.output, *graph_proto.value_info]:
-                    if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type:
-                        self._inferred.setdefault(info.name, info.type.tensor_type.elem_type)
-                for node_proto in graph_proto.node:
-                    for attribute in node_proto.attribute:
-                        if attribute.HasField("g"):
-                            stack.append(attribute.g)
-                        stack.extend(attribute.graphs)
-        return self._inferred
 
 
 def _fresh(graph: Graph, base: str) -> str:

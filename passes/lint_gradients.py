@@ -53,8 +53,8 @@ from graphpass.passes._gradient_region import (
     names_of,
     weight_bits,
 )
-from graphpass.passes._gradient_types import FunctionTypes, ModelTypes, TypeInfo
 from graphpass.passes._gradient_view import resolve_constant_ifs
+from graphpass.value_types import FunctionTypes, ModelTypes, TypeInfo
 
 __all__ = ["CODES", "LintGradients"]
 

@@ -1,0 +1,226 @@
+"""Element types and shapes of values: declared, else from ONNX shape inference.
+
+A value's type comes from its initializer or its declaration (graph inputs, outputs,
+``value_info``), searching enclosing graphs outward; when neither says, from ONNX
+shape inference. Inference runs at most once per :class:`ModelTypes` (and once per
+:class:`FunctionTypes`), lazily, on the model's structure
+(:func:`graphpass.checking.structural_proto`): external weights are never read and
+large embedded ones never copied.
+
+Element type ``0`` stands for "not a tensor" (a sequence, an optional, a map);
+``None`` means unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+import onnx
+
+from graphpass.checking import structural_proto
+from graphpass.ir import Function, Graph, Model, Tensor
+from graphpass.proto import function_to_proto
+
+__all__ = ["FunctionTypes", "ModelTypes", "TypeInfo"]
+
+Shape = tuple["int | str | None", ...]
+
+
+class TypeInfo(NamedTuple):
+    """What is known of a value's type.
+
+    Attributes:
+        elem_type: The element type (``0``: not a tensor; ``None``: unknown).
+        shape: The dimensions (ints, symbolic names, ``None``), or ``None`` if unknown.
+    """
+
+    elem_type: int | None
+    shape: Shape | None = None
+
+    @property
+    def rank(self) -> int | None:
+        """The number of dimensions, if known."""
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def static_shape(self) -> tuple[int, ...] | None:
+        """The dimensions if all are known numbers, else ``None``."""
+        if self.shape is None or not all(isinstance(d, int) for d in self.shape):
+            return None
+        return tuple(int(d) for d in self.shape)  # type: ignore[arg-type]
+
+
+_UNKNOWN = TypeInfo(None, None)
+
+_NOT_A_TENSOR = 0
+
+
+def _type_only(tensor: Tensor) -> onnx.TensorProto:
+    """An initializer with its name, element type and shape, and no data."""
+    return onnx.TensorProto(name=tensor.name, data_type=tensor.dtype, dims=tensor.shape)
+
+
+def _info(type_proto: onnx.TypeProto) -> TypeInfo | None:
+    which = type_proto.WhichOneof("value")
+    if which is None:
+        return None
+    if which != "tensor_type":
+        return TypeInfo(_NOT_A_TENSOR)
+    tensor = type_proto.tensor_type
+    elem_type = int(tensor.elem_type) if tensor.HasField("elem_type") and tensor.elem_type \
+        else None
+    shape: Shape | None = None
+    if tensor.HasField("shape"):
+        shape = tuple(dim.dim_value if dim.HasField("dim_value")
+                      else dim.dim_param if dim.HasField("dim_param") else None
+                      for dim in tensor.shape.dim)
+    if elem_type is None and shape is None:
+        return None
+    return TypeInfo(elem_type, shape)
+
+
+def _collect(graph: onnx.GraphProto, into: dict[str, TypeInfo]) -> None:
+    """Types of every declared value in ``graph`` and its subgraphs."""
+    for item in (*graph.input, *graph.output, *graph.value_info):
+        found = _info(item.type)
+        if found is not None:
+            into.setdefault(item.name, found)
+    for tensor in graph.initializer:
+        into.setdefault(tensor.name, TypeInfo(tensor.data_type, tuple(tensor.dims)))
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                _collect(attribute.g, into)
+            elif attribute.type == onnx.AttributeProto.GRAPHS:
+                for subgraph in attribute.graphs:
+                    _collect(subgraph, into)
+
+
+def _infer(proto: onnx.ModelProto) -> dict[str, TypeInfo]:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False,
+                                                     data_prop=False)
+    except Exception:  # inference is a best effort: what it cannot type stays unknown
+        inferred = proto
+    found: dict[str, TypeInfo] = {}
+    _collect(inferred.graph, found)
+    return found
+
+
+def _declared(graph: Graph, name: str) -> tuple[TypeInfo | None, bool]:
+    """``(type, defined here)`` of ``name`` in ``graph`` without inference."""
+    if name in graph.initializers:
+        tensor = graph.initializers[name]
+        return TypeInfo(tensor.dtype, tensor.shape), True
+    value = graph.values.get(name)
+    if value is None:
+        return None, False
+    found = _info(value.type) if value.type is not None else None
+    return found, value.is_defined
+
+
+class _Lookup:
+    """Shared lookup: declarations first, then (once) shape inference."""
+
+    def __init__(self) -> None:
+        self._inferred: dict[str, TypeInfo] | None = None
+
+    def _infer(self) -> dict[str, TypeInfo]:
+        raise NotImplementedError
+
+    def _from_inference(self, name: str, known: TypeInfo | None, *,
+                        need_shape: bool = True) -> TypeInfo:
+        if known is not None and known.elem_type is not None \
+                and (known.shape is not None or not need_shape):
+            return known
+        if self._inferred is None:
+            self._inferred = self._infer()
+        inferred = self._inferred.get(name)
+        if known is None:
+            return inferred or _UNKNOWN
+        if inferred is None:
+            return known
+        return TypeInfo(known.elem_type if known.elem_type is not None else inferred.elem_type,
+                        known.shape if known.shape is not None else inferred.shape)
+
+
+class ModelTypes(_Lookup):
+    """Types of the values of a model's main graph and its subgraphs.
+
+    Function bodies are typed per call (:class:`FunctionTypes`): in them only
+    declarations count.
+    """
+
+    def __init__(self, model: Model):
+        """Look types up in ``model`` (inference runs lazily, on the first unknown)."""
+        super().__init__()
+        self._model = model
+
+    def of(self, graph: Graph, name: str) -> TypeInfo:
+        """What is known of the type of ``name`` as seen from ``graph``."""
+        return self._lookup(graph, name, need_shape=True)
+
+    def elem_type(self, graph: Graph, name: str) -> int | None:
+        """The element type of tensor ``name`` as seen from ``graph``, if known.
+
+        ``None`` also for a value that is not a tensor. Shape inference runs only
+        when no declaration gives the type.
+        """
+        return self._lookup(graph, name, need_shape=False).elem_type or None
+
+    def _lookup(self, graph: Graph, name: str, *, need_shape: bool) -> TypeInfo:
+        scope: Graph | None = graph
+        known: TypeInfo | None = None
+        while scope is not None:
+            known, defined = _declared(scope, name)
+            if known is not None or defined:
+                break
+            scope = scope.parent_graph
+        if graph.function is not None:
+            return known or _UNKNOWN
+        return self._from_inference(name, known, need_shape=need_shape)
+
+    def _infer(self) -> dict[str, TypeInfo]:
+        return _infer(structural_proto(self._model))
+
+
+class FunctionTypes(_Lookup):
+    """Types inside a function body, for the input types of one call."""
+
+    def __init__(self, model: Model, function: Function, inputs: Iterable[TypeInfo]):
+        """Prepare inference of ``function``'s body with these input types."""
+        super().__init__()
+        self._model = model
+        self._function = function
+        self._inputs = tuple(inputs)
+
+    def of(self, graph: Graph, name: str) -> TypeInfo:
+        """What is known of the type of ``name`` in the body (or one of its subgraphs)."""
+        known, _ = _declared(graph, name)
+        if known is None and name in self._function.graph.input_names:
+            position = self._function.graph.input_names.index(name)
+            if position < len(self._inputs):
+                known = self._inputs[position]
+        return self._from_inference(name, known)
+
+    def _infer(self) -> dict[str, TypeInfo]:
+        function = function_to_proto(self._function, emit_tensor=_type_only)
+        inputs = []
+        for name, known in zip(function.input, self._inputs, strict=False):
+            if known.elem_type:
+                inputs.append(onnx.helper.make_tensor_value_info(
+                    name, known.elem_type, None if known.shape is None else list(known.shape)))
+            else:
+                inputs.append(onnx.ValueInfoProto(name=name))
+        graph = onnx.helper.make_graph(list(function.node), function.name or "body", inputs,
+                                       [onnx.ValueInfoProto(name=n) for n in function.output],
+                                       value_info=list(function.value_info))
+        opsets: dict[str, int] = dict(self._model.opset_imports)
+        opsets.update({entry.domain: entry.version for entry in function.opset_import})
+        others = [function_to_proto(f, emit_tensor=_type_only)
+                  for f in self._model.functions.values() if f is not self._function]
+        model = onnx.helper.make_model(
+            graph, opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets.items()],
+            functions=others, ir_version=max(self._model.ir_version, 8))
+        return _infer(model)
