@@ -34,7 +34,7 @@ import onnx
 
 from graphpass.checking import structural_proto
 from graphpass.findings import Finding, Severity
-from graphpass.ir import Graph, Model
+from graphpass.ir import Graph, Model, Value
 from graphpass.pass_base import Pass, PassContext, PassResult
 
 __all__ = ["DATA_PROPAGATION_LIMIT", "InferShapes"]
@@ -129,28 +129,27 @@ def _declare_values(graph: Graph, proto: onnx.GraphProto) -> int:
         value = graph.values.get(info.name)
         if value is None or value.producer is None:
             continue  # not a node output of this graph
-        if not value.is_declared:
-            if info.type.WhichOneof("value") is not None:
-                graph.add_value_info(info)
-                added += 1
-            continue
-        completed = _completed(value.type, info.type)
-        if completed is not None:
-            value.type = completed
+        if value.is_declared:
+            added += _complete(value, info.type)
+        elif info.type.WhichOneof("value") is not None:
+            graph.add_value_info(info)
             added += 1
     return added
 
 
 def _type_outputs(graph: Graph, proto: onnx.GraphProto) -> int:
-    typed = 0
-    for value, info in zip(graph.outputs, proto.output, strict=False):
-        if info.name != value.name:
-            continue
-        completed = _completed(value.type, info.type)
-        if completed is not None:
-            value.type = completed
-            typed += 1
-    return typed
+    return sum(_complete(value, info.type)
+               for value, info in zip(graph.outputs, proto.output, strict=False)
+               if info.name == value.name)
+
+
+def _complete(value: Value, inferred: onnx.TypeProto) -> bool:
+    """Give ``value`` what inference adds to its type; whether that was anything."""
+    completed = _completed(value.type, inferred)
+    if completed is None:
+        return False
+    value.type = completed
+    return True
 
 
 def _completed(declared: onnx.TypeProto | None, inferred: onnx.TypeProto) -> onnx.TypeProto | None:
