@@ -95,16 +95,20 @@ def test_name_defined_later_in_node_order_is_not_missing():
     assert run_pass(proto).findings == []
 
 
-def _loop_model(body_reads: str, outer_defines_later: bool = False) -> onnx.ModelProto:
-    body = helper.make_graph(
-        [helper.make_node("Add", ["v_in", body_reads], ["v_out"], name="body_add"),
-         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+def _loop_body(computes_v_out: onnx.NodeProto) -> onnx.GraphProto:
+    """A Loop body ``(i, cond_in, v_in) -> (cond_out, v_out)`` around one node."""
+    return helper.make_graph(
+        [computes_v_out, helper.make_node("Identity", ["cond_in"], ["cond_out"])],
         "body",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
          helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
          tensor_input("v_in", [2])],
         [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
          tensor_input("v_out", [2])])
+
+
+def _loop_model(body_reads: str, outer_defines_later: bool = False) -> onnx.ModelProto:
+    body = _loop_body(helper.make_node("Add", ["v_in", body_reads], ["v_out"], name="body_add"))
     loop = helper.make_node("Loop", ["trip", "", "x"], ["y"], name="loop", body=body)
     trip = numpy_helper.from_array(np.array(3, np.int64), "trip")
     nodes = [loop]
@@ -140,16 +144,8 @@ def test_nested_if_inside_loop_resolves_two_levels_out():
         "then", [], [tensor_input("r", [2])])
     else_branch = helper.make_graph(
         [helper.make_node("Identity", ["v_in"], ["r2"])], "else", [], [tensor_input("r2", [2])])
-    body = helper.make_graph(
-        [helper.make_node("If", ["cond_in"], ["v_out"], name="branch",
-                          then_branch=then_branch, else_branch=else_branch),
-         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
-        "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         tensor_input("v_in", [2])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         tensor_input("v_out", [2])])
+    body = _loop_body(helper.make_node("If", ["cond_in"], ["v_out"], name="branch",
+                                       then_branch=then_branch, else_branch=else_branch))
     proto = make_model(
         [helper.make_node("Loop", ["trip", "go", "x"], ["y"], name="loop", body=body)],
         [tensor_input("x", [2])], [tensor_input("y", [2])],

@@ -234,6 +234,14 @@ def net_expected() -> np.ndarray:
         return seeded(Net)(*net_inputs()).numpy()
 
 
+def assert_computes_like(model: graphpass.Model, language_model: Any, tmp_path: Path) -> None:
+    """onnxruntime's logits for :data:`TOKENS` are the torch language model's."""
+    (logits,) = run_onnx(model, tmp_path, {"input_ids": TOKENS.numpy()})
+    with torch.no_grad():
+        expected = language_model(input_ids=TOKENS, use_cache=False).logits.numpy()
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5)
+
+
 # ===================================================== dynamo=True, no weights saved
 @pytest.mark.parametrize("export", ["dynamo-no-initializers", "dynamo-fake"])
 def test_dynamo_filled_from_state_dict_names_exactly_the_buffer_and_constant(exported, export,
@@ -367,10 +375,7 @@ def test_llama_rotary_inv_freq_is_the_one_missing_buffer(exported, tmp_path):
 
     complete, found = reconcile(model, gp_torch.capture_state(real), tmp_path, "full")
     assert found == {}
-    (logits,) = run_onnx(complete, tmp_path, {"input_ids": TOKENS.numpy()})
-    with torch.no_grad():
-        expected = real(input_ids=TOKENS, use_cache=False).logits.numpy()
-    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5)
+    assert_computes_like(complete, real, tmp_path)
 
 
 def test_gpt2_with_tied_weights_has_nothing_missing_after_state_dict(exported, tmp_path):
@@ -381,10 +386,7 @@ def test_gpt2_with_tied_weights_has_nothing_missing_after_state_dict(exported, t
     model, found = reconcile(graphpass.load(exported("gpt2-no-initializers")),
                              real.state_dict(), tmp_path)
     assert found == {}
-    (logits,) = run_onnx(model, tmp_path, {"input_ids": TOKENS.numpy()})
-    with torch.no_grad():
-        expected = real(input_ids=TOKENS, use_cache=False).logits.numpy()
-    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5)
+    assert_computes_like(model, real, tmp_path)
 
 
 def test_gpt2_optimized_export_loses_only_folded_constants(exported, tmp_path):
