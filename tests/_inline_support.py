@@ -141,6 +141,15 @@ def tensor(name: str, shape: Sequence[int | str] | None = (3,), elem: int = FLOA
     return helper.make_tensor_value_info(name, elem, None if shape is None else list(shape))
 
 
+def neg_then_fused() -> onnx.ModelProto:
+    """``x -> local::Neg2 -> kernels::Fused -> y``: a call to inline, then a fused kernel."""
+    neg = function("Neg2", ["x"], ["y"], [node("Neg", ["x"], ["y"])])
+    fused = function("Fused", ["x"], ["y"], [node("Abs", ["x"], ["y"])], domain="kernels")
+    calls = [node("Neg2", ["x"], ["a"], name="n", domain="local"),
+             node("Fused", ["a"], ["y"], name="f", domain="kernels")]
+    return model(calls, [tensor("x")], [tensor("y")], [neg, fused])
+
+
 def provenance(proto: onnx.ModelProto) -> dict[str, str]:
     """``graphpass.inlined_from`` of every main-graph node, by node name."""
     return {n.name: entry.value for n in proto.graph.node for entry in n.metadata_props

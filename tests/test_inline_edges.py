@@ -15,6 +15,7 @@ from _inline_support import (
     function,
     inline,
     model,
+    neg_then_fused,
     node,
     run_ort,
     tensor,
@@ -168,12 +169,7 @@ def test_second_run_changes_nothing() -> None:
 
 
 def test_runs_in_a_pipeline_with_options() -> None:
-    neg = function("Neg2", ["x"], ["y"], [node("Neg", ["x"], ["y"])])
-    fused = function("Fused", ["x"], ["y"], [node("Abs", ["x"], ["y"])], domain="kernels")
-    calls = [node("Neg2", ["x"], ["a"], name="n", domain="local"),
-             node("Fused", ["a"], ["y"], name="f", domain="kernels")]
-    original = graphpass.Model.from_proto(
-        model(calls, [tensor("x")], [tensor("y")], [neg, fused]))
+    original = graphpass.Model.from_proto(neg_then_fused())
     manager = graphpass.PassManager(
         ["inline-functions"],
         options={"inline-functions": {"exclude": ["kernels::Fused"], "max-depth": 4}})

@@ -20,6 +20,7 @@ from _inline_support import (
     function,
     inline,
     model,
+    neg_then_fused,
     node,
     provenance,
     ref,
@@ -432,11 +433,7 @@ def test_recursion_is_an_error_naming_the_cycle(edges: dict[str, list[str]], cyc
 
 # ============================================================ only / exclude
 def test_only_and_exclude() -> None:
-    neg = function("Neg2", ["x"], ["y"], [node("Neg", ["x"], ["y"])])
-    fused = function("Fused", ["x"], ["y"], [node("Abs", ["x"], ["y"])], domain="kernels")
-    calls = [node("Neg2", ["x"], ["a"], name="n", domain="local"),
-             node("Fused", ["a"], ["y"], name="f", domain="kernels")]
-    original = model(calls, [tensor("x")], [tensor("y")], [neg, fused])
+    original = neg_then_fused()
     expected = [np.abs(-X)]
 
     excluded, result = inline(original, exclude=["kernels::Fused", "kernels::Missing"])
