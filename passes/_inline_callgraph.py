@@ -151,10 +151,6 @@ def _type_name(attribute_type: int) -> str:
     return str(onnx.AttributeProto.AttributeType.Name(attribute_type))
 
 
-def _label(function_id: FunctionId) -> str:
-    return format_function_id(function_id)
-
-
 def check_recursion(call_graph: CallGraph, inlined: Set[FunctionId]) -> list[list[FunctionId]]:
     """Refuse recursion among inlined functions.
 
@@ -169,7 +165,7 @@ def check_recursion(call_graph: CallGraph, inlined: Set[FunctionId]) -> list[lis
     graph = call_graph.graph
     kept_cycles: list[list[FunctionId]] = []
     for component in nx.strongly_connected_components(graph):
-        members = sorted(component, key=_label)
+        members = sorted(component, key=format_function_id)
         first = members[0]
         if len(members) == 1 and not graph.has_edge(first, first):
             continue
@@ -179,8 +175,8 @@ def check_recursion(call_graph: CallGraph, inlined: Set[FunctionId]) -> list[lis
             raise InlineError(
                 RECURSION,
                 "recursive functions cannot be inlined: "
-                + " -> ".join(_label(fid) for fid in cycle),
-                where=f"function {_label(starts[0])}",
+                + " -> ".join(format_function_id(fid) for fid in cycle),
+                where=f"function {format_function_id(starts[0])}",
                 hint="ONNX functions must not call themselves; exclude the functions on the "
                      "cycle from inlining (option 'exclude') or break the cycle")
         kept_cycles.append(cycle)
@@ -193,13 +189,14 @@ def _cycle_through(component: nx.DiGraph, start: FunctionId) -> list[FunctionId]
         return [start, start]
     paths = (nx.shortest_path(component, successor, start)
              for successor in component.successors(start))
-    return [start, *min(paths, key=lambda path: (len(path), [_label(f) for f in path]))]
+    return [start, *min(paths, key=lambda path: (len(path), [format_function_id(f) for f in path]))]
 
 
 def callees_first(call_graph: CallGraph, inlined: Set[FunctionId]) -> list[FunctionId]:
     """The inlined functions ordered so that every callee comes before its callers."""
     subgraph = call_graph.graph.subgraph(inlined)
-    return list(reversed(list(nx.lexicographical_topological_sort(subgraph, key=_label))))
+    order = nx.lexicographical_topological_sort(subgraph, key=format_function_id)
+    return list(reversed(list(order)))
 
 
 def check_depth(call_graph: CallGraph, inlined: Set[FunctionId], max_depth: int | None) -> int:
@@ -216,12 +213,12 @@ def check_depth(call_graph: CallGraph, inlined: Set[FunctionId], max_depth: int 
     deepest_callee: dict[FunctionId, FunctionId | None] = {}
     for fid in callees_first(call_graph, inlined):
         callees = [c for c in graph.successors(fid) if c in inlined]
-        best = max(callees, key=lambda c: (depth[c], _label(c)), default=None)
+        best = max(callees, key=lambda c: (depth[c], format_function_id(c)), default=None)
         depth[fid] = 1 + (depth[best] if best is not None else 0)
         deepest_callee[fid] = best
     if not depth:
         return 0
-    top = max(depth, key=lambda fid: (depth[fid], _label(fid)))
+    top = max(depth, key=lambda fid: (depth[fid], format_function_id(fid)))
     if max_depth is not None and depth[top] > max_depth:
         chain: list[FunctionId] = []
         current: FunctionId | None = top
@@ -231,7 +228,7 @@ def check_depth(call_graph: CallGraph, inlined: Set[FunctionId], max_depth: int 
         raise InlineError(
             DEPTH_EXCEEDED,
             f"calls nest {depth[top]} levels deep, more than max_depth={max_depth}: "
-            + " > ".join(_label(fid) for fid in chain),
+            + " > ".join(format_function_id(fid) for fid in chain),
             hint="raise 'max-depth' (or leave it unset: there is no limit by default), or "
                  "exclude the innermost functions")
     return depth[top]
