@@ -39,7 +39,15 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+from graphpass.plugins.ort_training import _cap_ir_versions
+from graphpass.torch_export import TRAINABLE_TYPES
+
+MAX_IR_VERSION = 10
+"""The highest IR version onnxruntime-training 1.19.2 loads."""
 
 _MISSING = re.compile(r"The gradient builder has not been registered: ?(\S+) for node (\S*)")
 _UNREACHABLE = (
@@ -53,18 +61,6 @@ def _csv(text: str | None) -> list[str] | None:
     if text is None:
         return None
     return [item for item in text.split(",") if item]
-
-
-def _fix_ir_versions(directory: str, max_ir: int = 10) -> None:
-    import onnx
-
-    for name in os.listdir(directory):
-        if name.endswith(".onnx"):
-            path = os.path.join(directory, name)
-            model = onnx.load(path, load_external_data=False)
-            if model.ir_version > max_ir:
-                model.ir_version = max_ir
-                onnx.save(model, path)
 
 
 def _quiet_runtime() -> None:
@@ -83,9 +79,8 @@ def generate(job: dict[str, Any], artifacts: str) -> dict[str, object]:
             "none": None}[job.get("loss") or "none"]
     requires_grad = job.get("requires_grad")
     if requires_grad is None:
-        float_types = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
-                       onnx.TensorProto.BFLOAT16}
-        requires_grad = [t.name for t in model.graph.initializer if t.data_type in float_types]
+        requires_grad = [t.name for t in model.graph.initializer
+                         if t.data_type in TRAINABLE_TYPES]
     frozen = list(job.get("frozen") or [])
     requires_grad = [name for name in requires_grad if name not in frozen]
     optimizer = ort_artifacts.OptimType.AdamW if job.get("train_steps") else None
@@ -95,11 +90,16 @@ def generate(job: dict[str, Any], artifacts: str) -> dict[str, object]:
             model, requires_grad=requires_grad, frozen_params=frozen, loss=loss,
             optimizer=optimizer, artifact_directory=artifacts)
     if optimizer is not None:
-        _fix_ir_versions(artifacts)
+        _cap_ir_versions(Path(artifacts), MAX_IR_VERSION)
     return {"requires_grad": requires_grad}
 
 
-def train(job: dict[str, Any], artifacts: str) -> list[float]:
+def train_steps(artifacts: str, feeds: Mapping[str, Any], steps: int
+                ) -> tuple[list[float], list[str]]:
+    """Train ``steps`` steps on the artifacts in ``artifacts``, feeding ``feeds`` by name.
+
+    Returns the losses and the training model's input names.
+    """
     import numpy as np
     from onnxruntime.training import api
 
@@ -107,18 +107,24 @@ def train(job: dict[str, Any], artifacts: str) -> list[float]:
     module = api.Module(os.path.join(artifacts, "training_model.onnx"), state,
                         os.path.join(artifacts, "eval_model.onnx"))
     optimizer = api.Optimizer(os.path.join(artifacts, "optimizer_model.onnx"), module)
-    feeds = dict(np.load(job["inputs"])) if job.get("inputs") else {}
     names = module.input_names()
     batch = [feeds[name] for name in names]
     losses = []
     module.train()
-    for _ in range(job["train_steps"]):
+    for _ in range(steps):
         outputs = module(*batch)
         loss = outputs[0] if isinstance(outputs, (list, tuple)) else outputs
         losses.append(float(np.asarray(loss).reshape(-1)[0]))
         optimizer.step()
         module.lazy_reset_grad()
-    return losses
+    return losses, names
+
+
+def train(job: dict[str, Any], artifacts: str) -> list[float]:
+    import numpy as np
+
+    feeds = dict(np.load(job["inputs"])) if job.get("inputs") else {}
+    return train_steps(artifacts, feeds, job["train_steps"])[0]
 
 
 def evaluate(job: dict[str, Any]) -> dict[str, object]:
