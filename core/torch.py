@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,26 +84,12 @@ def capture_state(source: Any, *, skip_unmaterialized: bool = False) -> dict[str
             hint="pass a torch.nn.Module, a torch.export.ExportedProgram, or the ONNXProgram "
                  "that torch.onnx.export(..., dynamo=True) returns",
         )
-    state: dict[str, Any] = {}
-    empty: list[str] = []
-    for name, tensor in entries:
-        if name in state:
-            continue
-        if _has_no_values(torch, tensor):
-            empty.append(name)
-            continue
-        state[name] = tensor.detach()
-    if empty and not skip_unmaterialized:
-        raise GraphpassError(
-            f"{len(empty)} tensor(s) have no values (meta device or fake tensors): "
-            f"{_some(empty)}",
-            where=type(source).__name__,
-            hint="capture the state of a module that holds real values (built normally or "
-                 "loaded with its weights): non-persistent buffers are computed in __init__, "
-                 "so a module built under FakeTensorMode or on the meta device lacks them; or "
-                 "pass skip_unmaterialized=True to leave them out",
-        )
-    return state
+    return _with_values(
+        torch, entries, skip_unmaterialized, where=type(source).__name__,
+        hint="capture the state of a module that holds real values (built normally or "
+             "loaded with its weights): non-persistent buffers are computed in __init__, "
+             "so a module built under FakeTensorMode or on the meta device lacks them; or "
+             "pass skip_unmaterialized=True to leave them out")
 
 
 def save_state(source: Any, path: str | os.PathLike[str], *,
@@ -134,13 +120,9 @@ def save_state(source: Any, path: str | os.PathLike[str], *,
         if bad:
             raise GraphpassError(f"these entries are not tensors: {_some(bad)}",
                                  hint="pass a mapping of names to torch tensors")
-        empty = [name for name, tensor in state.items() if _has_no_values(torch, tensor)]
-        if empty and not skip_unmaterialized:
-            raise GraphpassError(
-                f"{len(empty)} tensor(s) have no values (meta device or fake tensors): "
-                f"{_some(empty)}",
-                hint="pass real tensors, or skip_unmaterialized=True to leave them out")
-        state = {name: tensor for name, tensor in state.items() if name not in empty}
+        state = _with_values(
+            torch, state.items(), skip_unmaterialized, where=None,
+            hint="pass real tensors, or skip_unmaterialized=True to leave them out")
     else:
         state = capture_state(source, skip_unmaterialized=skip_unmaterialized)
     try:
@@ -199,6 +181,25 @@ def _onnx_program_state(torch: Any, program: Any) -> Iterator[tuple[str, Any]]:
             yield name, raw
         else:
             yield name, torch.from_numpy(data.numpy().copy())
+
+
+def _with_values(torch: Any, entries: Iterable[tuple[str, Any]], skip_unmaterialized: bool,
+                 *, where: str | None, hint: str) -> dict[str, Any]:
+    """The first tensor of each name, detached; tensors without values refused or left out."""
+    state: dict[str, Any] = {}
+    empty: list[str] = []
+    for name, tensor in entries:
+        if name in state:
+            continue
+        if _has_no_values(torch, tensor):
+            empty.append(name)
+            continue
+        state[name] = tensor.detach()
+    if empty and not skip_unmaterialized:
+        raise GraphpassError(
+            f"{len(empty)} tensor(s) have no values (meta device or fake tensors): "
+            f"{_some(empty)}", where=where, hint=hint)
+    return state
 
 
 def _has_no_values(torch: Any, tensor: Any) -> bool:
