@@ -17,6 +17,7 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 
 import graphpass  # noqa: E402
 import graphpass.torch as gp_torch  # noqa: E402
+from graphpass.checkpoint import open_checkpoint  # noqa: E402
 from graphpass.pass_base import PassContext  # noqa: E402
 from graphpass.passes.detect_missing_buffers import DetectMissingBuffers  # noqa: E402
 
@@ -210,11 +211,8 @@ def test_save_state_round_trips_tied_shared_and_non_contiguous_tensors(tmp_path)
 
 
 def test_saved_state_is_a_checkpoint_graphpass_reads(tmp_path):
-    checkpoint_api = pytest.importorskip("graphpass.checkpoint")
-    if not hasattr(checkpoint_api, "open_checkpoint"):
-        pytest.skip("graphpass.checkpoint.open_checkpoint is not there yet")
     path = gp_torch.save_state(tied(), tmp_path / "state.safetensors")
-    checkpoint = checkpoint_api.open_checkpoint(path)
+    checkpoint = open_checkpoint(path)
     assert "layers.0.gain" in checkpoint
     assert tuple(checkpoint["layers.0.gain"].shape) == (4,)
     np.testing.assert_array_equal(checkpoint["layers.0.gain"].numpy(),
