@@ -85,7 +85,7 @@ def capture_state(source: Any, *, skip_unmaterialized: bool = False) -> dict[str
                  "that torch.onnx.export(..., dynamo=True) returns",
         )
     return _with_values(
-        torch, entries, skip_unmaterialized, where=type(source).__name__,
+        entries, skip_unmaterialized, where=type(source).__name__,
         hint="capture the state of a module that holds real values (built normally or "
              "loaded with its weights): non-persistent buffers are computed in __init__, "
              "so a module built under FakeTensorMode or on the meta device lacks them; or "
@@ -121,7 +121,7 @@ def save_state(source: Any, path: str | os.PathLike[str], *,
             raise GraphpassError(f"these entries are not tensors: {_some(bad)}",
                                  hint="pass a mapping of names to torch tensors")
         state = _with_values(
-            torch, state.items(), skip_unmaterialized, where=None,
+            state.items(), skip_unmaterialized, where=None,
             hint="pass real tensors, or skip_unmaterialized=True to leave them out")
     else:
         state = capture_state(source, skip_unmaterialized=skip_unmaterialized)
@@ -183,7 +183,7 @@ def _onnx_program_state(torch: Any, program: Any) -> Iterator[tuple[str, Any]]:
             yield name, torch.from_numpy(data.numpy().copy())
 
 
-def _with_values(torch: Any, entries: Iterable[tuple[str, Any]], skip_unmaterialized: bool,
+def _with_values(entries: Iterable[tuple[str, Any]], skip_unmaterialized: bool,
                  *, where: str | None, hint: str) -> dict[str, Any]:
     """The first tensor of each name, detached; tensors without values refused or left out."""
     state: dict[str, Any] = {}
@@ -191,7 +191,7 @@ def _with_values(torch: Any, entries: Iterable[tuple[str, Any]], skip_unmaterial
     for name, tensor in entries:
         if name in state:
             continue
-        if _has_no_values(torch, tensor):
+        if _has_no_values(tensor):
             empty.append(name)
             continue
         state[name] = tensor.detach()
@@ -202,7 +202,7 @@ def _with_values(torch: Any, entries: Iterable[tuple[str, Any]], skip_unmaterial
     return state
 
 
-def _has_no_values(torch: Any, tensor: Any) -> bool:
+def _has_no_values(tensor: Any) -> bool:
     if tensor.device.type == "meta":
         return True
     from torch._subclasses.fake_tensor import FakeTensor

@@ -133,7 +133,7 @@ def folded_from(metadata: dict[str, str]) -> tuple[str, ...]:
 def graph_signature(graph: Graph) -> dict[str, str]:
     """Placeholder names and the state-dict names they stand for (dynamo exports)."""
     text = graph.metadata.get(SIGNATURE, "")
-    return {placeholder: target for placeholder, target in _SIGNATURE_LINE.findall(text)}
+    return dict(_SIGNATURE_LINE.findall(text))
 
 
 # ================================================================= node records
