@@ -38,10 +38,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from graphpass.torch_export import TRAINABLE_TYPES
+
 MAX_OPSET = 21
 MAX_IR = 10
-FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE,
-                         TensorProto.BFLOAT16})
+FLOAT_TYPES = TRAINABLE_TYPES
 LOSS_NAME = "gp_loss"
 PREDICTABLE = ("ok", "missing", "broken", "unreachable", "no-gradient", "duplicate", "captured",
                "loss-type")

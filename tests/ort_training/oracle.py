@@ -43,11 +43,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gradient_corpus import MAX_IR
+
 from graphpass.plugins.ort_training import _cap_ir_versions
 from graphpass.torch_export import TRAINABLE_TYPES
-
-MAX_IR_VERSION = 10
-"""The highest IR version onnxruntime-training 1.19.2 loads."""
 
 _MISSING = re.compile(r"The gradient builder has not been registered: ?(\S+) for node (\S*)")
 _UNREACHABLE = (
@@ -90,7 +89,7 @@ def generate(job: dict[str, Any], artifacts: str) -> dict[str, object]:
             model, requires_grad=requires_grad, frozen_params=frozen, loss=loss,
             optimizer=optimizer, artifact_directory=artifacts)
     if optimizer is not None:
-        _cap_ir_versions(Path(artifacts), MAX_IR_VERSION)
+        _cap_ir_versions(Path(artifacts), MAX_IR)
     return {"requires_grad": requires_grad}
 
 
