@@ -159,7 +159,7 @@ class PassManager:
         for instrument in self.instruments:
             instrument.before_run(self.plan, working, context)
         try:
-            self._run_rounds(working, context, result)
+            self._run_rounds(working, context, result, _ChangeWatch())
         except BaseException:
             for instrument in self.instruments:
                 instrument.after_run(None, context)
@@ -184,13 +184,14 @@ class PassManager:
                 and result.iterations == self.max_iterations
                 and any(r.changed for r in result.records if r.iteration == result.iterations))
 
-    def _run_rounds(self, working: Model, context: PassContext, result: RunResult) -> None:
+    def _run_rounds(self, working: Model, context: PassContext, result: RunResult,
+                    watch: _ChangeWatch) -> None:
         ran: list[str] = []
         for iteration in range(1, self.max_iterations + 1):
             result.iterations = iteration
             changed = False
             for planned in self.plan:
-                record = self._run_one(planned, working, context, ran, iteration)
+                record = self._run_one(planned, working, context, ran, iteration, watch)
                 result.records.append(record)
                 ran.append(planned.name)
                 changed |= record.changed
@@ -201,9 +202,8 @@ class PassManager:
                 return
 
     def _run_one(self, planned: PlannedPass, working: Model, context: PassContext,
-                 ran: Sequence[str], iteration: int) -> PassRecord:
-        version = working.version
-        fingerprint = working.fingerprint()
+                 ran: Sequence[str], iteration: int, watch: _ChangeWatch) -> PassRecord:
+        watch.before(working)
         for instrument in self.instruments:
             instrument.before_pass(planned, working, context)
         start = time.perf_counter()
@@ -250,7 +250,8 @@ class PassManager:
         if bad:
             raise _pass_error(planned, ran, f"reported {bad[0]!r}, which is not a "
                               "graphpass.Finding", None)
-        mutated = working.version != version or working.fingerprint() != fingerprint
+        # A transforming pass that says it changed the model needs no closer look.
+        mutated = watch.changed(working, look_closely=planned.analysis or not outcome.changed)
         if planned.analysis and mutated:
             raise _pass_error(planned, ran, "changed the model, but it is an analysis pass "
                               "(analysis passes must only report)", None,
@@ -265,6 +266,49 @@ class PassManager:
             extra = list(instrument.after_pass(planned, working, record, context) or ())
             record.findings.extend(f.with_pass(planned.name) for f in extra)
         return record
+
+
+class _ChangeWatch:
+    """Tells whether a pass changed the model.
+
+    The IR's version counter moves with every change made through its methods; the
+    fingerprint also covers plain attributes set directly (a node's name, doc strings,
+    metadata), but walks every node. So a fingerprint is taken only when the version
+    cannot tell, and one taken after a pass that left the version where it was serves
+    as the one before the next pass (instruments, which run in between, must not
+    change the model).
+    """
+
+    def __init__(self) -> None:
+        self._version = -1
+        self._fingerprint: int | None = None
+
+    def before(self, model: Model) -> None:
+        """Note the model as it is before a pass."""
+        if self._fingerprint is None or model.version != self._version:
+            self._version = model.version
+            self._fingerprint = model.fingerprint()
+
+    def changed(self, model: Model, *, look_closely: bool) -> bool:
+        """Whether the model changed since :meth:`before`.
+
+        Args:
+            model: The model.
+            look_closely: Compare fingerprints when the version did not move; without
+                it, such a change goes unnoticed (and is not mistaken for the state
+                before the next pass).
+        """
+        if model.version != self._version:
+            self._fingerprint = None
+            return True
+        if not look_closely:
+            self._fingerprint = None
+            return False
+        fingerprint = model.fingerprint()
+        if fingerprint == self._fingerprint:
+            return False
+        self._fingerprint = fingerprint
+        return True
 
 
 def _pass_error(planned: PlannedPass, ran: Sequence[str], message: str,

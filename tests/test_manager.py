@@ -265,6 +265,30 @@ def test_an_analysis_pass_that_mutates_is_an_error_naming_pass_and_plugin() -> N
         PassManager(["sneaky-analysis"], registry=registry).run(_model())
 
 
+class _Renames(Pass):
+    name = "renames"
+    description = "renames a node by setting its name (the IR's version does not move)"
+    says_changed: ClassVar[bool] = False
+
+    def run(self, model: Model, context: PassContext) -> PassResult:
+        model.graph.nodes[0].name += "_x"
+        return PassResult(changed=type(self).says_changed)
+
+
+class _RenamesAndSaysSo(_Renames):
+    name = "renames-and-says-so"
+    says_changed = True
+
+
+def test_changes_only_the_fingerprint_sees_are_credited_to_the_pass_that_made_them() -> None:
+    registry = _registry(_Renames, _RenamesAndSaysSo, _recording("a"), _recording("b"))
+    result = PassManager(["renames", "a", "renames-and-says-so", "b"], registry=registry,
+                         verify_each=True).run(_model())
+    assert [(r.name, r.changed) for r in result.records] == [
+        ("renames", True), ("a", False), ("renames-and-says-so", True), ("b", False)]
+    assert result.ok and result.model.graph.nodes[0].name == "relu_x_x"
+
+
 class _Reports(AnalysisPass):
     name = "reports-error"
     description = "reports one error"
