@@ -6,21 +6,14 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import pytest
+from _inline_support import run_ort
 from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
 from graphpass import PassManager
 from graphpass.ir import Model
 
-ort = pytest.importorskip("onnxruntime")
-
 FLOAT = TensorProto.FLOAT
-
-
-def _run(proto: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
 
 
 def _apply(proto: onnx.ModelProto, *passes: str, **options: object) -> graphpass.RunResult:
@@ -70,7 +63,7 @@ def test_remove_unused_drops_dead_nodes_initializers_and_opsets_and_keeps_the_re
                                        "removed initializers": 2, "removed opset imports": 1}
     onnx.checker.check_model(out, full_check=True)
     feeds = {"x": np.array([-1.0, 2.0], np.float32)}
-    np.testing.assert_array_equal(_run(proto, feeds)[0], _run(out, feeds)[0])
+    np.testing.assert_array_equal(run_ort(proto, feeds)[0], run_ort(out, feeds)[0])
     # Nothing left to do: a second run changes nothing.
     assert not _apply(out, "remove-unused").changed
 
@@ -115,7 +108,7 @@ def test_remove_unused_keeps_producers_of_captured_values_and_cleans_subgraphs()
     assert [n.name for n in then_branch.node] == ["then_add"]  # the dead node inside went
     for cond in (True, False):
         feeds = {"x": np.array([-1.0, 2.0], np.float32), "cond": np.array(cond)}
-        np.testing.assert_array_equal(_run(proto, feeds)[0], _run(out, feeds)[0])
+        np.testing.assert_array_equal(run_ort(proto, feeds)[0], run_ort(out, feeds)[0])
 
 
 def test_remove_unused_removes_a_dead_if_and_what_only_its_subgraph_used() -> None:
@@ -125,7 +118,7 @@ def test_remove_unused_removes_a_dead_if_and_what_only_its_subgraph_used() -> No
     assert [n.name for n in out.graph.node] == ["final"]
     assert result.records[0].stats["removed nodes"] == 2 + 3  # Relu, If and its 3 inner nodes
     feeds = {"x": np.array([-1.0, 2.0], np.float32), "cond": np.array(True)}
-    np.testing.assert_array_equal(_run(proto, feeds)[0], _run(out, feeds)[0])
+    np.testing.assert_array_equal(run_ort(proto, feeds)[0], run_ort(out, feeds)[0])
 
 
 def _functions_model() -> onnx.ModelProto:
@@ -162,7 +155,7 @@ def test_remove_unused_removes_uncalled_functions_transitively_and_their_domains
     assert note.code == "GP520" and "other::H" in note.message and "other::K" in note.message
     onnx.checker.check_model(out, full_check=True)
     feeds = {"x": np.array([-1.0, 2.0], np.float32)}
-    np.testing.assert_array_equal(_run(proto, feeds)[0], _run(out, feeds)[0])
+    np.testing.assert_array_equal(run_ort(proto, feeds)[0], run_ort(out, feeds)[0])
     kept = _apply(proto, "remove-unused",
                   **{"remove-unused": {"functions": False}}).model.to_proto()
     assert len(kept.functions) == 4 and {o.domain for o in kept.opset_import} == {
@@ -236,7 +229,7 @@ def test_topological_sort_orders_main_graph_subgraphs_and_functions() -> None:
     assert [n.op_type for n in out.functions[0].node] == ["Neg", "Relu"]
     onnx.checker.check_model(out, full_check=True)
     feeds = {"x": np.array([-1.0, 2.0], np.float32)}
-    assert _run(out, feeds)[0].shape == (2,)
+    assert run_ort(out, feeds)[0].shape == (2,)
     again = _apply(out, "topological-sort")
     assert not again.changed and again.model.to_proto() == out
 
@@ -287,7 +280,7 @@ def test_infer_shapes_declares_new_values_and_keeps_existing_declarations() -> N
     assert list(out.graph.initializer) == list(proto.graph.initializer)
     assert result.records[0].stats["value_info added"] >= 2
     feeds = {"x": np.ones((2, 4), np.float32), "cond": np.array(True)}
-    for expected, actual in zip(_run(proto, feeds), _run(out, feeds), strict=True):
+    for expected, actual in zip(run_ort(proto, feeds), run_ort(out, feeds), strict=True):
         np.testing.assert_array_equal(expected, actual)
     assert not _apply(out, "infer-shapes").changed
 
