@@ -27,6 +27,7 @@ import dataclasses
 import difflib
 import logging
 import os
+import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -178,7 +179,7 @@ def describe_type(annotation: Any) -> str:
         return f"list of {describe_type(args[0])}"
     if origin in (dict, Mapping) and len(args) == 2:
         return f"table of {describe_type(args[0])} to {describe_type(args[1])}"
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         names = [describe_type(a) for a in args if a is not type(None)]
         text = " or ".join(names)
         return f"{text} (optional)" if type(None) in args else text
@@ -228,21 +229,28 @@ def validate_options(pass_class: type[Pass], options: Any, *, where: str | None 
                 f"pass {pass_class.name!r} has no option {key!r}", where=where, hint=hint)
         normalized[python_name] = value
     try:
-        import pydantic
-
         hints = typing.get_type_hints(options_type)
-        checked = {}
-        for python_name, value in normalized.items():
-            annotation = hints.get(python_name, Any)
-            try:
-                checked[python_name] = pydantic.TypeAdapter(annotation).validate_python(value)
-            except pydantic.ValidationError as error:
-                raise PipelineError(
-                    f"option {python_name.replace('_', '-')!r} of pass {pass_class.name!r} "
-                    f"must be {describe_type(annotation)}, got {value!r}",
-                    where=where,
-                    hint=error.errors()[0]["msg"],
-                ) from None
+        checked = {name: _checked_value(pass_class, name, value, hints.get(name, Any), where)
+                   for name, value in normalized.items()}
         return options_type(**checked)
     except (TypeError, ValueError) as error:
         raise PipelineError(f"options of pass {pass_class.name!r}: {error}", where=where) from None
+
+
+def _checked_value(pass_class: type[Pass], python_name: str, value: Any, annotation: Any,
+                   where: str | None) -> Any:
+    """``value`` checked and converted to ``annotation``.
+
+    pydantic is imported here only, so a run that sets no option never loads it.
+    """
+    import pydantic
+
+    try:
+        return pydantic.TypeAdapter(annotation).validate_python(value)
+    except pydantic.ValidationError as error:
+        raise PipelineError(
+            f"option {python_name.replace('_', '-')!r} of pass {pass_class.name!r} "
+            f"must be {describe_type(annotation)}, got {value!r}",
+            where=where,
+            hint=error.errors()[0]["msg"],
+        ) from None
