@@ -54,6 +54,7 @@ from graphpass.passes._gradient_region import (
     weight_bits,
 )
 from graphpass.passes._gradient_view import resolve_constant_ifs
+from graphpass.torch_export import INPUT_KIND
 from graphpass.value_types import FunctionTypes, ModelTypes, TypeInfo
 
 __all__ = ["CODES", "LintGradients"]
@@ -92,16 +93,13 @@ def _node_label(node: Node) -> str:
     return node.name or node.op_type
 
 
-_TORCH_KIND: Final = "pkg.torch.export.graph_signature.InputSpec.kind"
-
-
 def _torch_origin(graph: Graph, name: str, torch_export: bool) -> str:
     """`` (a torch buffer)`` and the like, from torch's export metadata, else ``""``.
 
     ``torch_export``: whether the graph carries that metadata at all.
     """
     value = graph.values.get(name)
-    kind = value.metadata.get(_TORCH_KIND) if value is not None else None
+    kind = value.metadata.get(INPUT_KIND) if value is not None else None
     if kind in ("BUFFER", "CONSTANT_TENSOR"):
         return f" (torch's export marks it as a {kind.lower().replace('_', ' ')})"
     if kind is None and torch_export:
@@ -342,7 +340,7 @@ class _Linter:
 
     def _weights(self, region: Region) -> None:
         graph, report = region.graph, self.report
-        torch_export = any(_TORCH_KIND in v.metadata for v in graph.value_info)
+        torch_export = any(INPUT_KIND in v.metadata for v in graph.value_info)
         for name in self.trainable:
             uses = graph.uses(name)
             captured = [use.node for use in uses if use.slot == CAPTURE and use.node]
