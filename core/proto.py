@@ -27,7 +27,7 @@ from graphpass.ir._graph import Graph
 from graphpass.ir._model import UNKNOWN_FIELDS, Model
 from graphpass.ir._node import Node
 from graphpass.ir._tensor import Tensor, resolve_external_location
-from graphpass.ir._value import Use, Value
+from graphpass.ir._value import CAPTURE, Value
 
 try:  # protobuf >= 4.22
     from google.protobuf.unknown_fields import UnknownFieldSet
@@ -335,58 +335,33 @@ def _load_declarations(graph: Graph, infos: Iterable[onnx.ValueInfoProto], kind:
 
 
 def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) -> None:
-    nx_graph = graph._nx
-    add_node = nx_graph.add_node
-    add_edge = nx_graph.add_edge
+    add_node = graph._nx.add_node
     values = graph._values
+    link = graph._link
+    use = graph._use
     previous: Node | None = None
     for proto in protos:
         node = _node_from_proto(proto, base_dir)
         node._graph = graph
-        node._prev = previous
-        if previous is None:
-            graph._head = node
-        else:
-            previous._next = node
+        link(node, previous, None)
         previous = node
         add_node(node)
         graph._count += 1
         for index, name in enumerate(node._outputs):
             if name:
                 value = values.get(name)
-                if value is None:
+                if value is None:  # the usual case, a new name: nothing else to update
                     value = values[name] = Value(graph, name)
                     value._producer = node
                     value._index = index
                 else:
-                    if graph._is_defined(name):
-                        raise InvalidModelError(
-                            f"value {name!r} is defined twice (again as output {index} of node "
-                            f"{node.name or node.op_type!r})",
-                            where=where,
-                            hint="every value name must be defined exactly once (ONNX is SSA)",
-                        )
-                    value._producer = node
-                    value._index = index
-                    for use in value._uses:
-                        if use.node is not None:
-                            add_edge(node, use.node, key=(name, use.slot))
-                    graph._became_defined(value)
+                    graph._define_output(name, node, index, where=where)
         for slot, name in enumerate(node._inputs):
             if name:
-                value = values.get(name)
-                if value is None:
-                    value = values[name] = Value(graph, name)
-                value._uses[Use(node, slot)] = None
-                producer = value._producer
-                if producer is not None:
-                    add_edge(producer, node, key=(name, slot))
-                elif not graph._is_defined(name):
-                    graph._free_changed(name, +1)
+                use(name, node, slot)
         if node._captures:
             for name in node._captures:
-                graph._use(name, node, -1)
-    graph._tail = previous
+                use(name, node, CAPTURE)
 
 
 def _node_from_proto(proto: onnx.NodeProto, base_dir: Path | None) -> Node:

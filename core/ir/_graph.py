@@ -461,7 +461,8 @@ class Graph:
             if self._parent is not None:
                 self._parent._capture_changed(value.name, +1)
 
-    def _define_output(self, name: str, node: Node, index: int) -> None:
+    def _define_output(self, name: str, node: Node, index: int, *,
+                       where: str | None = None) -> None:
         value = self._values.get(name)
         if value is None:
             value = self._values[name] = Value(self, name)
@@ -469,7 +470,7 @@ class Graph:
             raise InvalidModelError(
                 f"value {name!r} is defined twice: by {_describe_definition(self, name)} and "
                 f"as output {index} of node {node.name or node.op_type!r}",
-                where=f"graph {self.name!r}",
+                where=where or f"graph {self.name!r}",
                 hint="every value name must be defined exactly once (ONNX is SSA)",
             )
         value._producer = node
