@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from graphpass.errors import ConfigError, PipelineError
-from graphpass.pass_base import validate_options
+from graphpass.pass_base import resolve_path, validate_options
 from graphpass.pipeline import Pipeline, PipelineStep
 from graphpass.registry import Registry
 from graphpass.verify import VerifyOptions
@@ -255,9 +255,8 @@ def _read(config: PipelineFile, data: dict[str, Any]) -> None:
     checkpoints = pipeline.get("checkpoints", [])
     if isinstance(checkpoints, str):
         checkpoints = [checkpoints]
-    config.checkpoints = tuple(
-        _resolve(config, Path(p)) for p in _strings(config, ("pipeline", "checkpoints"),
-                                                     checkpoints))
+    config.checkpoints = tuple(resolve_path(p, config.base_dir) for p in _strings(
+        config, ("pipeline", "checkpoints"), checkpoints))
 
     passes = _table(config, ("passes",), data.get("passes", {}))
     for name, options in passes.items():
@@ -320,7 +319,7 @@ def _read_dump_after(config: PipelineFile, value: Any) -> None:
 
 def _read_dump_dir(config: PipelineFile, value: Any) -> None:
     text = _string(config, ("instrument", "dump-dir"), value)
-    config.instruments.dump_dir = _resolve(config, Path(text))
+    config.instruments.dump_dir = resolve_path(text, config.base_dir)
 
 
 def _read_max_iterations(config: PipelineFile, value: Any) -> None:
@@ -348,8 +347,8 @@ def _read_verify(config: PipelineFile, value: Any) -> None:
     _known_keys(config, key, table, _VERIFY_KEYS)
     options = VerifyOptions()
     if "inputs" in table:
-        options.inputs = _resolve(config, Path(_string(config, (*key, "inputs"),
-                                                       table["inputs"])))
+        options.inputs = resolve_path(_string(config, (*key, "inputs"), table["inputs"]),
+                                      config.base_dir)
         if not options.inputs.exists():
             raise config.error((*key, "inputs"), f"no such file: {options.inputs}",
                                "paths are relative to the pipeline file")
@@ -438,11 +437,6 @@ def _bool(config: PipelineFile, key: tuple[str, ...], value: Any) -> bool:
 def _type_name(value: Any) -> str:
     return {str: "a string", int: "an integer", float: "a number", bool: "a boolean",
             list: "a list", dict: "a table"}.get(type(value), type(value).__name__)
-
-
-def _resolve(config: PipelineFile, path: Path) -> Path:
-    path = path.expanduser()
-    return path if path.is_absolute() else config.base_dir / path
 
 
 def _suggest(name: str, known: Iterable[str]) -> str:

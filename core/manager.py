@@ -30,7 +30,7 @@ from graphpass.errors import GraphpassError, PassError, PipelineError
 from graphpass.findings import Finding, Severity
 from graphpass.instruments import DumpAfter, Instrument, VerifyEach
 from graphpass.ir import Model
-from graphpass.pass_base import PassContext, PassResult
+from graphpass.pass_base import PassContext, PassResult, resolve_path
 from graphpass.planning import PassSpec, PlannedPass, plan_passes
 from graphpass.registry import Registry, default_registry
 from graphpass.results import PassRecord, RunResult, unique_findings
@@ -105,7 +105,7 @@ class PassManager:
             raise ValueError("max_iterations must be at least 1")
         self.registry = registry if registry is not None else default_registry()
         self.base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
-        self.checkpoints = tuple(self._resolve(Path(c)) for c in checkpoints)
+        self.checkpoints = tuple(resolve_path(c, self.base_dir) for c in checkpoints)
         self.plan: list[PlannedPass] = plan_passes(
             passes, options, self.registry, has_checkpoint=bool(self.checkpoints),
             disable=disable)
@@ -129,10 +129,6 @@ class PassManager:
     def plan_names(self) -> tuple[str, ...]:
         """The planned pass names, in order."""
         return tuple(p.name for p in self.plan)
-
-    def _resolve(self, path: Path) -> Path:
-        path = path.expanduser()
-        return path if path.is_absolute() else self.base_dir / path
 
     # ------------------------------------------------------------------ running
     def run(self, model: Model) -> RunResult:

@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from graphpass.ir import Model
     from graphpass.registry import Registry
 
-__all__ = ["AnalysisPass", "NoOptions", "Pass", "PassContext", "PassResult", "validate_options"]
+__all__ = ["AnalysisPass", "NoOptions", "Pass", "PassContext", "PassResult", "resolve_path",
+           "validate_options"]
 
 
 @dataclass
@@ -95,8 +96,16 @@ class PassContext:
 
     def resolve_path(self, path: str | os.PathLike[str]) -> Path:
         """Resolve a path from an option against :attr:`base_dir`."""
-        candidate = Path(path).expanduser()
-        return candidate if candidate.is_absolute() else self.base_dir / candidate
+        return resolve_path(path, self.base_dir)
+
+
+def resolve_path(path: str | os.PathLike[str], base_dir: Path) -> Path:
+    """``path`` with ``~`` expanded, relative to ``base_dir`` unless it is absolute.
+
+    How every path a user gives is read: options, checkpoints, pipeline-file entries.
+    """
+    candidate = Path(path).expanduser()
+    return candidate if candidate.is_absolute() else base_dir / candidate
 
 
 class Pass:
