@@ -111,20 +111,23 @@ class PipelineFile:
         """The folder relative paths in this file are resolved against."""
         return self.path.parent
 
-    def where(self, *key: str) -> str:
-        """``file:line`` of a key (or of the closest enclosing table)."""
-        line = self._lines.line(key) if self._lines is not None else None
+    def where(self, *key: str, value: str | None = None) -> str:
+        """``file:line`` of a key (or of the closest enclosing table).
+
+        With ``value``, the line where that string stands inside the key's value (a
+        list spread over several lines), when it can be found.
+        """
+        line = None
+        if self._lines is not None:
+            line = self._lines.value_line(key, value) if value is not None else None
+            line = line or self._lines.line(key)
         return f"{self.label}:{line}" if line else self.label
 
     def error(self, key: Sequence[str], message: str, hint: str | None = None,
               value: str | None = None) -> ConfigError:
         """A :class:`ConfigError` located at ``key`` (and at ``value`` inside it, if given)."""
-        line = None
-        if self._lines is not None:
-            line = self._lines.value_line(tuple(key), value) if value is not None else None
-            line = line or self._lines.line(tuple(key))
-        where = f"{self.label}:{line}" if line else self.label
-        return ConfigError(f"{_format_key(key)}: {message}", where=where, hint=hint)
+        return ConfigError(f"{_format_key(key)}: {message}", where=self.where(*key, value=value),
+                           hint=hint)
 
     def check(self, registry: Registry) -> None:
         """Check pass and preset names and every option against ``registry``.
@@ -145,44 +148,36 @@ class PipelineFile:
                 raise self.error(key, f"unknown pass or pipeline {name!r}",
                                  _suggest(name, known), value=name)
         for preset in self.presets.values():
-            for step in preset.passes:
-                if step.pass_name not in registry.passes:
-                    raise self.error(("presets", preset.name, "passes"),
-                                     f"unknown pass {step.pass_name!r}",
-                                     _suggest(step.pass_name, registry.passes),
-                                     value=step.pass_name)
-        for name in self.instruments.disable:
-            if name not in registry.passes:
-                raise self.error(("instrument", "disable"), f"unknown pass {name!r}",
-                                 _suggest(name, registry.passes), value=name)
-        for name in self.instruments.dump_after:
-            if name not in registry.passes:
-                raise self.error(("instrument", "dump-after"), f"unknown pass {name!r}",
-                                 _suggest(name, registry.passes), value=name)
+            self._check_pass_names(("presets", preset.name, "passes"), preset.pass_names,
+                                   registry)
+        self._check_pass_names(("instrument", "disable"), self.instruments.disable, registry)
+        self._check_pass_names(("instrument", "dump-after"), self.instruments.dump_after,
+                               registry)
         for pass_name, options in self.options.items():
-            entry = registry.passes.get(pass_name)
-            if entry is None:
-                raise self.error(("passes", pass_name), f"unknown pass {pass_name!r}",
-                                 _suggest(pass_name, registry.passes))
-            for option, value in options.items():
-                try:
-                    validate_options(entry.item, {option: value})
-                except PipelineError as error:
-                    raise self.error(("passes", pass_name, option), error.message,
-                                     error.hint) from None
+            self._check_options(("passes", pass_name), pass_name, options, registry)
         for preset in self.presets.values():
             for pass_name, preset_options in preset.options.items():
-                entry = registry.passes.get(pass_name)
-                if entry is None:
-                    raise self.error(("presets", preset.name, "options", pass_name),
-                                     f"unknown pass {pass_name!r}",
-                                     _suggest(pass_name, registry.passes))
-                for option, value in preset_options.items():
-                    try:
-                        validate_options(entry.item, {option: value})
-                    except PipelineError as error:
-                        raise self.error(("presets", preset.name, "options", pass_name, option),
-                                         error.message, error.hint) from None
+                self._check_options(("presets", preset.name, "options", pass_name), pass_name,
+                                    preset_options, registry)
+
+    def _check_pass_names(self, key: tuple[str, ...], names: Iterable[str],
+                          registry: Registry) -> None:
+        for name in names:
+            if name not in registry.passes:
+                raise self.error(key, f"unknown pass {name!r}", _suggest(name, registry.passes),
+                                 value=name)
+
+    def _check_options(self, key: tuple[str, ...], pass_name: str, options: Mapping[str, Any],
+                       registry: Registry) -> None:
+        entry = registry.passes.get(pass_name)
+        if entry is None:
+            raise self.error(key, f"unknown pass {pass_name!r}",
+                             _suggest(pass_name, registry.passes))
+        for option, value in options.items():
+            try:
+                validate_options(entry.item, {option: value})
+            except PipelineError as error:
+                raise self.error((*key, option), error.message, error.hint) from None
 
     def requested(self) -> list[str | Pipeline]:
         """What to give :class:`~graphpass.PassManager`: names, and this file's presets."""
@@ -323,10 +318,8 @@ def _read_dump_dir(config: PipelineFile, value: Any) -> None:
 
 
 def _read_max_iterations(config: PipelineFile, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise config.error(("instrument", "max-iterations"),
-                           f"must be a whole number of at least 1, got {value!r}")
-    config.instruments.max_iterations = value
+    config.instruments.max_iterations = _whole_number(config, ("instrument", "max-iterations"),
+                                                      value, minimum=1)
 
 
 def _read_disable(config: PipelineFile, value: Any) -> None:
@@ -354,17 +347,12 @@ def _read_verify(config: PipelineFile, value: Any) -> None:
                                "paths are relative to the pipeline file")
     if "dims" in table:
         dims = _table(config, (*key, "dims"), table["dims"])
-        for name, size in dims.items():
-            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise config.error((*key, "dims", name),
-                                   f"must be a whole number of at least 1, got {size!r}")
-        options.dims = {str(name): int(size) for name, size in dims.items()}
+        options.dims = {str(name): _whole_number(config, (*key, "dims", name), size, minimum=1)
+                        for name, size in dims.items()}
     for name, attribute in (("default-dim", "default_dim"), ("seed", "seed")):
         if name in table:
-            number = table[name]
-            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-                raise config.error((*key, name), f"must be a whole number, got {number!r}")
-            setattr(options, attribute, number)
+            setattr(options, attribute, _whole_number(config, (*key, name), table[name],
+                                                      minimum=0))
     for name in ("rtol", "atol"):
         if name in table:
             number = table[name]
@@ -425,6 +413,14 @@ def _strings(config: PipelineFile, key: tuple[str, ...], value: Any) -> list[str
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise config.error(key, f"must be a list of strings, got {_type_name(value)}"
                            + (f" {value!r}" if isinstance(value, list) else ""))
+    return value
+
+
+def _whole_number(config: PipelineFile, key: tuple[str, ...], value: Any, *,
+                  minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        at_least = f" of at least {minimum}" if minimum else ""
+        raise config.error(key, f"must be a whole number{at_least}, got {value!r}")
     return value
 
 
