@@ -22,7 +22,7 @@ import sys
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn
 
 from rich.console import Console
 
@@ -31,6 +31,7 @@ from graphpass.errors import GraphpassError
 from graphpass.files import load, save
 from graphpass.listings import (
     passes_data,
+    pipelines_data,
     plan_data,
     plugins_data,
     print_passes,
@@ -145,6 +146,9 @@ def _parser() -> argparse.ArgumentParser:
                            help="leave every timing out of the report, so that the same "
                                 "model and passes give a byte-identical report")
 
+    listing = _Parser(add_help=False)
+    listing.add_argument("--format", choices=("text", "json"), default="text")
+
     parser = _Parser(prog="graphpass", description="Graph-rewrite passes for ONNX models.")
     parser.add_argument("--version", action="version", version=f"graphpass {_version()}")
     parser.set_defaults(handler=None)
@@ -191,23 +195,20 @@ def _parser() -> argparse.ArgumentParser:
     lint.add_argument("model", metavar="MODEL")
     lint.set_defaults(handler=_lint)
 
-    passes = commands.add_parser("passes", parents=[common], help="list the available passes")
-    passes.add_argument("--format", choices=("text", "json"), default="text")
+    passes = commands.add_parser("passes", parents=[common, listing],
+                                 help="list the available passes")
     passes.set_defaults(handler=_passes)
 
-    plan = commands.add_parser("plan", parents=[common, planning],
+    plan = commands.add_parser("plan", parents=[common, planning, listing],
                                help="show the order passes would run in")
-    plan.add_argument("--format", choices=("text", "json"), default="text")
     plan.set_defaults(handler=_plan)
 
-    plugins = commands.add_parser("plugins", parents=[common],
+    plugins = commands.add_parser("plugins", parents=[common, listing],
                                   help="list plugins, what they give, and their status")
-    plugins.add_argument("--format", choices=("text", "json"), default="text")
     plugins.set_defaults(handler=_plugins)
 
-    inspect = commands.add_parser("inspect", parents=[common], help="summarize a model")
+    inspect = commands.add_parser("inspect", parents=[common, listing], help="summarize a model")
     inspect.add_argument("model", metavar="MODEL")
-    inspect.add_argument("--format", choices=("text", "json"), default="text")
     inspect.set_defaults(handler=_inspect)
     return parser
 
@@ -279,12 +280,7 @@ def _lint(args: argparse.Namespace) -> int:
 def _passes(args: argparse.Namespace) -> int:
     registry = _registry(args, None)
     if args.format == "json":
-        pipelines = [{"name": name, "plugin": entry.plugin,
-                      "description": entry.item.description,
-                      "passes": [{"pass": s.pass_name, "when": s.when}
-                                 for s in entry.item.passes]}
-                     for name, entry in sorted(registry.pipelines.items())]
-        _write_json({"passes": passes_data(registry), "pipelines": pipelines})
+        _write_json({"passes": passes_data(registry), "pipelines": pipelines_data(registry)})
     else:
         print_passes(registry, _stdout_console())
     return EXIT_OK
@@ -448,8 +444,8 @@ def _rule_descriptions(registry: Registry) -> dict[str, str]:
     return rules
 
 
-def _write_json(data: Any, stream: TextIO | None = None) -> None:
-    (stream or sys.stdout).write(json.dumps(data, indent=2, default=str) + "\n")
+def _write_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 def _stdout_console() -> Console:

@@ -15,8 +15,8 @@ from graphpass.pass_base import Pass, describe_type, option_fields
 from graphpass.planning import PlannedPass
 from graphpass.registry import Registry
 
-__all__ = ["describe_options", "passes_data", "plan_data", "plugins_data", "print_passes",
-           "print_plan", "print_plugins"]
+__all__ = ["describe_options", "passes_data", "pipelines_data", "plan_data", "plugins_data",
+           "print_passes", "print_plan", "print_plugins"]
 
 
 def describe_options(pass_class: type[Pass]) -> list[dict[str, Any]]:
@@ -60,6 +60,16 @@ def passes_data(registry: Registry) -> list[dict[str, Any]]:
     return entries
 
 
+def pipelines_data(registry: Registry) -> list[dict[str, Any]]:
+    """Every registered pipeline preset as JSON-ready data."""
+    return [{
+        "name": name,
+        "plugin": entry.plugin,
+        "description": entry.item.description,
+        "passes": [{"pass": step.pass_name, "when": step.when} for step in entry.item.passes],
+    } for name, entry in sorted(registry.pipelines.items())]
+
+
 def print_passes(registry: Registry, console: Console) -> None:
     """A table of passes: name, plugin, kind, description and options."""
     table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
@@ -80,11 +90,10 @@ def print_passes(registry: Registry, console: Console) -> None:
                         box=None, show_edge=False, pad_edge=False, header_style="bold")
         for column in ("preset", "plugin", "passes", "description"):
             presets.add_column(column)
-        for name, registered in sorted(registry.pipelines.items()):
-            pipeline = registered.item
-            steps = ", ".join(s.pass_name + (" (with a checkpoint)" if s.when == "checkpoint"
-                                             else "") for s in pipeline.passes)
-            presets.add_row(name, registered.plugin, steps, pipeline.description)
+        for preset in pipelines_data(registry):
+            steps = ", ".join(step["pass"] + (" (with a checkpoint)" if step["when"] == "checkpoint"
+                                              else "") for step in preset["passes"])
+            presets.add_row(preset["name"], preset["plugin"], steps, preset["description"])
         console.print()
         console.print(presets)
 
