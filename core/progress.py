@@ -19,6 +19,7 @@ from graphpass.ir import Model
 from graphpass.pass_base import PassContext
 from graphpass.planning import PlannedPass
 from graphpass.results import PassRecord, RunResult
+from graphpass.summary import format_bytes
 
 __all__ = ["PassProgress", "loading"]
 
@@ -83,14 +84,5 @@ def loading(path: str | Path, console: Console | None = None) -> Iterator[None]:
         size = Path(path).stat().st_size
     except OSError:
         size = 0
-    with console.status(f"loading {path} ({_size(size)})"):
+    with console.status(f"loading {path} ({format_bytes(size)})"):
         yield
-
-
-def _size(count: int) -> str:
-    amount = float(count)
-    for unit in ("B", "KB", "MB", "GB"):
-        if amount < 1024 or unit == "GB":
-            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
-        amount /= 1024
-    return f"{amount:.1f} GB"  # pragma: no cover

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from graphpass.ir import Model, Value, dtype_name, format_function_id
 
-__all__ = ["model_summary", "render_summary"]
+__all__ = ["format_bytes", "model_summary", "render_summary"]
 
 
 def model_summary(model: Model) -> dict[str, Any]:
@@ -73,9 +73,9 @@ def model_summary(model: Model) -> dict[str, Any]:
         },
         "opset_imports": {domain or "ai.onnx": version
                           for domain, version in sorted(model.opset_imports.items())},
-        "inputs": [_value(v, model) for v in model.graph.inputs
+        "inputs": [_value(v) for v in model.graph.inputs
                    if v.name not in model.graph.initializers],
-        "outputs": [_value(v, model) for v in model.graph.outputs],
+        "outputs": [_value(v) for v in model.graph.outputs],
         "nodes": {
             "total": walked + function_nodes,
             "main_graph": main_nodes,
@@ -112,9 +112,9 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     console.print(f"{nodes['total']} nodes: {nodes['main_graph']} in the main graph, "
                   f"{nodes['in_subgraphs']} in subgraphs, {nodes['in_functions']} in functions")
     inits = summary["initializers"]
-    console.print(f"{inits['count']} initializers, {_bytes(inits['bytes'])} "
-                  f"({_bytes(inits['embedded_bytes'])} embedded, "
-                  f"{_bytes(inits['external_bytes'])} external)")
+    console.print(f"{inits['count']} initializers, {format_bytes(inits['bytes'])} "
+                  f"({format_bytes(inits['embedded_bytes'])} embedded, "
+                  f"{format_bytes(inits['external_bytes'])} external)")
     for title, key in (("inputs", "inputs"), ("outputs", "outputs")):
         table = _table("name", "type", "shape")
         for value in summary[key]:
@@ -132,13 +132,13 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     if inits["external_files"]:
         files = _table("file", "tensors", "size")
         for name, entry in inits["external_files"].items():
-            files.add_row(name, str(entry["tensors"]), _bytes(entry["bytes"]))
+            files.add_row(name, str(entry["tensors"]), format_bytes(entry["bytes"]))
         _section(console, "external data", files)
     if inits["largest"]:
         largest = _table("name", "type", "shape", "size")
         for entry in inits["largest"]:
             largest.add_row(entry["name"], entry["type"], _shape(entry["shape"]),
-                            _bytes(entry["bytes"]))
+                            format_bytes(entry["bytes"]))
         _section(console, "largest initializers", largest)
 
 
@@ -155,7 +155,7 @@ def _table(*columns: str) -> Table:
     return table
 
 
-def _value(value: Value, model: Model) -> dict[str, Any]:
+def _value(value: Value) -> dict[str, Any]:
     elem_type = value.elem_type
     type_proto = value.type
     if elem_type is not None:
@@ -179,7 +179,8 @@ def _shape(shape: list[Any] | None) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
 
 
-def _bytes(count: int) -> str:
+def format_bytes(count: int) -> str:
+    """A byte count for people: ``512 B``, ``1.5 KiB``, ``3.2 GiB``."""
     amount = float(count)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if amount < 1024 or unit == "GiB":
