@@ -153,8 +153,7 @@ def plan_passes(
             return
         for required in _names(entry.pass_class, "requires"):
             visit(required, name, (*stack, name))
-        if name not in mention:
-            mention.append(name)
+        mention.append(name)  # the visits above stop at it: it is on their stack
 
     def request(name: str, preset: str | None, preset_options: Mapping[str, Any]) -> None:
         entry = lookup(name, None)

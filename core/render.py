@@ -204,16 +204,12 @@ def render_json(result: RunResult, info: ReportInfo) -> str:
 # ======================================================================== SARIF
 def sarif_dict(result: RunResult, info: ReportInfo) -> dict[str, Any]:
     """The SARIF 2.1.0 log as a dictionary (see :func:`render_sarif`)."""
-    codes: list[str] = []
     first_finding: dict[str, Finding] = {}
     for finding in result.findings:
-        if finding.code not in first_finding:
-            codes.append(finding.code)
-            first_finding[finding.code] = finding
+        first_finding.setdefault(finding.code, finding)
     descriptions = {**FRAMEWORK_CODES, **info.rules}
     rules = []
-    for code in codes:
-        finding = first_finding[code]
+    for code, finding in first_finding.items():
         text = descriptions.get(code) or f"Reported by the {finding.pass_name or 'graphpass'} pass."
         rule: dict[str, Any] = {
             "id": code,
@@ -222,7 +218,7 @@ def sarif_dict(result: RunResult, info: ReportInfo) -> dict[str, Any]:
             "properties": {"pass": finding.pass_name},
         }
         rules.append(rule)
-    index = {code: position for position, code in enumerate(codes)}
+    index = {code: position for position, code in enumerate(first_finding)}
     artifact_uri = _uri(info.model) if info.model else None
     results = []
     for finding in result.findings:

@@ -92,7 +92,7 @@ def build_registry(*, disable: Iterable[str] = (), strict: bool = False) -> Regi
     registry = Registry()
     candidates = [_Candidate(PluginInfo(BUILTIN, _version("graphpass"),
                                         distribution="graphpass"), lambda: builtin)]
-    candidates.extend(_entry_point_candidates(registry))
+    candidates.extend(_entry_point_candidates())
     seen_names = {c.info.name for c in candidates}
     for name in sorted(disabled - seen_names):
         close = difflib.get_close_matches(name, sorted(seen_names), n=1)
@@ -134,7 +134,7 @@ def _check_strict(info: PluginInfo, strict: bool) -> None:
                                f"{info.name} (or {DISABLE_ENV}={info.name})")
 
 
-def _entry_point_candidates(registry: Registry) -> list[_Candidate]:
+def _entry_point_candidates() -> list[_Candidate]:
     candidates: list[_Candidate] = []
     by_name: dict[str, str] = {BUILTIN: "graphpass"}
     seen: set[tuple[str, str]] = set()
