@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Finding", "Severity", "count_by_severity", "worst_severity"]
+__all__ = ["Finding", "Severity", "count_by_severity", "shortened_list", "worst_severity"]
 
 
 class Severity(str, enum.Enum):
@@ -138,3 +138,21 @@ def count_by_severity(findings: Iterable[Finding]) -> dict[Severity, int]:
     for finding in findings:
         counts[finding.severity] += 1
     return counts
+
+
+def shortened_list(items: Iterable[object], shown: int = 5, *, quote: bool = False) -> str:
+    """The first ``shown`` items, comma-separated, and how many more there are.
+
+    For messages that name what they found without growing with the model::
+
+        shortened_list(["a", "b", "c"], 2, quote=True)  # "'a', 'b' and 1 more"
+
+    Args:
+        items: What to list, in order.
+        shown: How many to name.
+        quote: Write each as ``repr`` (names) instead of ``str`` (descriptions).
+    """
+    everything = list(items)
+    text = ", ".join(repr(item) if quote else str(item) for item in everything[:shown])
+    hidden = len(everything) - shown
+    return f"{text} and {hidden} more" if hidden > 0 else text

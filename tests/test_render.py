@@ -12,6 +12,7 @@ from onnx import TensorProto, helper
 from rich.console import Console
 
 from graphpass import AnalysisPass, Finding, PassContext, PassManager, PassResult, Severity
+from graphpass.findings import shortened_list
 from graphpass.ir import Model
 from graphpass.progress import PassProgress, loading
 from graphpass.registry import Registry
@@ -152,3 +153,10 @@ def test_progress_is_quiet_off_terminal_and_draws_on_one() -> None:
     assert loud.enabled
     PassManager(["quiet"], registry=registry, instruments=[loud]).run(model)
     assert "quiet" in loud_buffer.getvalue()
+
+
+def test_shortened_list_names_the_first_few_and_counts_the_rest() -> None:
+    assert shortened_list(["a", "b", "c"], 2, quote=True) == "'a', 'b' and 1 more"
+    assert shortened_list(["a", "b"], 2) == "a, b"
+    assert shortened_list(iter(range(8))) == "0, 1, 2, 3, 4 and 3 more"
+    assert shortened_list([]) == ""
