@@ -36,6 +36,26 @@ def python_exe() -> str:
     return sys.executable
 
 
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[int, str, str]]:
+    """Run ``graphpass ARGS`` (``graphpass.cli.main``) in this process, plugins enabled.
+
+    Returns a function of the arguments (anything ``str()`` turns into one) that gives
+    the exit code, stdout and stderr.
+    """
+    from graphpass.cli import main
+
+    monkeypatch.delenv("GRAPHPASS_DISABLE_PLUGINS", raising=False)
+
+    def call(*args: object) -> tuple[int, str, str]:
+        code = main([str(a) for a in args])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return call
+
+
 @pytest.fixture(scope="session")
 def install_plugin(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """Install ``tests/plugins/graphpass-NAME-plugin`` with pip, once; return its folder.

@@ -9,8 +9,6 @@ Each payload, if unpickled unsafely, would create a marker file (``os.system`` t
 from __future__ import annotations
 
 import ast
-import contextlib
-import io
 import json
 import os
 import pickle
@@ -24,7 +22,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
 from graphpass.checkpoint import open_checkpoint
-from graphpass.cli import main
 
 torch = pytest.importorskip("torch")
 
@@ -111,23 +108,23 @@ def _model_file(folder: Path) -> Path:
     return path
 
 
-def test_cli_with_a_payload_checkpoint_is_one_message_and_runs_nothing(tmp_path: Path) -> None:
+def test_cli_with_a_payload_checkpoint_is_one_message_and_runs_nothing(tmp_path: Path,
+                                                                       cli) -> None:
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pt"
     torch.save({"w": torch.ones(3), "payload": _RunsCode(marker)}, evil)
     model = _model_file(tmp_path)
-    stderr = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
-        code = main(["run", str(model), "-o", str(tmp_path / "out.onnx"), "--checkpoint",
-                     str(evil), "-p", "train-ready"])
-    assert code == 2 and stderr.getvalue().count("graphpass: error:") == 1
-    assert "never loads such pickles" in stderr.getvalue()
+    code, _, stderr = cli("run", model, "-o", tmp_path / "out.onnx", "--checkpoint", evil,
+                          "-p", "train-ready")
+    assert code == 2 and stderr.count("graphpass: error:") == 1
+    assert "never loads such pickles" in stderr
     assert not marker.exists() and not (tmp_path / "out.onnx").exists()
 
 
 @pytest.mark.parametrize("content", ["pickle", "corrupt zip"])
 def test_verify_inputs_that_are_pickles_or_corrupt_are_a_clear_warning(tmp_path: Path,
-                                                                       content: str) -> None:
+                                                                       content: str,
+                                                                       cli) -> None:
     marker = tmp_path / "pwned"
     inputs = tmp_path / "inputs.npz"
     if content == "pickle":
@@ -135,13 +132,11 @@ def test_verify_inputs_that_are_pickles_or_corrupt_are_a_clear_warning(tmp_path:
     else:
         inputs.write_bytes(b"PK\x03\x04" + b"\0" * 64)
     model = _model_file(tmp_path)
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        code = main(["run", str(model), "-o", str(tmp_path / "out.onnx"), "-p",
-                     "topological-sort", "--verify", "--verify-inputs", str(inputs),
-                     "--format", "json"])
-    assert code == 0, stderr.getvalue()  # nothing could be verified: a warning, GP602
-    findings = json.loads(stdout.getvalue())["findings"]
+    code, stdout, stderr = cli("run", model, "-o", tmp_path / "out.onnx", "-p",
+                               "topological-sort", "--verify", "--verify-inputs", inputs,
+                               "--format", "json")
+    assert code == 0, stderr  # nothing could be verified: a warning, GP602
+    findings = json.loads(stdout)["findings"]
     assert [f["code"] for f in findings] == ["GP602"]
     assert "cannot read inputs" in findings[0]["message"]
     assert not marker.exists()

@@ -15,9 +15,7 @@ Complements ``test_files.py`` (``..``/absolute/symlinked external data, atomic s
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import os
 import signal
 import subprocess
@@ -32,7 +30,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
 from graphpass import ExternalDataError, ModelSaveError, Tensor
-from graphpass.cli import main
 
 
 def _model(size: int = 1024) -> onnx.ModelProto:
@@ -63,13 +60,6 @@ def _external(folder: Path, location: str = "weights.bin", size: int = 1024,
     path = folder / "m.onnx"
     path.write_bytes(model.SerializeToString())
     return path
-
-
-def _cli(*arguments: str) -> tuple[int, str]:
-    stderr = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
-        code = main(list(arguments))
-    return code, stderr.getvalue()
 
 
 def _digests(folder: Path) -> dict[str, str]:
@@ -126,24 +116,23 @@ def _aliases(path: Path) -> dict[str, Path]:
 
 @pytest.mark.parametrize("alias", ["symlink", "hard link", "dot-dot", "missing-dir dot-dot",
                                    "relative"])
-def test_output_that_is_the_input_under_another_name_is_refused(tmp_path: Path,
-                                                                alias: str) -> None:
+def test_output_that_is_the_input_under_another_name_is_refused(tmp_path: Path, alias: str,
+                                                                cli) -> None:
     path = _external(tmp_path)
     target = _aliases(path)[alias]
     before = _digests(tmp_path)
     model = graphpass.load(path)
     with pytest.raises(ModelSaveError, match="overwrite the input"):
         graphpass.save(model, target)
-    code, stderr = _cli("run", str(path), "-o", str(target), "-p", "topological-sort")
+    code, _, stderr = cli("run", path, "-o", target, "-p", "topological-sort")
     assert code == 2 and "is the input model" in stderr and "Traceback" not in stderr
     assert _digests(tmp_path) == before
     assert not _temporaries(tmp_path)
-    code, stderr = _cli("run", str(path), "-o", str(target), "-p", "topological-sort",
-                        "--in-place")
+    code, _, stderr = cli("run", path, "-o", target, "-p", "topological-sort", "--in-place")
     assert code == 0, stderr
 
 
-def test_report_file_that_is_a_model_is_refused(tmp_path: Path) -> None:
+def test_report_file_that_is_a_model_is_refused(tmp_path: Path, cli) -> None:
     path = _external(tmp_path)
     before = _digests(tmp_path)
     for arguments in (["run", str(path), "-o", str(tmp_path / "out.onnx"), "-p", "check",
@@ -151,7 +140,7 @@ def test_report_file_that_is_a_model_is_refused(tmp_path: Path) -> None:
                       ["run", str(path), "-o", str(tmp_path / "out.onnx"), "-p", "check",
                        "--report", str(tmp_path / "out.onnx")],
                       ["lint", str(path), "--report", str(tmp_path / "sub" / ".." / "m.onnx")]):
-        code, stderr = _cli(*arguments)
+        code, _, stderr = cli(*arguments)
         assert code == 2 and "refusing to write the report over it" in stderr
     assert _digests(tmp_path) == before
 

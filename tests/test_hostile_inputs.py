@@ -8,8 +8,6 @@ element types, unsafe or malformed external data, names that are not UTF-8.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import resource
 import subprocess
 import sys
@@ -23,7 +21,6 @@ from _mutations import _call_chain, _mlp, _nested_types, _nesting_bytes, _with_e
 from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
-from graphpass.cli import main
 
 PIPELINES = tuple(p for p in FUZZ_PIPELINES if not p.endswith("+checkpoint"))
 """The fuzzer's pipelines, less the one that needs a checkpoint."""
@@ -38,14 +35,9 @@ def _write(tmp_path: Path, data: bytes | onnx.ModelProto, files: dict[str, bytes
     return path
 
 
-def _cli(*arguments: str) -> tuple[int, str]:
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        code = main(list(arguments))
-    return code, stderr.getvalue()
-
-
-def _assert_one_message(code: int, stderr: str, *fragments: str) -> None:
+def _assert_one_message(ran: tuple[int, str, str], *fragments: str) -> None:
+    """``ran`` (what the ``cli`` fixture gives) exited 2 with one message holding each fragment."""
+    code, _, stderr = ran
     assert code == 2, stderr
     assert "Traceback" not in stderr and "internal error" not in stderr
     assert stderr.count("graphpass: error:") == 1, stderr
@@ -69,12 +61,12 @@ def _external(tmp_path: Path, **entries: str) -> Path:
 @pytest.mark.parametrize("key", ["offset", "length"])
 @pytest.mark.parametrize("value", ["abc", "0x10", "1e3", "-1", " 8", "9" * 30, "٣"])
 def test_external_offset_or_length_that_is_not_a_whole_number_is_refused(
-        tmp_path: Path, key: str, value: str) -> None:
+        tmp_path: Path, key: str, value: str, cli) -> None:
     path = _external(tmp_path, **{key: value})
     with pytest.raises(graphpass.ExternalDataError) as caught:
         graphpass.load(path)
     assert f"external data {key}" in caught.value.message and "'w1'" in caught.value.message
-    _assert_one_message(*_cli("inspect", str(path)), "not a non-negative whole number")
+    _assert_one_message(cli("inspect", path), "not a non-negative whole number")
 
 
 def test_external_location_with_a_nul_character_is_refused(tmp_path: Path) -> None:
@@ -95,7 +87,7 @@ def test_string_tensor_with_external_data_is_refused(tmp_path: Path) -> None:
 # =============================================================== element types
 @pytest.mark.parametrize("data_type", [99, 2**31 - 1, -3])
 def test_unknown_element_type_of_an_initializer_is_refused_naming_it(
-        tmp_path: Path, data_type: int) -> None:
+        tmp_path: Path, data_type: int, cli) -> None:
     model = _mlp()
     model.graph.initializer[1].data_type = data_type
     path = _write(tmp_path, model)
@@ -103,8 +95,8 @@ def test_unknown_element_type_of_an_initializer_is_refused_naming_it(
         graphpass.load(path)
     assert "tensor 'b1'" in caught.value.message
     assert f"element type {data_type}" in caught.value.message
-    _assert_one_message(*_cli("run", str(path), "-o", str(tmp_path / "out.onnx"), "-p",
-                              "remove-unused"), "element type")
+    _assert_one_message(cli("run", path, "-o", tmp_path / "out.onnx", "-p", "remove-unused"),
+                        "element type")
 
 
 def test_unknown_element_type_in_a_constant_ends_clearly(tmp_path: Path) -> None:
@@ -140,13 +132,13 @@ def test_sizes_of_tensors_with_huge_dimensions_are_exact() -> None:
 
 @pytest.mark.parametrize("dims", [[-1, 3], [2**63 - 1] * 4, [2**63 - 1] * 400, [2**32, 2**31]])
 def test_tensor_shapes_no_tensor_can_have_are_refused_naming_the_tensor(
-        tmp_path: Path, dims: list[int]) -> None:
+        tmp_path: Path, dims: list[int], cli) -> None:
     model = _mlp()
     model.graph.initializer[0].dims[:] = dims
     path = _write(tmp_path, model)
     with pytest.raises(graphpass.InvalidModelError, match="tensor 'w1' has"):
         graphpass.load(path)
-    _assert_one_message(*_cli("inspect", str(path), "--format", "json"), "tensor 'w1'")
+    _assert_one_message(cli("inspect", path, "--format", "json"), "tensor 'w1'")
 
 
 def test_declared_tensor_without_data_is_a_clear_save_error(tmp_path: Path) -> None:
@@ -174,7 +166,8 @@ def _with_invalid_utf8(model: onnx.ModelProto, placeholder: str) -> bytes:
                                    "attribute name", "graph name", "initializer name",
                                    "metadata key", "function name", "value_info name",
                                    "doc_string", "opset domain"])
-def test_names_that_are_not_utf8_are_refused_while_loading(tmp_path: Path, where: str) -> None:
+def test_names_that_are_not_utf8_are_refused_while_loading(tmp_path: Path, where: str,
+                                                           cli) -> None:
     model = _mlp()
     placeholder = "Zq9"
     if where == "node input":
@@ -207,7 +200,7 @@ def test_names_that_are_not_utf8_are_refused_while_loading(tmp_path: Path, where
     with pytest.raises(graphpass.InvalidModelError, match="not valid UTF-8") as caught:
         graphpass.load(path)
     assert "Zq" in caught.value.message
-    _assert_one_message(*_cli("lint", str(path)), "not valid UTF-8")
+    _assert_one_message(cli("lint", path), "not valid UTF-8")
 
 
 # ===================================================================== nesting
@@ -216,11 +209,11 @@ def test_names_that_are_not_utf8_are_refused_while_loading(tmp_path: Path, where
     pytest.param(lambda: _nesting_bytes(10_000), id="subgraphs 10000 deep"),
     pytest.param(lambda: _nested_types(200), id="types 200 deep"),
 ])
-def test_nesting_past_protobufs_limit_is_a_clear_load_error(tmp_path: Path, data) -> None:
+def test_nesting_past_protobufs_limit_is_a_clear_load_error(tmp_path: Path, data, cli) -> None:
     path = _write(tmp_path, data())
     with pytest.raises(graphpass.ModelLoadError, match="deeper than protobuf's limit"):
         graphpass.load(path)
-    _assert_one_message(*_cli("inspect", str(path)), "nests messages")
+    _assert_one_message(cli("inspect", path), "nests messages")
 
 
 def test_nesting_within_protobufs_limit_loads_and_round_trips(tmp_path: Path) -> None:

@@ -21,8 +21,6 @@ Loading problems skip the plugin with a warning, or fail with one message under
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -36,7 +34,6 @@ from onnx import TensorProto, helper
 
 import graphpass
 from graphpass import PassError, PipelineError, PluginError
-from graphpass.cli import main
 from graphpass.plugins.manager import build_registry
 from graphpass.registry import reset_default_registry
 
@@ -69,13 +66,6 @@ def _model_file(folder: Path) -> Path:
     path = folder / "model.onnx"
     onnx.save(model, path)
     return path
-
-
-def _cli(*arguments: str) -> tuple[int, str, str]:
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        code = main(list(arguments))
-    return code, stdout.getvalue(), stderr.getvalue()
 
 
 # ====================================================================== loading
@@ -122,16 +112,16 @@ def test_items_that_fail_only_when_used_fail_the_plan_naming_the_plugin(hostile:
         graphpass.PassManager(["hostile-broken-preset"], registry=registry)
 
 
-def test_cli_lists_with_warnings_and_strict_is_one_message(hostile: Path) -> None:
+def test_cli_lists_with_warnings_and_strict_is_one_message(hostile: Path, cli) -> None:
     for command in ("passes", "plugins"):
-        code, stdout, stderr = _cli(command)
+        code, stdout, stderr = cli(command)
         assert code == 0, stderr
         assert "Traceback" not in stderr and "internal error" not in stderr
-    code, stdout, stderr = _cli("plugins")
+    code, stdout, stderr = cli("plugins")
     assert "hostile-exit" in stdout and "failed" in stdout
-    code, _, stderr = _cli("passes")
+    code, _, stderr = cli("passes")
     assert "plugin 'hostile-hooks 0.6.6' failed and was skipped" in stderr
-    code, _, stderr = _cli("passes", "--strict-plugins")
+    code, _, stderr = cli("passes", "--strict-plugins")
     assert code == 2 and stderr.count("graphpass: error:") == 1
     assert "hostile-exit" in stderr and "Traceback" not in stderr
 
@@ -170,11 +160,11 @@ def test_a_misbehaving_pass_is_a_pass_error_naming_it_and_its_plugin(
 
 @pytest.mark.parametrize("pass_name", sorted(RUNTIME_FAILURES))
 def test_cli_run_with_a_misbehaving_pass_is_one_message_and_writes_nothing(
-        hostile: Path, tmp_path: Path, pass_name: str) -> None:
+        hostile: Path, tmp_path: Path, pass_name: str, cli) -> None:
     model = _model_file(tmp_path)
     out = tmp_path / "out" / "model.onnx"
-    code, _, stderr = _cli("run", str(model), "-o", str(out), "-p", f"{pass_name},check",
-                           "--format", "sarif", "--disable-plugin", "hostile-exit")
+    code, _, stderr = cli("run", model, "-o", out, "-p", f"{pass_name},check",
+                          "--format", "sarif", "--disable-plugin", "hostile-exit")
     assert code == 2, stderr
     errors = [line for line in stderr.splitlines() if line.startswith("graphpass: error:")]
     assert len(errors) == 1 and pass_name in errors[0] and RUNTIME in errors[0]
@@ -183,12 +173,12 @@ def test_cli_run_with_a_misbehaving_pass_is_one_message_and_writes_nothing(
 
 
 def test_stats_json_cannot_hold_are_kept_readable_in_every_report(hostile: Path,
-                                                                   tmp_path: Path) -> None:
+                                                                   tmp_path: Path, cli) -> None:
     model = _model_file(tmp_path)
     for report_format in ("json", "sarif", "text"):
-        code, stdout, stderr = _cli("run", str(model), "-o", str(tmp_path / "out.onnx"), "-p",
-                                    "hostile-bad-stats", "--format", report_format,
-                                    "--disable-plugin", "hostile-exit")
+        code, stdout, stderr = cli("run", model, "-o", tmp_path / "out.onnx", "-p",
+                                   "hostile-bad-stats", "--format", report_format,
+                                   "--disable-plugin", "hostile-exit")
         assert code == 0, stderr
         if report_format == "json":
             stats = json.loads(stdout)["passes"][0]["stats"]
