@@ -24,6 +24,7 @@ from graphpass.ir._attribute import Attribute
 from graphpass.ir._function import Function
 from graphpass.ir._gc import paused_gc
 from graphpass.ir._graph import Graph
+from graphpass.ir._metadata import LazyMetadata
 from graphpass.ir._model import UNKNOWN_FIELDS, Model
 from graphpass.ir._node import Node
 from graphpass.ir._tensor import Tensor, resolve_external_location
@@ -588,11 +589,7 @@ def graph_to_proto(graph: Graph, proto: onnx.GraphProto | None = None,
     _write_declarations(proto.input, graph._inputs, "input")
     _write_declarations(proto.output, graph._outputs, "output")
     _write_declarations(proto.value_info, graph._value_info, "value_info")
-    if graph._metadata_proto is not None:
-        proto.metadata_props.extend(graph._metadata_proto)
-    elif graph._metadata:
-        for key, text in graph._metadata.items():
-            proto.metadata_props.add(key=key, value=text)
+    _write_loaded_metadata(proto, graph)
     if graph._extra:
         for name, extra in graph._extra.items():
             _write_extra(proto, name, extra)
@@ -617,6 +614,15 @@ def _write_metadata(target: Any, metadata: dict[str, str], original: Any) -> Non
     else:
         for key, value in metadata.items():
             target.add(key=key, value=value)
+
+
+def _write_loaded_metadata(proto: onnx.NodeProto | onnx.GraphProto, owner: LazyMetadata) -> None:
+    """Write a node's or graph's ``metadata_props``: as loaded, unless it was changed."""
+    if owner._metadata_proto is not None:
+        proto.metadata_props.extend(owner._metadata_proto)
+    elif owner._metadata:
+        for key, text in owner._metadata.items():
+            proto.metadata_props.add(key=key, value=text)
 
 
 def _write_nodes(graph: Graph, target: Any, emit: TensorEmitter) -> None:
@@ -656,11 +662,7 @@ def node_to_proto(node: Node, proto: onnx.NodeProto | None = None,
                 attribute_to_proto(attribute, emit, proto.attribute.add())
             else:
                 proto.attribute.append(attribute._proto)
-    if node._metadata_proto is not None:
-        proto.metadata_props.extend(node._metadata_proto)
-    elif node._metadata:
-        for key, text in node._metadata.items():
-            proto.metadata_props.add(key=key, value=text)
+    _write_loaded_metadata(proto, node)
     if extra is not None:
         for name, value in extra.items():
             if name != "attribute":

@@ -426,6 +426,28 @@ def test_version_counts_changes() -> None:
     assert model.version == later
 
 
+def test_node_and_graph_metadata_read_change_copy_and_write_back() -> None:
+    graph_proto = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                                    "g", [_vi("x")], [_vi("y")])
+    helper.set_metadata_props(graph_proto, {"g1": "a", "g2": "b"})
+    helper.set_metadata_props(graph_proto.node[0], {"n1": "c"})
+    proto = helper.make_model(graph_proto, opset_imports=[helper.make_opsetid("", 18)])
+    model = Model.from_proto(proto)
+    graph, (relu,) = model.graph, model.graph.nodes
+    assert dict(graph.metadata) == {"g1": "a", "g2": "b"} and dict(relu.metadata) == {"n1": "c"}
+    assert model.to_proto() == proto  # read, unchanged: written as loaded
+    copy = model.copy()
+    start = model.version
+    graph.set_metadata("g1", None)
+    relu.set_metadata("n2", "d")
+    assert model.version == start + 2
+    written = model.to_proto()
+    assert {e.key: e.value for e in written.graph.metadata_props} == {"g2": "b"}
+    assert {e.key: e.value for e in written.graph.node[0].metadata_props} == {"n1": "c",
+                                                                             "n2": "d"}
+    assert copy.to_proto() == proto  # the copy kept its own metadata
+
+
 def test_function_graph_mutation_round_trips() -> None:
     function = helper.make_function("local", "F", ["a"], ["b"],
                                     [helper.make_node("Relu", ["a"], ["b"], name="in_f")],

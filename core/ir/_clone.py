@@ -36,8 +36,7 @@ def clone_node(node: Node) -> Node:
     copy._inputs = node._inputs
     copy._outputs = node._outputs
     copy._attributes = {}
-    copy._metadata = dict(node._metadata) if node._metadata is not None else None
-    copy._metadata_proto = node._metadata_proto
+    copy._copy_metadata_from(node)
     copy._extra = dict(node._extra) if node._extra else None
     copy._present_empty = node._present_empty
     copy._graph = None
@@ -80,8 +79,7 @@ def _clone_graph(graph: Graph) -> Graph:
             new_value._info = value._info
             new_value._alt_info = dict(value._alt_info) if value._alt_info else None
     copy._value_info = [copy._values[v.name] for v in graph._value_info]
-    copy._metadata = dict(graph._metadata) if graph._metadata is not None else None
-    copy._metadata_proto = graph._metadata_proto
+    copy._copy_metadata_from(graph)
     copy._extra = dict(graph._extra) if graph._extra else None
     copy._present_empty = graph._present_empty
     copy._version = 0

@@ -23,6 +23,7 @@ import networkx as nx
 import onnx
 
 from graphpass.errors import CycleError, InvalidModelError
+from graphpass.ir._metadata import LazyMetadata
 from graphpass.ir._tensor import Tensor
 from graphpass.ir._value import CAPTURE, Use, Value
 
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["Graph"]
 
 
-class Graph:
+class Graph(LazyMetadata):
     """A computation graph: the main graph, a function body, or a subgraph.
 
     Attributes:
@@ -881,30 +882,6 @@ class Graph:
         self._tail = previous
         self._touch()
         return True
-
-    # ================================================================ metadata
-    @property
-    def metadata(self) -> Mapping[str, str]:
-        """``metadata_props`` as a read-only mapping (see :meth:`set_metadata`)."""
-        return MappingProxyType(self._decoded_metadata())
-
-    def set_metadata(self, key: str, value: str | None) -> None:
-        """Set (or with ``None`` remove) one ``metadata_props`` entry."""
-        metadata = self._decoded_metadata()
-        self._metadata_proto = None  # written from the dict from now on
-        if value is None:
-            metadata.pop(key, None)
-        else:
-            metadata[key] = value
-        self._touch()
-
-    def _decoded_metadata(self) -> dict[str, str]:
-        if self._metadata is None:
-            self._metadata = {}
-            if self._metadata_proto is not None:
-                for entry in self._metadata_proto:
-                    self._metadata[entry.key] = entry.value
-        return self._metadata
 
     def copy(self) -> Graph:
         """Return a deep copy (tensors are shared; they are immutable)."""

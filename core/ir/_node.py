@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from graphpass.ir._attribute import Attribute
+from graphpass.ir._metadata import LazyMetadata
 
 if TYPE_CHECKING:
     from graphpass.ir._graph import Graph
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["Node"]
 
 
-class Node:
+class Node(LazyMetadata):
     """One operator call in a graph.
 
     Attributes:
@@ -37,8 +38,6 @@ class Node:
         "_extra",
         "_graph",
         "_inputs",
-        "_metadata",
-        "_metadata_proto",
         "_next",
         "_outputs",
         "_present_empty",
@@ -198,8 +197,7 @@ class Node:
         self._forget_verbatim_attributes()
         self._attributes[attribute.name] = attribute
         self._attach_subgraphs(attribute)
-        if self._graph is not None:
-            self._graph._touch()
+        self._touch()
 
     def remove_attribute(self, name: str) -> None:
         """Remove attribute ``name`` if present."""
@@ -207,8 +205,7 @@ class Node:
         if old is not None:
             self._forget_verbatim_attributes()
             self._detach_subgraphs(old)
-            if self._graph is not None:
-                self._graph._touch()
+            self._touch()
 
     def subgraphs(self) -> Iterator[Graph]:
         """Yield the graphs held by this node's graph-typed attributes."""
@@ -219,31 +216,6 @@ class Node:
     def captured_names(self) -> tuple[str, ...]:
         """Names this node's subgraphs use from enclosing scopes."""
         return tuple(self._captures) if self._captures else ()
-
-    # ---------------------------------------------------------------- metadata
-    @property
-    def metadata(self) -> Mapping[str, str]:
-        """``metadata_props`` as a read-only mapping (see :meth:`set_metadata`)."""
-        return MappingProxyType(self._decoded_metadata())
-
-    def set_metadata(self, key: str, value: str | None) -> None:
-        """Set (or with ``None`` remove) one ``metadata_props`` entry."""
-        metadata = self._decoded_metadata()
-        self._metadata_proto = None  # written from the dict from now on
-        if value is None:
-            metadata.pop(key, None)
-        else:
-            metadata[key] = value
-        if self._graph is not None:
-            self._graph._touch()
-
-    def _decoded_metadata(self) -> dict[str, str]:
-        if self._metadata is None:
-            self._metadata = {}
-            if self._metadata_proto is not None:
-                for entry in self._metadata_proto:
-                    self._metadata[entry.key] = entry.value
-        return self._metadata
 
     # ----------------------------------------------------------------- helpers
     @property
@@ -258,6 +230,10 @@ class Node:
         from graphpass.ir._clone import clone_node
 
         return clone_node(self)
+
+    def _touch(self) -> None:
+        if self._graph is not None:
+            self._graph._touch()
 
     def _forget_verbatim_attributes(self) -> None:
         # A node loaded with duplicate attribute names keeps its attribute list verbatim
