@@ -18,6 +18,7 @@ which onnxruntime-training 1.19.2 refuses) and are loaded once with
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import io
 import os
@@ -217,8 +218,9 @@ def _generation_failure(error: Exception) -> Finding:
                    hint="see the message; trainable/frozen/loss options choose what is trained")
 
 
+@functools.cache
 def _max_ir_version() -> int:
-    """The highest IR version the installed onnxruntime accepts (probed once)."""
+    """The highest IR version the installed onnxruntime accepts (probed once a process)."""
     import onnxruntime
 
     graph = onnx.helper.make_graph(
