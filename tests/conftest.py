@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -84,3 +84,26 @@ def install_plugin(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], 
         return sites[name]
 
     return install
+
+
+@pytest.fixture
+def graphpass_process() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``python -m graphpass ARGS`` in a fresh process, plugins enabled.
+
+    Returns a function of the arguments (anything ``str()`` turns into one) and the
+    keywords ``cwd``, ``sites`` (folders put on ``PYTHONPATH``, such as those of
+    :func:`install_plugin`), ``python`` (another interpreter) and ``timeout``; it gives
+    the finished process (text output, never raising on an exit code).
+    """
+
+    def run(*args: object, cwd: Path | None = None, sites: Sequence[Path] = (),
+            python: str = sys.executable,
+            timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k != "GRAPHPASS_DISABLE_PLUGINS"}
+        if sites:
+            env["PYTHONPATH"] = os.pathsep.join(str(site) for site in sites)
+        return subprocess.run([python, "-m", "graphpass", *(str(a) for a in args)], cwd=cwd,
+                              env=env, capture_output=True, text=True, check=False,
+                              timeout=timeout)
+
+    return run

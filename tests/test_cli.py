@@ -15,7 +15,6 @@ from onnx import TensorProto, helper, numpy_helper
 import graphpass
 import graphpass.registry
 from graphpass import AnalysisPass, Finding, Pass, PassContext, PassResult, Severity
-from graphpass.cli import main
 from graphpass.ir import Model
 from graphpass.plugins.manager import build_registry
 
@@ -45,19 +44,6 @@ def model_file(tmp_path: Path) -> Path:
     path = tmp_path / "model.onnx"
     onnx.save(_model_proto(), path)
     return path
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
-    """Run main() in process; return (exit code, stdout, stderr)."""
-    monkeypatch.delenv("GRAPHPASS_DISABLE_PLUGINS", raising=False)
-
-    def call(*args: str) -> tuple[int, str, str]:
-        code = main([str(a) for a in args])
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return call
 
 
 class _Explodes(Pass):

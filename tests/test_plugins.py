@@ -8,10 +8,7 @@ other test), and made visible by putting that folder on ``sys.path`` (in process
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -22,32 +19,13 @@ import graphpass
 from graphpass import PluginError
 from graphpass.plugins.manager import build_registry
 
-PACKAGES = Path(__file__).parent / "plugins"
 NAMES = ("example", "broken", "misspelled", "duplicate")
 
 
 @pytest.fixture(scope="session")
-def plugin_sites(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def plugin_sites(install_plugin: Callable[[str], Path]) -> dict[str, Path]:
     """Install each test plugin package into its own folder; return the folders by name."""
-    root = tmp_path_factory.mktemp("plugin-sites")
-    # Build with the setuptools of this environment when it has one (offline and fast);
-    # otherwise let pip fetch a build backend.
-    import importlib.util
-
-    offline = (["--no-build-isolation", "--no-index"]
-               if importlib.util.find_spec("setuptools") is not None else [])
-    sites = {}
-    for name in NAMES:
-        source = root / f"src-{name}"
-        # Build from a copy: pip builds in the source tree, and test workers run at once.
-        shutil.copytree(PACKAGES / f"graphpass-{name}-plugin", source)
-        site = root / name
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-             "--disable-pip-version-check", *offline, "--target", str(site), str(source)],
-            check=True, capture_output=True, text=True)
-        sites[name] = site
-    return sites
+    return {name: install_plugin(name) for name in NAMES}
 
 
 @pytest.fixture
@@ -163,27 +141,20 @@ def _model_proto() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
-def _cli(sites: list[Path], *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "GRAPHPASS_DISABLE_PLUGINS"}
-    env["PYTHONPATH"] = os.pathsep.join(str(s) for s in sites)
-    return subprocess.run([sys.executable, "-m", "graphpass", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, check=False, timeout=120)
-
-
 def test_cli_lists_plans_and_runs_the_example_pass_from_a_pipeline_file(
-        plugin_sites: dict[str, Path], tmp_path: Path) -> None:
+        plugin_sites: dict[str, Path], tmp_path: Path, graphpass_process) -> None:
     sites = [plugin_sites["example"]]
-    listed = _cli(sites, "passes", cwd=tmp_path)
+    listed = graphpass_process("passes", cwd=tmp_path, sites=sites)
     assert listed.returncode == 0, listed.stderr
     assert "prefix-node-names" in listed.stdout and "example" in listed.stdout
     assert "only-ops" in listed.stdout and "list of string" in listed.stdout
 
-    plugins = _cli(sites, "plugins", cwd=tmp_path)
+    plugins = graphpass_process("plugins", cwd=tmp_path, sites=sites)
     assert plugins.returncode == 0, plugins.stderr
     assert "example" in plugins.stdout and "1.2.0" in plugins.stdout
 
-    planned = _cli(sites, "plan", "-p", "count-ops,prefix-node-names,inline-functions",
-                   cwd=tmp_path)
+    planned = graphpass_process("plan", "-p", "count-ops,prefix-node-names,inline-functions",
+                                cwd=tmp_path, sites=sites)
     assert planned.returncode == 0, planned.stderr
     lines = [line for line in planned.stdout.splitlines() if line.strip()]
     order = [name for line in lines for name in ("count-ops", "prefix-node-names",
@@ -196,8 +167,8 @@ def test_cli_lists_plans_and_runs_the_example_pass_from_a_pipeline_file(
         '[pipeline]\npasses = ["prefix-node-names", "count-ops"]\n\n'
         '[passes.prefix-node-names]\nprefix = "p_"\nonly-ops = ["Relu", "Neg"]\n'
         'unnamed = "op-type"\n\n[passes.count-ops]\nmax-nodes = 1\n')
-    ran = _cli(sites, "run", "model.onnx", "-o", "out.onnx", "-c", "pipeline.toml",
-               "--format", "json", cwd=tmp_path)
+    ran = graphpass_process("run", "model.onnx", "-o", "out.onnx", "-c", "pipeline.toml",
+                            "--format", "json", cwd=tmp_path, sites=sites)
     assert ran.returncode == 0, ran.stderr
     import json
 
@@ -210,27 +181,28 @@ def test_cli_lists_plans_and_runs_the_example_pass_from_a_pipeline_file(
 
 
 def test_cli_reports_broken_plugins_and_still_works(plugin_sites: dict[str, Path],
-                                                    tmp_path: Path) -> None:
+                                                    tmp_path: Path, graphpass_process) -> None:
     sites = [plugin_sites["example"], plugin_sites["broken"], plugin_sites["misspelled"]]
-    listed = _cli(sites, "plugins", cwd=tmp_path)
+    listed = graphpass_process("plugins", cwd=tmp_path, sites=sites)
     assert listed.returncode == 0, listed.stderr
     assert "failed" in listed.stdout and "broken" in listed.stdout
     assert "graphpass_pases" in listed.stdout
-    passes = _cli(sites, "passes", cwd=tmp_path)
+    passes = graphpass_process("passes", cwd=tmp_path, sites=sites)
     assert passes.returncode == 0
     assert "prefix-node-names" in passes.stdout and "misspelled-good" in passes.stdout
     assert "plugin 'broken 0.0.1' failed and was skipped" in passes.stderr
     assert "Traceback" not in passes.stderr
-    strict = _cli(sites, "passes", "--strict-plugins", cwd=tmp_path)
+    strict = graphpass_process("passes", "--strict-plugins", cwd=tmp_path, sites=sites)
     assert strict.returncode == 2 and "Traceback" not in strict.stderr
     assert "broken" in strict.stderr
 
 
 def test_cli_duplicate_pass_name_fails_naming_both(plugin_sites: dict[str, Path],
-                                                   tmp_path: Path) -> None:
+                                                   tmp_path: Path, graphpass_process) -> None:
     sites = [plugin_sites["example"], plugin_sites["duplicate"]]
-    failed = _cli(sites, "passes", cwd=tmp_path)
+    failed = graphpass_process("passes", cwd=tmp_path, sites=sites)
     assert failed.returncode == 2 and "Traceback" not in failed.stderr
     assert "'example'" in failed.stderr and "'duplicate'" in failed.stderr
-    fixed = _cli(sites, "passes", "--disable-plugin", "duplicate", cwd=tmp_path)
+    fixed = graphpass_process("passes", "--disable-plugin", "duplicate", cwd=tmp_path,
+                              sites=sites)
     assert fixed.returncode == 0, fixed.stderr

@@ -22,9 +22,6 @@ Loading problems skip the plugin with a warning, or fail with one message under
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -187,17 +184,14 @@ def test_stats_json_cannot_hold_are_kept_readable_in_every_report(hostile: Path,
             assert json.loads(stdout)["version"] == "2.1.0"
 
 
-def test_console_script_with_hostile_plugins_never_shows_a_traceback(hostile_site: Path,
-                                                                       tmp_path: Path) -> None:
+def test_console_script_with_hostile_plugins_never_shows_a_traceback(
+        hostile_site: Path, tmp_path: Path, graphpass_process) -> None:
     model = _model_file(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k != "GRAPHPASS_DISABLE_PLUGINS"}
-    env["PYTHONPATH"] = str(hostile_site)
     for arguments, expected in ((["passes"], 0), (["plugins", "--format", "json"], 0),
                                 (["run", str(model), "-o", str(tmp_path / "o.onnx"), "-p",
                                   "hostile-exits"], 2),
                                 (["lint", str(model), "-p", "hostile-renames"], 2)):
-        done = subprocess.run([sys.executable, "-m", "graphpass", *arguments], env=env,
-                              capture_output=True, text=True, timeout=120, check=False)
+        done = graphpass_process(*arguments, sites=[hostile_site])
         assert done.returncode == expected, done.stderr
         assert "Traceback" not in done.stderr and "internal error" not in done.stderr
     assert not (tmp_path / "o.onnx").exists()

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +19,6 @@ from graphpass.verify import (
     make_inputs,
     run_model,
 )
-
-PLUGIN = Path(__file__).parent / "plugins" / "graphpass-perturb-plugin"
 
 
 def _mlp_proto() -> onnx.ModelProto:
@@ -160,56 +155,44 @@ def test_verify_warns_when_nothing_could_be_checked() -> None:
 
 # ------------------------------------------------------------ command line
 @pytest.fixture(scope="module")
-def perturb_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def perturb_site(install_plugin: Callable[[str], Path]) -> Path:
     """The perturbing plugin, pip-installed into its own folder."""
-    root = tmp_path_factory.mktemp("perturb")
-    source = root / "src"
-    shutil.copytree(PLUGIN, source)
-    site = root / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                    "--disable-pip-version-check", "--no-build-isolation", "--no-index",
-                    "--target", str(site), str(source)], check=True, capture_output=True)
-    return site
-
-
-def _cli(*args: str, cwd: Path, site: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "GRAPHPASS_DISABLE_PLUGINS"}
-    if site is not None:
-        env["PYTHONPATH"] = str(site)
-    return subprocess.run([sys.executable, "-m", "graphpass", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, check=False, timeout=300)
+    return install_plugin("perturb")
 
 
 def test_cli_verify_catches_a_wrong_plugin_pass_and_names_it(perturb_site: Path,
-                                                              tmp_path: Path) -> None:
+                                                              tmp_path: Path,
+                                                              graphpass_process) -> None:
     onnx.save(_mlp_proto(), tmp_path / "model.onnx")
-    done = _cli("run", "model.onnx", "-o", "out.onnx", "-p", "train-ready,tidy-weights",
-                "--verify", "--format", "json", cwd=tmp_path, site=perturb_site)
+    done = graphpass_process("run", "model.onnx", "-o", "out.onnx", "-p",
+                             "train-ready,tidy-weights", "--verify", "--format", "json",
+                             cwd=tmp_path, sites=[perturb_site])
     assert done.returncode == 1, done.stderr
     assert not (tmp_path / "out.onnx").exists()
     report = json.loads(done.stdout)
     [error] = [f for f in report["findings"] if f["severity"] == "error"]
     assert error["code"] == "GP601" and error["pass"] == "tidy-weights"
     # Without the wrong pass the same run verifies and writes.
-    done = _cli("run", "model.onnx", "-o", "out.onnx", "-p", "train-ready", "--verify",
-                cwd=tmp_path, site=perturb_site)
+    done = graphpass_process("run", "model.onnx", "-o", "out.onnx", "-p", "train-ready",
+                             "--verify", cwd=tmp_path, sites=[perturb_site])
     assert done.returncode == 0, done.stdout + done.stderr
     assert "verified" in done.stdout and (tmp_path / "out.onnx").exists()
 
 
-def test_verify_from_a_pipeline_file(tmp_path: Path) -> None:
+def test_verify_from_a_pipeline_file(tmp_path: Path, graphpass_process) -> None:
     onnx.save(_mlp_proto(), tmp_path / "model.onnx")
     np.savez(tmp_path / "feeds.npz", x=np.ones((5, 4), np.float32))
     (tmp_path / "pipeline.toml").write_text(
         '[pipeline]\npreset = "train-ready"\n\n'
         '[instrument]\nverify = { inputs = "feeds.npz", rtol = 1e-3, each = true }\n')
-    done = _cli("run", "model.onnx", "-o", "out.onnx", "-c", "pipeline.toml", "--format",
-                "json", cwd=tmp_path)
+    done = graphpass_process("run", "model.onnx", "-o", "out.onnx", "-c", "pipeline.toml",
+                             "--format", "json", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     [verified] = [f for f in json.loads(done.stdout)["findings"] if f["code"] == "GP600"]
     assert "rtol=0.001" in verified["message"]
     (tmp_path / "bad.toml").write_text('[pipeline]\npasses = ["check"]\n\n'
                                        '[instrument]\nverify = { rtool = 1e-3 }\n')
-    done = _cli("run", "model.onnx", "-o", "out2.onnx", "-c", "bad.toml", cwd=tmp_path)
+    done = graphpass_process("run", "model.onnx", "-o", "out2.onnx", "-c", "bad.toml",
+                             cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "bad.toml:5" in done.stderr and "rtol" in done.stderr
