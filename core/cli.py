@@ -233,16 +233,15 @@ def _run(args: argparse.Namespace) -> int:
         instruments.dump_dir if instruments and instruments.dump_dir else
         output.parent)
     verify = _verify_options(args, instruments.verify if instruments else None)
-    extra_passes: list[str] = []
+    extra_passes: dict[str, dict[str, Any]] = {}
     if args.emit_training_artifacts:
         if "emit-training-artifacts" not in registry.passes:
             raise UsageError(
                 "--emit-training-artifacts needs onnxruntime-training, which is not installed "
                 "here (pip install onnxruntime-training, in place of onnxruntime)",
                 "graphpass run")
-        extra_passes.append("emit-training-artifacts")
-        args.option.append("emit-training-artifacts.directory="
-                           + json.dumps(str(Path(args.emit_training_artifacts).absolute())))
+        extra_passes["emit-training-artifacts"] = {
+            "directory": str(Path(args.emit_training_artifacts).absolute())}
     manager = _manager(
         args, config, registry, required=True, extra_passes=extra_passes,
         extra_instruments=[VerifySemantics(verify)] if verify is not None else [],
@@ -367,7 +366,10 @@ def _verify_options(args: argparse.Namespace,
 
 def _manager(args: argparse.Namespace, config: PipelineFile | None, registry: Registry, *,
              required: bool, extra_instruments: Sequence[Any] = (),
-             extra_passes: Sequence[str] = (), **settings: Any) -> PassManager:
+             extra_passes: Mapping[str, Mapping[str, Any]] | None = None,
+             **settings: Any) -> PassManager:
+    """A manager for the pipeline file and arguments, plus ``extra_passes`` (name: options)."""
+    extra_passes = extra_passes or {}
     requested: list[str | Pipeline] = []
     presets = config.presets if config else {}
     for group in args.passes:
@@ -387,6 +389,8 @@ def _manager(args: argparse.Namespace, config: PipelineFile | None, registry: Re
     for text in args.option:
         name, option, value = _parse_option(text)
         options.setdefault(name, {})[option] = value
+    for name, values in extra_passes.items():
+        options.setdefault(name, {}).update(values)
     checkpoints = [Path(c).absolute() for c in args.checkpoint]
     for given, path in zip(args.checkpoint, checkpoints, strict=True):
         if not path.exists():
