@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from graphpass.errors import CycleError, InvalidModelError
-from graphpass.ir import Function, Graph, Model, Node
-from graphpass.ir._function import format_function_id
+from graphpass.ir import Function, Graph, Model
+from graphpass.ir._node import describe_node
 
 __all__ = ["find_problems", "validate"]
 
@@ -60,44 +60,32 @@ def _problems(model: Model) -> Iterator[InvalidModelError]:
     roots: list[tuple[Graph, Function | None]] = [(model.graph, None)]
     roots.extend((function.graph, function) for function in model.functions.values())
     for root, function in roots:
+        graphs = [root, *root.subgraphs()]
         if root.free_names:
-            yield from _undefined_uses(root, function)
-        for graph in (root, *root.subgraphs()):
+            yield from _undefined_uses(graphs, function)
+        for graph in graphs:
             problem = _order_problem(graph, function)
             if problem is not None:
                 yield problem
-        yield from _unimported_domains(model, root, function)
+        yield from _unimported_domains(model, graphs, function)
 
 
-def _undefined_uses(root: Graph, function: Function | None) -> Iterator[InvalidModelError]:
-    """Find the uses behind a top-level graph's free names (only called when it has some)."""
-    for graph in (root, *root.subgraphs()):
+def _undefined_uses(graphs: list[Graph],
+                    function: Function | None) -> Iterator[InvalidModelError]:
+    """Find the uses behind a top-level graph's free names (only called when it has some).
+
+    ``graphs`` is the top-level graph and all its subgraphs.
+    """
+    for graph in graphs:
+        undefined = [f"node {describe_node(node)} uses {name!r}, which nothing defines"
+                     for node in graph for name in node.inputs
+                     if name and graph.resolve(name) is None]
+        undefined.extend(
+            f"graph output {name!r} is not defined by any node, input or initializer"
+            for name in graph.output_names if name and graph.resolve(name) is None)
         where = _where(graph, function)
-        for node in graph:
-            for name in node.inputs:
-                if name and not _defined_around(graph, name):
-                    yield InvalidModelError(
-                        f"node {_describe(node)} uses {name!r}, which nothing defines",
-                        where=where,
-                        hint=_undefined_hint(function),
-                    )
-        for name in graph.output_names:
-            if name and not _defined_around(graph, name):
-                yield InvalidModelError(
-                    f"graph output {name!r} is not defined by any node, input or initializer",
-                    where=where,
-                    hint=_undefined_hint(function),
-                )
-
-
-def _defined_around(graph: Graph, name: str) -> bool:
-    """Whether ``name`` is defined in ``graph`` or in a graph enclosing it."""
-    scope: Graph | None = graph
-    while scope is not None:
-        if scope.is_defined(name):
-            return True
-        scope = scope.parent_graph
-    return False
+        for message in undefined:
+            yield InvalidModelError(message, where=where, hint=_undefined_hint(function))
 
 
 def _undefined_hint(function: Function | None) -> str:
@@ -108,29 +96,25 @@ def _undefined_hint(function: Function | None) -> str:
 
 
 def _order_problem(graph: Graph, function: Function | None) -> InvalidModelError | None:
-    if graph.is_sorted():
+    misplaced = graph._first_use_before_definition()
+    if misplaced is None:
         return None
     where = _where(graph, function)
     try:
         graph.topological_order()
     except CycleError as error:
         return CycleError(error.message, where=where, hint=error.hint)
-    seen: set[Node] = set()
-    for node in graph:
-        for producer, _, (name, _slot) in graph.nx.in_edges(node, keys=True):
-            if producer not in seen:
-                return InvalidModelError(
-                    f"node {_describe(node)} uses {name!r} before node {_describe(producer)} "
-                    "produces it: the nodes are not in topological order",
-                    where=where,
-                    hint="ONNX requires nodes in execution order; run the topological-sort "
-                         "pass (or Graph.sort())",
-                )
-        seen.add(node)
-    return None  # pragma: no cover - is_sorted() said otherwise
+    node, producer, name = misplaced
+    return InvalidModelError(
+        f"node {describe_node(node)} uses {name!r} before node {describe_node(producer)} "
+        "produces it: the nodes are not in topological order",
+        where=where,
+        hint="ONNX requires nodes in execution order; run the topological-sort "
+             "pass (or Graph.sort())",
+    )
 
 
-def _unimported_domains(model: Model, root: Graph,
+def _unimported_domains(model: Model, graphs: list[Graph],
                         function: Function | None) -> Iterator[InvalidModelError]:
     imported: Mapping[str, int] = model.opset_imports
     if function is not None:
@@ -139,18 +123,18 @@ def _unimported_domains(model: Model, root: Graph,
     if known & set(_ONNX_DOMAINS):
         known.update(_ONNX_DOMAINS)
     reported: set[str] = set()
-    for graph in (root, *root.subgraphs()):
+    for graph in graphs:
         for node in graph:
             domain = node.domain
             if domain in known or domain in reported:
                 continue
             reported.add(domain)
-            local = (domain, node.op_type, node.overload) in model.functions
+            local = model.function_for(node) is not None
             what = "the model-local function" if local else "operator"
             owner = f"function {function.qualified_name}" if function is not None else "the model"
             yield InvalidModelError(
-                f"node {_describe(node)} calls {what} {domain or 'ai.onnx'}::{node.op_type}, but "
-                f"{owner} imports no opset for domain {domain!r}",
+                f"node {describe_node(node)} calls {what} {domain or 'ai.onnx'}::{node.op_type}, "
+                f"but {owner} imports no opset for domain {domain!r}",
                 where=_where(graph, function),
                 hint=f"add an opset import for {domain!r} (Model.opset_imports"
                      f"{'' if function is None else ' or Function.opset_imports'}); runtimes "
@@ -159,19 +143,14 @@ def _unimported_domains(model: Model, root: Graph,
 
 
 # ================================================================== describing
-def _describe(node: Node) -> str:
-    op = f"{node.domain}::{node.op_type}" if node.domain else node.op_type
-    return f"{node.name!r} ({op})" if node.name else f"<unnamed {op}>"
-
-
 def _where(graph: Graph, function: Function | None) -> str:
     parts: list[str] = []
     current: Graph | None = graph
     while current is not None and current.parent is not None:
-        parts.append(f"subgraph {current.name!r} of node {_describe(current.parent)}")
+        parts.append(f"subgraph {current.name!r} of node {describe_node(current.parent)}")
         current = current.parent_graph
     if function is not None:
-        parts.append(f"function {format_function_id(function.id)}")
+        parts.append(f"function {function.qualified_name}")
     else:
         parts.append(f"graph {current.name!r}" if current is not None else "graph")
     return " in ".join(parts)

@@ -24,13 +24,13 @@ import onnx
 
 from graphpass.errors import CycleError, InvalidModelError
 from graphpass.ir._metadata import LazyMetadata
+from graphpass.ir._node import Node, describe_node
 from graphpass.ir._tensor import Tensor
 from graphpass.ir._value import CAPTURE, Use, Value
 
 if TYPE_CHECKING:
     from graphpass.ir._function import Function
     from graphpass.ir._model import Model
-    from graphpass.ir._node import Node
 
 __all__ = ["Graph"]
 
@@ -230,7 +230,7 @@ class Graph(LazyMetadata):
                 if name and self._values[name]._uses:
                     users = ", ".join(_describe_use(u) for u in self._values[name]._uses)
                     raise ValueError(
-                        f"cannot remove node {_describe_node(node)}: its output "
+                        f"cannot remove node {describe_node(node)}: its output "
                         f"{name!r} is still used by {users}"
                     )
         self._detach(node)
@@ -277,7 +277,7 @@ class Graph(LazyMetadata):
             return
         for name in old._outputs:
             if name and name not in output_map and self._values[name]._uses:
-                raise ValueError(f"output {name!r} of {_describe_node(old)} is still used; "
+                raise ValueError(f"output {name!r} of {describe_node(old)} is still used; "
                                  "give its replacement in output_map")
         self.insert_before(old, new_nodes)
         for old_name in old._outputs:
@@ -520,7 +520,7 @@ class Graph(LazyMetadata):
         value = self._value_for(name)
         if value._producer is not None:
             raise InvalidModelError(
-                f"cannot add input {name!r}: node {_describe_node(value._producer)} already "
+                f"cannot add input {name!r}: node {describe_node(value._producer)} already "
                 "produces that name",
                 where=f"graph {self.name!r}",
             )
@@ -697,7 +697,7 @@ class Graph(LazyMetadata):
                 if subgraph._is_defined(new):
                     raise ValueError(
                         f"cannot replace {old!r} by {new!r}: subgraph {subgraph.name!r} of node "
-                        f"{_describe_node(node)} uses {old!r} from outside but defines its own "
+                        f"{describe_node(node)} uses {old!r} from outside but defines its own "
                         f"{new!r}, which would hide it"
                     )
                 subgraph._check_not_shadowed(old, new, subgraph._values[old])
@@ -842,9 +842,9 @@ class Graph(LazyMetadata):
         if len(order) != len(position):
             remaining = [node for node in position if indegree[node] > 0]
             cycle = nx.find_cycle(self._nx.subgraph(remaining))
-            described = " -> ".join(_describe_node(edge[0]) for edge in cycle)
+            described = " -> ".join(describe_node(edge[0]) for edge in cycle)
             raise CycleError(
-                f"the nodes form a cycle: {described} -> {_describe_node(cycle[0][0])}",
+                f"the nodes form a cycle: {described} -> {describe_node(cycle[0][0])}",
                 where=f"graph {self.name!r}",
                 hint="a node cannot depend on its own output; check the named nodes' inputs",
             )
@@ -852,13 +852,20 @@ class Graph(LazyMetadata):
 
     def is_sorted(self) -> bool:
         """Whether every node comes after the producers of its inputs."""
+        return self._first_use_before_definition() is None
+
+    def _first_use_before_definition(self) -> tuple[Node, Node, str] | None:
+        """The first node that uses a value of a later node: ``(user, producer, value name)``."""
         seen: set[Node] = set()
         pred = self._nx._pred
         for node in self:
-            if any(p not in seen for p in pred[node]):
-                return False
+            producers = pred[node]
+            for producer in producers:
+                if producer not in seen:
+                    name: str = next(iter(producers[producer]))[0]
+                    return node, producer, name
             seen.add(node)
-        return True
+        return None
 
     def sort(self) -> bool:
         """Reorder the nodes topologically (stable). Returns whether the order changed.
@@ -895,8 +902,6 @@ class Graph(LazyMetadata):
 
 
 def _as_list(nodes: Node | Iterable[Node]) -> list[Node]:
-    from graphpass.ir._node import Node
-
     return [nodes] if isinstance(nodes, Node) else list(nodes)
 
 
@@ -904,21 +909,16 @@ def _same_domain(a: str, b: str) -> bool:
     return a == b or (a in ("", "ai.onnx") and b in ("", "ai.onnx"))
 
 
-def _describe_node(node: Node) -> str:
-    op = f"{node.domain}::{node.op_type}" if node.domain else node.op_type
-    return f"{node.name!r} ({op})" if node.name else f"<unnamed {op}>"
-
-
 def _describe_use(use: Use) -> str:
     if use.node is None:
         return f"graph output {use.slot}"
-    return _describe_node(use.node)
+    return describe_node(use.node)
 
 
 def _describe_definition(graph: Graph, name: str) -> str:
     value = graph._values[name]
     if value._producer is not None:
-        return f"node {_describe_node(value._producer)}"
+        return f"node {describe_node(value._producer)}"
     if name in graph._initializers or name in graph._sparse_initializers:
         return "an initializer"
     return "a graph input"

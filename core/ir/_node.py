@@ -18,7 +18,7 @@ from graphpass.ir._metadata import LazyMetadata
 if TYPE_CHECKING:
     from graphpass.ir._graph import Graph
 
-__all__ = ["Node"]
+__all__ = ["Node", "describe_node"]
 
 
 class Node(LazyMetadata):
@@ -290,3 +290,8 @@ class Node(LazyMetadata):
         return f"Node({op}, name={self.name!r}, inputs={list(self._inputs)}, " \
                f"outputs={list(self._outputs)})"
 
+
+def describe_node(node: Node) -> str:
+    """Name a node in a message: ``'name' (domain::Op)``, or ``<unnamed domain::Op>``."""
+    op = f"{node.domain}::{node.op_type}" if node.domain else node.op_type
+    return f"{node.name!r} ({op})" if node.name else f"<unnamed {op}>"
