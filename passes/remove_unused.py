@@ -102,11 +102,10 @@ def _remove_dead_nodes(model: Model) -> int:
 
 
 def _calls(graph: Graph, model: Model) -> Iterator[FunctionId]:
-    functions = model.functions
     for node in graph.walk():
-        key = (node.domain, node.op_type, node.overload)
-        if key in functions:
-            yield key
+        function = model.function_for(node)
+        if function is not None:
+            yield function.id
 
 
 def _remove_uncalled_functions(model: Model) -> list[FunctionId]:
