@@ -34,11 +34,11 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from graphpass.errors import ConfigError, PipelineError
 from graphpass.pass_base import resolve_path, validate_options
-from graphpass.pipeline import Pipeline, PipelineStep
+from graphpass.pipeline import Pipeline, PipelineStep, StepCondition
 from graphpass.registry import Registry
 from graphpass.verify import VerifyOptions
 
@@ -289,7 +289,7 @@ def _preset(config: PipelineFile, name: str, table: dict[str, Any]) -> Pipeline:
                                     f'{{ pass = "name", when = "checkpoint" }}, got {raw!r}')
         _known_keys(config, key, raw, _STEP_KEYS)
         when = raw.get("when", "always")
-        if when not in ("always", "checkpoint"):
+        if when not in get_args(StepCondition):
             raise config.error(key, f"'when' must be \"always\" or \"checkpoint\", got {when!r}",
                                value=str(when))
         options = _table(config, key, raw.get("options", {}))

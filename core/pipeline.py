@@ -27,14 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 __all__ = ["Pipeline", "PipelineStep", "StepCondition"]
 
 StepCondition = Literal["always", "checkpoint"]
 """When a pipeline step is planned: always, or only when a checkpoint is given."""
 
-_CONDITIONS: tuple[str, ...] = ("always", "checkpoint")
+_CONDITIONS: tuple[str, ...] = get_args(StepCondition)
 
 
 @dataclass(frozen=True)
