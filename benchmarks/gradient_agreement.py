@@ -25,7 +25,6 @@ import argparse
 import collections
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,12 +35,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from ort_training import gradient_corpus as corpus  # noqa: E402
 
-import graphpass  # noqa: E402
-from graphpass.pass_base import PassContext  # noqa: E402
 from graphpass.passes.gradient_rules import onnxruntime_training_rules  # noqa: E402
-from graphpass.passes.lint_gradients import LintGradients  # noqa: E402
 
-ORACLE = REPO / "tests" / "ort_training" / "oracle.py"
 GOLDEN = REPO / "tests" / "ort_training" / "gradient_golden.json"
 RESULTS = REPO / "benchmarks" / "results"
 
@@ -49,22 +44,7 @@ RESULTS = REPO / "benchmarks" / "results"
 def run_oracle(python: str, cases: list[corpus.Case]) -> dict[str, dict]:
     """ORT's results for every case, from one batch run."""
     with tempfile.TemporaryDirectory() as scratch:
-        jobs = Path(scratch) / "jobs.jsonl"
-        with jobs.open("w", encoding="utf-8") as handle:
-            for job in corpus.iter_jobs(cases, scratch):
-                handle.write(json.dumps(job) + "\n")
-        out = Path(scratch) / "results.jsonl"
-        subprocess.run([python, str(ORACLE), "--batch", str(jobs), "--out", str(out)],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        results = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-    return {result["id"]: result for result in results}
-
-
-def lint(case: corpus.Case) -> list[graphpass.Finding]:
-    """The lint's findings for one case."""
-    model = graphpass.Model.from_proto(case.model)
-    options = {"trainable": case.trainable, "frozen": case.frozen, "loss": case.loss}
-    return LintGradients(options).run(model, PassContext()).findings
+        return corpus.run_oracle(python, corpus.iter_jobs(cases, scratch), Path(scratch))
 
 
 def main() -> int:
@@ -91,7 +71,7 @@ def main() -> int:
     lint_seconds = 0.0
     for case in cases:
         begin = time.perf_counter()
-        predicted = corpus.lint_verdict(lint(case))
+        predicted = corpus.lint_verdict(corpus.lint_findings(case))
         lint_seconds += time.perf_counter() - begin
         rows.append({"case": case.name, "ort": corpus.ort_verdict(ort[case.name], rules),
                      "lint": predicted, "changes": case.changes})

@@ -17,9 +17,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,12 +27,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-import graphpass
-from graphpass.pass_base import PassContext
-from graphpass.passes.lint_gradients import LintGradients
-
 REPO = Path(__file__).resolve().parent.parent
-ORACLE = REPO / "tests" / "ort_training" / "oracle.py"
+sys.path.insert(0, str(REPO / "tests"))
+
+from ort_training import gradient_corpus as corpus  # noqa: E402
+
+import graphpass  # noqa: E402
+from graphpass.pass_base import PassContext  # noqa: E402
+from graphpass.passes.lint_gradients import LintGradients  # noqa: E402
+
 WIDTH = 8
 
 
@@ -71,19 +72,15 @@ def time_lint(proto: onnx.ModelProto, repeats: int = 3) -> float:
 
 def time_ort(python: str, protos: dict[int, onnx.ModelProto]) -> dict[int, float]:
     with tempfile.TemporaryDirectory() as scratch:
-        jobs = Path(scratch) / "jobs.jsonl"
-        with jobs.open("w") as handle:
-            for layers, proto in protos.items():
-                path = Path(scratch) / f"chain{layers}.onnx"
-                onnx.save(proto, path)
-                handle.write(json.dumps({"id": layers, "model": str(path)}) + "\n")
-        out = Path(scratch) / "out.jsonl"
-        subprocess.run([python, str(ORACLE), "--batch", str(jobs), "--out", str(out)],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        results = [json.loads(line) for line in out.read_text().splitlines()]
-    for result in results:
+        jobs = []
+        for layers, proto in protos.items():
+            path = Path(scratch) / f"chain{layers}.onnx"
+            onnx.save(proto, path)
+            jobs.append({"id": layers, "model": str(path)})
+        results = corpus.run_oracle(python, jobs, Path(scratch))
+    for result in results.values():
         assert result["ok"], result["error"]
-    return {int(r["id"]): float(r["seconds"]) for r in results}
+    return {int(layers): float(r["seconds"]) for layers, r in results.items()}
 
 
 def main() -> int:

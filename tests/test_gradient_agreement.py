@@ -44,12 +44,6 @@ def cases() -> dict[str, corpus.Case]:
     return {case.name: case for case in [*node_cases, *torch_cases]}
 
 
-def lint_findings(case: corpus.Case) -> list[graphpass.Finding]:
-    model = graphpass.Model.from_proto(case.model)
-    options = {"trainable": case.trainable, "frozen": case.frozen, "loss": case.loss}
-    return LintGradients(options).run(model, PassContext()).findings
-
-
 def test_the_corpus_is_the_one_the_golden_verdicts_were_taken_on(cases):
     assert sorted(cases) == sorted(GOLDEN), (
         "the corpus changed: run `benchmarks/gradient_agreement.py --write-golden`")
@@ -60,7 +54,7 @@ def test_the_lint_predicts_every_golden_verdict(cases):
     for name, ort in GOLDEN.items():
         if corpus.kind(ort) == "other":
             continue
-        predicted = corpus.lint_verdict(lint_findings(cases[name]))
+        predicted = corpus.lint_verdict(corpus.lint_findings(cases[name]))
         if not corpus.same(ort, predicted):
             disagreements[name] = (ort, predicted)
     assert disagreements == {}
@@ -88,20 +82,15 @@ def test_a_seeded_sample_still_gets_the_golden_verdicts_from_ort(cases, ort_trai
                                                                  tmp_path: Path):
     sample = _sample()
     assert len(sample) >= 50
-    jobs = tmp_path / "jobs.jsonl"
-    with jobs.open("w") as handle:
-        for job in corpus.iter_jobs([cases[name] for name in sample], str(tmp_path)):
-            handle.write(json.dumps(job) + "\n")
-    out = tmp_path / "results.jsonl"
-    subprocess.run([ort_training_python, str(ORACLE), "--batch", str(jobs), "--out", str(out)],
-                   check=True, capture_output=True, timeout=600)
-    results = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    jobs = corpus.iter_jobs([cases[name] for name in sample], str(tmp_path))
+    results = corpus.run_oracle(ort_training_python, jobs, tmp_path, timeout=600)
     rules = onnxruntime_training_rules()
     live = {name: corpus.ort_verdict(results[name], rules) for name in sample}
     assert {n: v for n, v in live.items() if v != GOLDEN[n]} == {}
     for name in sample:
         if corpus.kind(live[name]) != "other":
-            assert corpus.same(live[name], corpus.lint_verdict(lint_findings(cases[name]))), name
+            predicted = corpus.lint_verdict(corpus.lint_findings(cases[name]))
+            assert corpus.same(live[name], predicted), name
 
 
 @pytest.mark.ort_training

@@ -44,6 +44,7 @@ MAX_OPSET = 21
 MAX_IR = 10
 FLOAT_TYPES = TRAINABLE_TYPES
 LOSS_NAME = "gp_loss"
+ORACLE = Path(__file__).with_name("oracle.py")
 PREDICTABLE = ("ok", "missing", "broken", "unreachable", "no-gradient", "duplicate", "captured",
                "loss-type")
 
@@ -329,6 +330,33 @@ def confusion(pairs: Iterable[tuple[str, str]]) -> dict[str, int]:
         else:
             counts["ort fails / lint fails, different"] += 1
     return counts
+
+
+def lint_findings(case: Case) -> list[Any]:
+    """The findings of ``lint-gradients`` on a case (its trainable, frozen and loss)."""
+    import graphpass
+    from graphpass.passes.lint_gradients import LintGradients
+
+    model = graphpass.Model.from_proto(case.model)
+    options = {"trainable": case.trainable, "frozen": case.frozen, "loss": case.loss}
+    return LintGradients(options).run(model, graphpass.PassContext()).findings
+
+
+def run_oracle(python: str, jobs: Iterable[Mapping[str, Any]], folder: Path, *,
+               timeout: float | None = None) -> dict[Any, dict[str, Any]]:
+    """Run ``oracle.py --batch`` on ``jobs`` with ``python``; its results by job ``id``.
+
+    The job and result files go in ``folder``.
+    """
+    import json
+    import subprocess
+
+    jobs_path, results_path = folder / "jobs.jsonl", folder / "results.jsonl"
+    jobs_path.write_text("".join(json.dumps(job) + "\n" for job in jobs), encoding="utf-8")
+    subprocess.run([python, str(ORACLE), "--batch", str(jobs_path), "--out", str(results_path)],
+                   check=True, capture_output=True, timeout=timeout)
+    results = map(json.loads, results_path.read_text(encoding="utf-8").splitlines())
+    return {result["id"]: result for result in results}
 
 
 def iter_jobs(cases: Iterable[Case], directory: str) -> Iterator[dict[str, Any]]:
