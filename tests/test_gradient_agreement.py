@@ -28,7 +28,6 @@ from graphpass.passes.gradient_rules import onnxruntime_training_rules
 from graphpass.passes.lint_gradients import LintGradients
 
 HERE = Path(__file__).resolve().parent
-ORACLE = HERE / "ort_training" / "oracle.py"
 GOLDEN = json.loads((HERE / "ort_training" / "gradient_golden.json").read_text())["cases"]
 CACHE = HERE / ".cache" / "gradient_corpus"
 SAMPLE_SEED = 20241130
@@ -101,7 +100,7 @@ def test_batch_mode_survives_a_runtime_abort(cases, ort_training_python, tmp_pat
     jobs = tmp_path / "jobs.jsonl"
     jobs.write_text("".join(json.dumps(job) + "\n" for job in
                             corpus.iter_jobs([cases[n] for n in picked], str(tmp_path))))
-    run = subprocess.run([ort_training_python, str(ORACLE), "--batch", str(jobs)],
+    run = subprocess.run([ort_training_python, str(corpus.ORACLE), "--batch", str(jobs)],
                          check=True, capture_output=True, text=True, timeout=600)
     results = [json.loads(line) for line in run.stdout.splitlines()]
     assert [r["id"] for r in results] == picked
@@ -146,11 +145,9 @@ def test_after_inline_functions_the_lint_is_silent_and_ort_trains(blocks_case,
         [d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
         for i in proto.graph.input}
     np.savez(tmp_path / "feeds.npz", **data)
-    run = subprocess.run([ort_training_python, str(ORACLE), str(path), "--requires-grad",
-                          ",".join(blocks_case.trainable), "--train-steps", "4", "--inputs",
-                          str(tmp_path / "feeds.npz")],
-                         check=True, capture_output=True, text=True, timeout=300)
-    verdict = json.loads(run.stdout.splitlines()[-1])
+    verdict = corpus.ask_oracle(ort_training_python, path, "--requires-grad",
+                                ",".join(blocks_case.trainable), "--train-steps", "4",
+                                "--inputs", str(tmp_path / "feeds.npz"), timeout=300)
     assert verdict["ok"], verdict["error"]
     losses = verdict["losses"]
     assert len(losses) == 4 and losses[-1] < losses[0]  # it trains: the loss falls

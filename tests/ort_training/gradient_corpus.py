@@ -359,6 +359,18 @@ def run_oracle(python: str, jobs: Iterable[Mapping[str, Any]], folder: Path, *,
     return {result["id"]: result for result in results}
 
 
+def ask_oracle(python: str, model: Path | str, *arguments: str,
+               timeout: float = 600) -> dict[str, Any]:
+    """Run ``oracle.py MODEL ARGUMENTS...`` with ``python``; the JSON object it prints."""
+    import json
+    import subprocess
+
+    done = subprocess.run([python, str(ORACLE), str(model), *arguments],
+                          capture_output=True, text=True, check=False, timeout=timeout)
+    verdict: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return verdict
+
+
 def iter_jobs(cases: Iterable[Case], directory: str) -> Iterator[dict[str, Any]]:
     """Save each case's model under ``directory`` and yield an oracle batch job for it."""
     import os
