@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from graphpass.findings import Finding, Severity
+from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.ir import Attribute, Graph, Model, Node
 from graphpass.pass_base import Pass, PassContext, PassResult
 from graphpass.value_types import ModelTypes
@@ -27,6 +27,7 @@ __all__ = ["FixTrainingOps"]
 
 LAYER_NORM_CODE = "GP530"
 CAST_LIKE_CODE = "GP531"
+_SHOWN = 4
 
 
 class FixTrainingOps(Pass):
@@ -81,14 +82,15 @@ class FixTrainingOps(Pass):
                 LAYER_NORM_CODE, Severity.INFO,
                 f"gave {len(layer_norms)} LayerNormalization node"
                 f"{'s' * (len(layer_norms) != 1)} their Mean and InvStdDev outputs, which "
-                f"onnxruntime-training's gradient needs: {_listing(layer_norms)}",
+                "onnxruntime-training's gradient needs: "
+                + shortened_list(layer_norms, _SHOWN, quote=True),
                 data={"nodes": layer_norms}))
         if cast_likes:
             findings.append(Finding(
                 CAST_LIKE_CODE, Severity.INFO,
                 f"wrote {len(cast_likes)} CastLike node{'s' * (len(cast_likes) != 1)} as Cast "
                 f"(CastLike has no gradient builder; its target type was known): "
-                f"{_listing(cast_likes)}", data={"nodes": cast_likes}))
+                f"{shortened_list(cast_likes, _SHOWN, quote=True)}", data={"nodes": cast_likes}))
         return PassResult(changed=bool(layer_norms or cast_likes), findings=findings,
                           stats={"layer norms": len(layer_norms), "cast-likes": len(cast_likes)})
 
@@ -133,7 +135,3 @@ def _fresh(graph: Graph, base: str) -> str:
 def _taken(graph: Graph, name: str) -> bool:
     return name in graph.values
 
-
-def _listing(names: list[str]) -> str:
-    shown = ", ".join(repr(n) for n in names[:4])
-    return shown + (f" and {len(names) - 4} more" if len(names) > 4 else "")

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from graphpass.errors import PassError, PluginError
-from graphpass.findings import Finding, Severity
+from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.gradients import (
     GradientRules,
     NodeSite,
@@ -77,11 +77,6 @@ CODES: Final = {
 
 _SHOWN: Final = 4
 _MAX_FUNCTION_DEPTH: Final = 32
-
-
-def _shown(names: Sequence[str]) -> str:
-    text = ", ".join(repr(name) for name in names[:_SHOWN])
-    return f"{text} and {len(names) - _SHOWN} more" if len(names) > _SHOWN else text
 
 
 def _op_label(domain: str, op_type: str) -> str:
@@ -234,14 +229,13 @@ def _select_trainable(graph: Graph, options: Any, rules: GradientRules
         chosen = [name for name in chosen
                   if initializers[name].dtype in rules.differentiable_types]
         if left_out:
-            shown = ", ".join(f"{name!r} ({kind})" for name, kind in
-                              list(left_out.items())[:_SHOWN])
-            more = f" and {len(left_out) - _SHOWN} more" if len(left_out) > _SHOWN else ""
+            shown = shortened_list((f"{name!r} ({kind})" for name, kind in left_out.items()),
+                                   _SHOWN)
             findings.append(Finding(
                 CODES["not-parameters"], Severity.INFO,
                 f"{len(left_out)} float weight{'s' * (len(left_out) != 1)} left out of the "
                 f"trainable set: torch's export record marks them as buffers or constants, "
-                f"which PyTorch never trains: {shown}{more}",
+                f"which PyTorch never trains: {shown}",
                 hint='to train them anyway, name them with the trainable option '
                      '(trainable = ["*"] takes every float weight)',
                 data={"left_out": dict(left_out)}))
@@ -440,7 +434,8 @@ class _Linter:
                                 "blocks": blocks, "rules": rules.name,
                                 "inputs_needing_gradient": sorted(site.inputs_needing_gradient)}
         blocked = (f"; it lies on the gradient path of {len(blocks)} trainable weight"
-                   f"{'s' if len(blocks) != 1 else ''} ({_shown(blocks)})" if blocks else "")
+                   f"{'s' if len(blocks) != 1 else ''} "
+                   f"({shortened_list(blocks, _SHOWN, quote=True)})" if blocks else "")
         if builder is None and function is not None:
             self._judge_body(node, site, function, scope, blocks, depth)
             return self._finding(
