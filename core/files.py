@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Final
@@ -243,30 +242,74 @@ class _Plan:
     read: set[Path] = field(default_factory=set)  # the data files the tensors come from
 
 
-def _all_tensors(model: Model) -> Iterator[Tensor]:
+def _model_tensors(model: Model) -> tuple[list[Tensor], list[onnx.TensorProto]]:
+    """The initializers (each tensor once) and the external tensors the IR keeps as protos.
+
+    One walk over the model's graphs finds both. The second list holds the tensors
+    with external data that are not initializers: in attributes (a ``Constant``
+    saved with ``convert_attribute=True``), sparse initializers, function attribute
+    defaults and training_info graphs.
+    """
+    initializers: dict[int, Tensor] = {}
+    loose: list[onnx.TensorProto] = []
+
+    def from_attribute(attribute: onnx.AttributeProto) -> None:
+        if attribute.type in TENSOR_ATTRIBUTE_TYPES:
+            loose.extend(attribute_tensors(attribute))
+
     for graph in model.graphs():
-        yield from graph.initializers.values()
+        for tensor in graph.initializers.values():
+            initializers.setdefault(id(tensor), tensor)
+        for sparse in graph.sparse_initializers.values():
+            loose.extend((sparse.values, sparse.indices))
+        for node in graph:
+            if node._attributes:
+                for attribute in node._attributes.values():
+                    if attribute.type in TENSOR_ATTRIBUTE_TYPES:
+                        loose.extend(attribute_tensors(attribute.proto))
+    for function in model.functions.values():
+        for default in function.attribute_defaults.values():
+            from_attribute(default.proto)
+    training_graphs: list[onnx.GraphProto] = []
+    for info in model.extra_fields.get("training_info", ()):
+        training_graphs.extend((info.initialization, info.algorithm))
+    while training_graphs:
+        graph_proto = training_graphs.pop()
+        loose.extend(graph_proto.initializer)
+        for sparse in graph_proto.sparse_initializer:
+            loose.extend((sparse.values, sparse.indices))
+        for node_proto in graph_proto.node:
+            for attribute in node_proto.attribute:
+                from_attribute(attribute)
+                if attribute.HasField("g"):
+                    training_graphs.append(attribute.g)
+                training_graphs.extend(attribute.graphs)
+    external = [t for t in loose if t.data_location == onnx.TensorProto.EXTERNAL]
+    return list(initializers.values()), external
 
 
 def _check_external_data(model: Model) -> None:
     """Check that every external data file exists and is long enough (no reading)."""
-    for tensor in _all_tensors(model):
+    tensors, loose = _model_tensors(model)
+    for tensor in tensors:
         if tensor.is_external:
             tensor.check_data()
-    for proto in _loose_external_tensors(model):
+    for proto in loose:
         _loose_source(model, proto).check_data()
 
 
 def _plan_tensors(model: Model, out_dir: Path, data_path: Path, data_name: str,
                   external_data: bool | None, size_threshold: int) -> _Plan:
-    tensors = list({id(t): t for t in _all_tensors(model)}.values())
+    tensors, loose = _model_tensors(model)
     plan = _Plan(data_path=data_path, data_name=data_name)
     if external_data is None:
         external_data_mode = any(t.is_external for t in tensors) or (
             sum(t.nbytes for t in tensors) > AUTO_EXTERNAL_BYTES)
     else:
         external_data_mode = external_data
-    if not external_data_mode:
+    if external_data is False:
+        # (With external_data=None, weights are embedded only when they add up to less
+        # than AUTO_EXTERNAL_BYTES, far below the limit: no need to add them up again.)
         embedded = sum(t.nbytes for t in tensors)
         if embedded > _PROTOBUF_LIMIT:  # refuse before reading any of it
             raise ModelSaveError(
@@ -274,20 +317,26 @@ def _plan_tensors(model: Model, out_dir: Path, data_path: Path, data_name: str,
                 "limit for one file",
                 hint="save with external_data=True (weights go to a separate file)",
             )
+    # Each data file is resolved once (many tensors share one file).
+    resolved_files = {t.external_path: t.external_path.resolve()
+                      for t in tensors if t.external_path is not None}
+    plan.read.update(resolved_files.values())
+
+    def source_of(tensor: Tensor) -> Path:
+        assert tensor.external_path is not None
+        return resolved_files[tensor.external_path]
+
     by_file: dict[tuple[Path, str], list[Tensor]] = {}
-    files = {t.external_path for t in tensors if t.external_path is not None}
-    plan.read.update(path.resolve() for path in files)
     for tensor in tensors:
         tensor.check_data()
         if (not external_data_mode or tensor.dtype == onnx.TensorProto.STRING
                 or (tensor.nbytes < size_threshold and not tensor.is_external)):
             plan.embed.append(tensor)
         elif tensor.is_external and tensor.proto is not None:
-            source = _resolved(tensor.external_path)
-            by_file.setdefault((source, _proto_location(tensor)), []).append(tensor)
+            by_file.setdefault((source_of(tensor), _proto_location(tensor)), []).append(tensor)
         else:
             plan.stream.append(tensor)
-    target = _resolved(data_path)
+    target = data_path.resolve()
     sources = {source for source, _ in by_file}
     for (source, location), group in by_file.items():
         destination = (out_dir / location).resolve()
@@ -301,13 +350,13 @@ def _plan_tensors(model: Model, out_dir: Path, data_path: Path, data_name: str,
     if plan.stream:
         # The new data file replaces whatever is at ``target``: what would have been
         # kept there or copied there is written into it instead.
-        moved = [t for t in plan.keep if _resolved(t.external_path) == target]
-        plan.keep = [t for t in plan.keep if _resolved(t.external_path) != target]
+        moved = [t for t in plan.keep if source_of(t) == target]
+        plan.keep = [t for t in plan.keep if source_of(t) != target]
         for source, group in list(plan.copy_files.items()):
             if (out_dir / _proto_location(group[0])).resolve() == target:
                 moved.extend(plan.copy_files.pop(source))
         plan.stream = moved + plan.stream
-    _plan_loose(model, plan, out_dir, target)
+    _plan_loose(model, plan, loose, out_dir, target)
     return plan
 
 
@@ -349,7 +398,8 @@ def _check_destinations(plan: _Plan, out_path: Path, overwrite_input: bool) -> N
                      "explicitly with overwrite_input=True (--in-place on the command line)")
 
 
-def _plan_loose(model: Model, plan: _Plan, out_dir: Path, target: Path) -> None:
+def _plan_loose(model: Model, plan: _Plan, loose: list[onnx.TensorProto], out_dir: Path,
+                target: Path) -> None:
     """Keep or copy the data files of external tensors that are not initializers.
 
     Tensors in attributes (a ``Constant`` saved with ``convert_attribute=True``),
@@ -359,7 +409,7 @@ def _plan_loose(model: Model, plan: _Plan, out_dir: Path, target: Path) -> None:
     """
     rewritten = {target} if plan.stream else set()
     rewritten.update((out_dir / _proto_location(g[0])).resolve() for g in plan.copy_files.values())
-    for proto in _loose_external_tensors(model):
+    for proto in loose:
         tensor = _loose_source(model, proto)
         tensor.check_data()
         source = _resolved(tensor.external_path)
@@ -378,42 +428,6 @@ def _plan_loose(model: Model, plan: _Plan, out_dir: Path, target: Path) -> None:
                 hint="save with another location= for the data file, or to another folder",
             )
         plan.copy_loose[source] = location
-
-
-def _loose_external_tensors(model: Model) -> list[onnx.TensorProto]:
-    """External tensors the IR keeps as protos: attributes, sparse, training_info."""
-    found: list[onnx.TensorProto] = []
-
-    def from_attribute(attribute: onnx.AttributeProto) -> None:
-        if attribute.type in TENSOR_ATTRIBUTE_TYPES:
-            found.extend(attribute_tensors(attribute))
-
-    for graph in model.graphs():
-        for sparse in graph.sparse_initializers.values():
-            found.extend((sparse.values, sparse.indices))
-        for node in graph:
-            if node._attributes:
-                for attribute in node._attributes.values():
-                    if attribute.type in TENSOR_ATTRIBUTE_TYPES:
-                        from_attribute(attribute.proto)
-    for function in model.functions.values():
-        for default in function.attribute_defaults.values():
-            from_attribute(default.proto)
-    training_graphs: list[onnx.GraphProto] = []
-    for info in model.extra_fields.get("training_info", ()):
-        training_graphs.extend((info.initialization, info.algorithm))
-    while training_graphs:
-        graph_proto = training_graphs.pop()
-        found.extend(graph_proto.initializer)
-        for sparse in graph_proto.sparse_initializer:
-            found.extend((sparse.values, sparse.indices))
-        for node_proto in graph_proto.node:
-            for attribute in node_proto.attribute:
-                from_attribute(attribute)
-                if attribute.HasField("g"):
-                    training_graphs.append(attribute.g)
-                training_graphs.extend(attribute.graphs)
-    return [t for t in found if t.data_location == onnx.TensorProto.EXTERNAL]
 
 
 def _loose_source(model: Model, proto: onnx.TensorProto) -> Tensor:
