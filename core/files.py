@@ -39,7 +39,7 @@ from graphpass.proto import (
 )
 from graphpass.validate import validate as validate_model
 
-__all__ = ["AUTO_EXTERNAL_BYTES", "load", "save"]
+__all__ = ["AUTO_EXTERNAL_BYTES", "load", "same_file", "save"]
 
 AUTO_EXTERNAL_BYTES: Final = 512 * 1024 * 1024
 """With ``external_data=None``, weights go to a data file when they add up to more than this."""
@@ -171,8 +171,8 @@ def save(
             raise type(error)(
                 f"refusing to save an invalid model: {error.message}",
                 where=_join(where, error.where), hint=error.hint) from None
-    if model.source_path is not None and not overwrite_input and _same_file(out_path,
-                                                                             model.source_path):
+    if model.source_path is not None and not overwrite_input and same_file(out_path,
+                                                                            model.source_path):
         raise ModelSaveError(
             "refusing to overwrite the input model",
             where=where,
@@ -195,6 +195,22 @@ def save(
     except OSError as error:  # a rename failed while committing; nothing was left behind
         raise ModelSaveError(f"cannot write ({error.strerror or error})", where=where) from None
     return out_path
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether two paths lead to the same file.
+
+    They do when they resolve to the same path (following links; the file need not
+    exist yet), or when both exist and are the same file (a hard link, another
+    spelling on a case-insensitive filesystem). A path that cannot be examined is
+    not the same.
+    """
+    first, second = Path(a), Path(b)
+    try:
+        return first.resolve() == second.resolve() or (
+            first.exists() and second.exists() and first.samefile(second))
+    except OSError:
+        return False
 
 
 def _write_model(model: Model, out_path: Path, data_name: str, external_data: bool | None,
@@ -638,13 +654,6 @@ def _copy_file(source: Path, destination: Path) -> None:
 def _resolved(path: Path | None) -> Path:
     assert path is not None
     return path.resolve()
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
-    except OSError:
-        return False
 
 
 def _join(outer: str, inner: str | None) -> str:

@@ -210,6 +210,22 @@ def test_save_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
     assert onnx.load(path) == _model()
 
 
+def test_same_file_follows_links_and_spellings(tmp_path: Path) -> None:
+    from graphpass.files import same_file
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    (tmp_path / "link.onnx").symlink_to(model)
+    os.link(model, tmp_path / "hard.onnx")
+    (tmp_path / "other.onnx").write_bytes(b"x")
+    assert same_file(model, tmp_path / "sub" / ".." / "m.onnx")
+    assert same_file(tmp_path / "link.onnx", str(model))
+    assert same_file(tmp_path / "hard.onnx", model)
+    assert same_file(tmp_path / "new.onnx", tmp_path / "new.onnx")  # need not exist yet
+    assert not same_file(tmp_path / "other.onnx", model)
+    assert not same_file(tmp_path / "new.onnx", model)
+
+
 def test_save_in_place_keeps_external_data_referenced(tmp_path: Path) -> None:
     path = _save_external(_model(), tmp_path / "m.onnx")
     before = (tmp_path / "weights.bin").stat()
