@@ -10,8 +10,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphpass.cli import main
-
 
 def _save(path: Path, nodes, initializers) -> Path:
     graph = helper.make_graph(
@@ -38,18 +36,6 @@ def clean(tmp_path: Path) -> Path:
         helper.make_node("Mul", ["x", "W"], ["a"], name="mul"),
         helper.make_node("ReduceSum", ["a"], ["y"], keepdims=0, name="loss")],
         [numpy_helper.from_array(np.ones((3, 3), np.float32), "W")])
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.delenv("GRAPHPASS_DISABLE_PLUGINS", raising=False)
-
-    def call(*args: object) -> tuple[int, str, str]:
-        code = main([str(a) for a in args])
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return call
 
 
 def test_errors_exit_1_with_the_finding_in_text(cli, failing: Path):

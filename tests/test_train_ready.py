@@ -13,9 +13,7 @@ Two seed stories:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -134,12 +132,6 @@ def checkpoint_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _graphpass(python: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "GRAPHPASS_DISABLE_PLUGINS"}
-    return subprocess.run([python, "-m", "graphpass", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, check=False, timeout=600)
-
-
 def _outputs(model: Path, inputs: Path) -> dict[str, np.ndarray]:
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     with np.load(inputs) as data:
@@ -156,11 +148,12 @@ def _assert_equals_torch(model: Path, folder: Path) -> None:
 
 
 # ------------------------------------------------------------------- stories
-def test_functions_export_is_inlined_verified_and_equal_to_torch(functions_export: Path) -> None:
+def test_functions_export_is_inlined_verified_and_equal_to_torch(functions_export: Path,
+                                                                 graphpass_process) -> None:
     folder = functions_export
-    done = _graphpass(sys.executable, "run", "model.onnx", "-o", "ready.onnx", "-p",
-                      "train-ready", "--verify", "--verify-inputs", "inputs.npz", "--format",
-                      "json", cwd=folder)
+    done = graphpass_process("run", "model.onnx", "-o", "ready.onnx", "-p", "train-ready",
+                             "--verify", "--verify-inputs", "inputs.npz", "--format", "json",
+                             cwd=folder, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert [p["name"] for p in report["passes"]] == [
@@ -174,20 +167,21 @@ def test_functions_export_is_inlined_verified_and_equal_to_torch(functions_expor
     _assert_equals_torch(folder / "ready.onnx", folder)
 
 
-def test_missing_buffer_stops_the_run_then_the_buffer_fills_it(checkpoint_export: Path) -> None:
+def test_missing_buffer_stops_the_run_then_the_buffer_fills_it(checkpoint_export: Path,
+                                                               graphpass_process) -> None:
     folder = checkpoint_export
-    done = _graphpass(sys.executable, "run", "model.onnx", "-o", "ready.onnx", "-p",
-                      "train-ready", "--checkpoint", "trained.safetensors", "--verify",
-                      cwd=folder)
+    done = graphpass_process("run", "model.onnx", "-o", "ready.onnx", "-p", "train-ready",
+                             "--checkpoint", "trained.safetensors", "--verify", cwd=folder,
+                             timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "block.causal_mask" in done.stdout and "non-persistent buffer" in done.stdout
     assert "strip 'transformer.'" in done.stdout
     assert not (folder / "ready.onnx").exists()
 
-    done = _graphpass(sys.executable, "run", "model.onnx", "-o", "ready.onnx", "-p",
-                      "train-ready", "--checkpoint", "trained.safetensors",
-                      "buffers.safetensors", "--verify", "--verify-inputs", "inputs.npz",
-                      "--format", "json", cwd=folder)
+    done = graphpass_process("run", "model.onnx", "-o", "ready.onnx", "-p", "train-ready",
+                             "--checkpoint", "trained.safetensors", "buffers.safetensors",
+                             "--verify", "--verify-inputs", "inputs.npz", "--format", "json",
+                             cwd=folder, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     [verified] = [f for f in report["findings"] if f["code"] == "GP600"]
@@ -195,7 +189,8 @@ def test_missing_buffer_stops_the_run_then_the_buffer_fills_it(checkpoint_export
     _assert_equals_torch(folder / "ready.onnx", folder)
 
 
-def test_the_same_run_from_a_pipeline_file(checkpoint_export: Path, tmp_path: Path) -> None:
+def test_the_same_run_from_a_pipeline_file(checkpoint_export: Path, tmp_path: Path,
+                                           graphpass_process) -> None:
     folder = checkpoint_export
     config = folder / "train.toml"
     config.write_text(
@@ -203,18 +198,19 @@ def test_the_same_run_from_a_pipeline_file(checkpoint_export: Path, tmp_path: Pa
         'checkpoints = ["trained.safetensors", "buffers.safetensors"]\n\n'
         '[instrument]\nverify = { inputs = "inputs.npz" }\n')
     # Relative paths in the file are relative to the file, not to where we run.
-    done = _graphpass(sys.executable, "run", str(folder / "model.onnx"), "-o",
-                      str(tmp_path / "ready.onnx"), "-c", str(config), cwd=tmp_path)
+    done = graphpass_process("run", folder / "model.onnx", "-o", tmp_path / "ready.onnx",
+                             "-c", config, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "verified" in done.stdout
     _assert_equals_torch(tmp_path / "ready.onnx", folder)
 
 
 # -------------------------------------------------------- onnxruntime-training
-def _emit_and_train(python: str, folder: Path, *args: str) -> list[float]:
+def _emit_and_train(graphpass_process, python: str, folder: Path, *args: str) -> list[float]:
     artifacts = folder / "artifacts"
-    done = _graphpass(python, "run", "model.onnx", "-o", "trainable.onnx", "-p", "train-ready",
-                      "--emit-training-artifacts", str(artifacts), *args, cwd=folder)
+    done = graphpass_process("run", "model.onnx", "-o", "trainable.onnx", "-p", "train-ready",
+                             "--emit-training-artifacts", str(artifacts), *args, cwd=folder,
+                             python=python, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "GP700" in done.stdout
     optimizer = onnx.load(artifacts / "optimizer_model.onnx")
@@ -229,16 +225,18 @@ def _emit_and_train(python: str, folder: Path, *args: str) -> list[float]:
 
 @pytest.mark.ort_training
 def test_emitted_artifacts_of_the_functions_export_train(functions_export: Path,
-                                                         ort_training_python: str) -> None:
-    losses = _emit_and_train(ort_training_python, functions_export)
+                                                         ort_training_python: str,
+                                                         graphpass_process) -> None:
+    losses = _emit_and_train(graphpass_process, ort_training_python, functions_export)
     assert losses[0] > losses[1] > losses[2]
 
 
 @pytest.mark.ort_training
 def test_emitted_artifacts_of_the_checkpoint_export_train(checkpoint_export: Path,
-                                                          ort_training_python: str) -> None:
-    losses = _emit_and_train(ort_training_python, checkpoint_export, "--checkpoint",
-                             "trained.safetensors", "buffers.safetensors")
+                                                          ort_training_python: str,
+                                                          graphpass_process) -> None:
+    losses = _emit_and_train(graphpass_process, ort_training_python, checkpoint_export,
+                             "--checkpoint", "trained.safetensors", "buffers.safetensors")
     assert losses[0] > losses[1] > losses[2]
 
 
