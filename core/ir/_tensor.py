@@ -15,6 +15,7 @@ and external data is memory-mapped, so loading a model never reads its weights.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from collections.abc import Iterator, Sequence
@@ -67,6 +68,7 @@ def numpy_dtype(elem_type: int) -> np.dtype[Any]:
         ) from None
 
 
+@functools.cache  # a handful of element types, asked for every tensor loaded or saved
 def dtype_size(elem_type: int) -> float:
     """Return the storage size of one element in bytes (0.5 for 4-bit types).
 
