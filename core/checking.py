@@ -18,7 +18,7 @@ from typing import Final
 import onnx
 
 from graphpass.ir import Model, Tensor
-from graphpass.proto import model_to_proto
+from graphpass.proto import model_to_proto, subgraph_protos
 
 __all__ = ["CheckerProblem", "run_checker", "structural_proto"]
 
@@ -88,7 +88,7 @@ def structural_proto(model: Model, *, inline_limit: int = INLINE_LIMIT) -> onnx.
         if stub.name not in declared:
             main.input.append(onnx.helper.make_tensor_value_info(
                 stub.name, stub.data_type, list(stub.dims)))
-    for graph in _subgraph_protos(main):
+    for graph in subgraph_protos(main):
         for index, tensor_proto in enumerate(graph.initializer):
             if tensor_proto.name in stubs and not _has_data(tensor_proto):
                 graph.initializer[index].CopyFrom(stubs[tensor_proto.name].to_embedded_proto())
@@ -137,18 +137,3 @@ def _has_data(tensor: onnx.TensorProto) -> bool:
         field.name not in ("name", "dims", "data_type", "doc_string", "metadata_props")
         for field, _ in tensor.ListFields()))
 
-
-def _subgraph_protos(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
-    found: list[onnx.GraphProto] = []
-    stack = [graph]
-    while stack:
-        current = stack.pop()
-        for node in current.node:
-            for attribute in node.attribute:
-                if attribute.HasField("g"):
-                    found.append(attribute.g)
-                    stack.append(attribute.g)
-                for subgraph in attribute.graphs:
-                    found.append(subgraph)
-                    stack.append(subgraph)
-    return found

@@ -36,6 +36,7 @@ from graphpass.proto import (
     attribute_tensors,
     model_from_proto,
     model_to_proto,
+    subgraph_protos,
 )
 from graphpass.validate import validate as validate_model
 
@@ -286,20 +287,16 @@ def _model_tensors(model: Model) -> tuple[list[Tensor], list[onnx.TensorProto]]:
     for function in model.functions.values():
         for default in function.attribute_defaults.values():
             from_attribute(default.proto)
-    training_graphs: list[onnx.GraphProto] = []
-    for info in model.extra_fields.get("training_info", ()):
-        training_graphs.extend((info.initialization, info.algorithm))
-    while training_graphs:
-        graph_proto = training_graphs.pop()
+    training_graphs = [graph_proto for info in model.extra_fields.get("training_info", ())
+                       for root in (info.initialization, info.algorithm)
+                       for graph_proto in (root, *subgraph_protos(root))]
+    for graph_proto in training_graphs:
         loose.extend(graph_proto.initializer)
         for sparse in graph_proto.sparse_initializer:
             loose.extend((sparse.values, sparse.indices))
         for node_proto in graph_proto.node:
             for attribute in node_proto.attribute:
                 from_attribute(attribute)
-                if attribute.HasField("g"):
-                    training_graphs.append(attribute.g)
-                training_graphs.extend(attribute.graphs)
     external = [t for t in loose if t.data_location == onnx.TensorProto.EXTERNAL]
     return list(initializers.values()), external
 

@@ -12,7 +12,7 @@ loaded ``TensorProto`` so weights are never duplicated in memory.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ __all__ = [
     "model_from_proto",
     "model_to_proto",
     "node_to_proto",
+    "subgraph_protos",
 ]
 
 TensorEmitter = Callable[[Tensor], onnx.TensorProto]
@@ -469,6 +470,21 @@ def attribute_tensors(proto: onnx.AttributeProto) -> list[onnx.TensorProto]:
     for item in (*sparse, *proto.sparse_tensors):
         tensors.extend((item.values, item.indices))
     return tensors
+
+
+def subgraph_protos(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """Yield every ``GraphProto`` held by the node attributes of ``graph``, at any depth."""
+    stack = [graph]
+    while stack:
+        current = stack.pop()
+        for node in current.node:
+            for attribute in node.attribute:
+                if attribute.HasField("g"):
+                    yield attribute.g
+                    stack.append(attribute.g)
+                for subgraph in attribute.graphs:
+                    yield subgraph
+                    stack.append(subgraph)
 
 
 def _check_tensor_locations(tensors: Sequence[onnx.TensorProto], base_dir: Path) -> None:
