@@ -67,13 +67,38 @@ def _default_emitter(tensor: Tensor) -> onnx.TensorProto:
 
 
 # =============================================================== generic fields
-def _is_scalar(field: FieldDescriptor) -> bool:
-    return not field.is_repeated and field.type != FieldDescriptor.TYPE_MESSAGE
+def _split_fields(proto: Any, scalars: tuple[str, ...], modelled: tuple[str, ...]
+                  ) -> tuple[dict[str, Any], frozenset[str], dict[str, Any] | None]:
+    """Sort the fields a message holds into those the IR models and those it keeps verbatim.
 
+    Args:
+        proto: The message.
+        scalars: Modelled scalar fields; one present with its default value is
+            remembered, so that it is written back present.
+        modelled: The other modelled fields.
 
-def _copy_extra(value: Any, field: FieldDescriptor) -> Any:
-    """Keep an unmodelled field's value (the container is referenced, not copied)."""
-    return value
+    Returns:
+        The modelled fields' values by name, the scalars present with their default
+        value, and the other fields (values referenced, not copied) with the bytes of
+        unknown fields, or ``None`` when there are none.
+    """
+    fields: dict[str, Any] = {}
+    present_empty: set[str] = set()
+    extra: dict[str, Any] = {}
+    for field, value in proto.ListFields():
+        name = field.name
+        if name in scalars:
+            fields[name] = value
+            if not value:
+                present_empty.add(name)
+        elif name in modelled:
+            fields[name] = value
+        else:
+            extra[name] = value
+    unknown = _unknown_fields(proto)
+    if unknown is not None:
+        extra[_UNKNOWN] = unknown
+    return fields, frozenset(present_empty) if present_empty else _EMPTY, extra or None
 
 
 def _write_extra(message: Any, name: str, value: Any) -> None:
@@ -87,6 +112,13 @@ def _write_extra(message: Any, name: str, value: Any) -> None:
         getattr(message, name).CopyFrom(value)
     else:
         setattr(message, name, value)
+
+
+def _write_extras(message: Any, extra: dict[str, Any] | None) -> None:
+    """Write back the fields kept verbatim while loading (see :func:`_split_fields`)."""
+    if extra:
+        for name, value in extra.items():
+            _write_extra(message, name, value)
 
 
 def _unknown_fields(message: Any) -> bytes | None:
@@ -130,12 +162,6 @@ def _encode_varint(out: bytearray, value: int) -> None:
     out.append(value)
 
 
-def _keep_unknown(message: Any, extra: dict[str, Any]) -> None:
-    unknown = _unknown_fields(message)
-    if unknown is not None:
-        extra[_UNKNOWN] = unknown
-
-
 # ==================================================================== loading
 def model_from_proto(proto: onnx.ModelProto, base_dir: str | Path | None = None) -> Model:
     """Build a :class:`~graphpass.Model` from a ``ModelProto``.
@@ -155,21 +181,10 @@ def model_from_proto(proto: onnx.ModelProto, base_dir: str | Path | None = None)
 
 
 def _model_from_proto(proto: onnx.ModelProto, base: Path | None) -> Model:
-    present_empty: set[str] = set()
-    extra: dict[str, Any] = {}
-    fields: dict[str, Any] = {}
-    for field, value in proto.ListFields():
-        name = field.name
-        if name in ("ir_version", "producer_name", "producer_version", "domain",
-                    "model_version", "doc_string"):
-            fields[name] = value
-            if not value:
-                present_empty.add(name)
-        elif name in ("graph", "opset_import", "functions", "metadata_props"):
-            fields[name] = value
-        else:
-            extra[name] = _copy_extra(value, field)
-    _keep_unknown(proto, extra)
+    fields, present_empty, extra = _split_fields(
+        proto, ("ir_version", "producer_name", "producer_version", "domain", "model_version",
+                "doc_string"),
+        ("graph", "opset_import", "functions", "metadata_props"))
     if "graph" not in fields:
         raise InvalidModelError(
             "the model has no graph",
@@ -197,8 +212,8 @@ def _model_from_proto(proto: onnx.ModelProto, base: Path | None) -> Model:
     _check_text("the model", [model.producer_name, model.producer_version, model.domain,
                               model.doc_string, *model.opset_imports, *model.metadata.keys(),
                               *model.metadata.values()])
-    model._present_empty = frozenset(present_empty) if present_empty else _EMPTY
-    model._extra = extra or None
+    model._present_empty = present_empty
+    model._extra = extra
     model.base_dir = base
     model._version = 0
     return model
@@ -206,21 +221,10 @@ def _model_from_proto(proto: onnx.ModelProto, base: Path | None) -> Model:
 
 def function_from_proto(proto: onnx.FunctionProto, base_dir: Path | None = None) -> Function:
     """Build a :class:`~graphpass.Function` from a ``FunctionProto``."""
-    present_empty: set[str] = set()
-    extra: dict[str, Any] = {}
-    fields: dict[str, Any] = {}
-    for field, value in proto.ListFields():
-        name = field.name
-        if name in ("name", "domain", "overload", "doc_string"):
-            fields[name] = value
-            if not value:
-                present_empty.add(name)
-        elif name in ("input", "output", "attribute", "attribute_proto", "node",
-                      "opset_import", "value_info", "metadata_props"):
-            fields[name] = value
-        else:
-            extra[name] = _copy_extra(value, field)
-    _keep_unknown(proto, extra)
+    fields, present_empty, extra = _split_fields(
+        proto, ("name", "domain", "overload", "doc_string"),
+        ("input", "output", "attribute", "attribute_proto", "node", "opset_import",
+         "value_info", "metadata_props"))
     label = f"{fields.get('domain', '')}::{fields.get('name', '')}"
     graph = Graph(fields.get("name", ""))
     for input_name in fields.get("input", ()):
@@ -250,29 +254,18 @@ def function_from_proto(proto: onnx.FunctionProto, base_dir: Path | None = None)
                                        *function.metadata.keys(), *function.metadata.values()])
     function._metadata_proto = fields.get("metadata_props")
     function._opset_protos = opsets if opsets else None
-    function._present_empty = frozenset(present_empty) if present_empty else _EMPTY
-    function._extra = extra or None
+    function._present_empty = present_empty
+    function._extra = extra
     graph._version = 0
     return function
 
 
 def graph_from_proto(proto: onnx.GraphProto, base_dir: Path | None = None) -> Graph:
     """Build a :class:`~graphpass.Graph` (with its subgraphs) from a ``GraphProto``."""
-    present_empty: set[str] = set()
-    extra: dict[str, Any] = {}
-    fields: dict[str, Any] = {}
-    for field, value in proto.ListFields():
-        name = field.name
-        if name in ("name", "doc_string"):
-            fields[name] = value
-            if not value:
-                present_empty.add(name)
-        elif name in ("node", "initializer", "sparse_initializer", "input", "output",
-                      "value_info", "metadata_props"):
-            fields[name] = value
-        else:
-            extra[name] = _copy_extra(value, field)
-    _keep_unknown(proto, extra)
+    fields, present_empty, extra = _split_fields(
+        proto, ("name", "doc_string"),
+        ("node", "initializer", "sparse_initializer", "input", "output", "value_info",
+         "metadata_props"))
     graph = Graph(fields.get("name", ""), doc_string=fields.get("doc_string", ""))
     where = f"graph {graph.name!r}"
     _load_declarations(graph, fields.get("input", ()), "input", graph._inputs)
@@ -301,8 +294,8 @@ def graph_from_proto(proto: onnx.GraphProto, base_dir: Path | None = None) -> Gr
     _load_declarations(graph, fields.get("value_info", ()), "value_info", graph._value_info)
     _check_text(where, [graph.name, graph.doc_string, *graph._values])
     graph._metadata_proto = fields.get("metadata_props")
-    graph._present_empty = frozenset(present_empty) if present_empty else _EMPTY
-    graph._extra = extra or None
+    graph._present_empty = present_empty
+    graph._extra = extra
     graph._version = 0
     return graph
 
@@ -423,7 +416,7 @@ def _node_from_proto(proto: onnx.NodeProto, base_dir: Path | None) -> Node:
             if not value:
                 present_empty = (present_empty or set()) | {name}
         else:
-            node._extra = {**(node._extra or {}), name: _copy_extra(value, field)}
+            node._extra = {**(node._extra or {}), name: value}
     if UnknownFieldSet is not None and len(UnknownFieldSet(proto)):
         node._extra = {**(node._extra or {}), _UNKNOWN: _unknown_fields(proto)}
     try:
@@ -544,9 +537,7 @@ def _model_to_proto(model: Model, emit: TensorEmitter) -> onnx.ModelProto:
     _write_metadata(proto.metadata_props, model.metadata, model._metadata_proto)
     for function in model.functions.values():
         function_to_proto(function, proto.functions.add(), emit)
-    if model._extra:
-        for name, value in model._extra.items():
-            _write_extra(proto, name, value)
+    _write_extras(proto, model._extra)
     return proto
 
 
@@ -579,9 +570,7 @@ def function_to_proto(function: Function, proto: onnx.FunctionProto | None = Non
     _write_opsets(proto.opset_import, function.opset_imports, function._opset_protos)
     _write_declarations(proto.value_info, graph._value_info, "value_info")
     _write_metadata(proto.metadata_props, function.metadata, function._metadata_proto)
-    if function._extra:
-        for name, extra in function._extra.items():
-            _write_extra(proto, name, extra)
+    _write_extras(proto, function._extra)
     return proto
 
 
@@ -606,9 +595,7 @@ def graph_to_proto(graph: Graph, proto: onnx.GraphProto | None = None,
     _write_declarations(proto.output, graph._outputs, "output")
     _write_declarations(proto.value_info, graph._value_info, "value_info")
     _write_loaded_metadata(proto, graph)
-    if graph._extra:
-        for name, extra in graph._extra.items():
-            _write_extra(proto, name, extra)
+    _write_extras(proto, graph._extra)
     return proto
 
 
