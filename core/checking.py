@@ -77,11 +77,15 @@ def structural_proto(model: Model, *, inline_limit: int = INLINE_LIMIT) -> onnx.
     proto: onnx.ModelProto = model_to_proto(model, emit)
     if not stubs:
         return proto
-    stub_names = set(stubs)
     main = proto.graph
-    main_stubs = [t for t in main.initializer if t.name in stub_names and not _has_data(t)]
+    main_stubs: list[onnx.TensorProto] = []
+    kept: list[onnx.TensorProto] = []
+    for tensor_proto in main.initializer:
+        if tensor_proto.name in stubs and not _has_data(tensor_proto):
+            main_stubs.append(tensor_proto)
+        else:
+            kept.append(tensor_proto)
     declared = {value.name for value in main.input}
-    kept = [t for t in main.initializer if not (t.name in stub_names and not _has_data(t))]
     del main.initializer[:]
     main.initializer.extend(kept)
     for stub in main_stubs:
@@ -133,7 +137,6 @@ def _problem(kind: str, error: Exception) -> CheckerProblem:
 
 
 def _has_data(tensor: onnx.TensorProto) -> bool:
-    return bool(tensor.ListFields() and any(
-        field.name not in ("name", "dims", "data_type", "doc_string", "metadata_props")
-        for field, _ in tensor.ListFields()))
+    return any(field.name not in ("name", "dims", "data_type", "doc_string", "metadata_props")
+               for field, _ in tensor.ListFields())
 
