@@ -20,6 +20,7 @@ __all__ = [
     "PassError",
     "PipelineError",
     "PluginError",
+    "first_line",
 ]
 
 
@@ -95,3 +96,16 @@ class ConfigError(GraphpassError):
 
 class CheckpointError(GraphpassError):
     """A checkpoint could not be read, or its tensors do not fit the model."""
+
+
+def first_line(error: BaseException, limit: int | None = 300) -> str:
+    """The first line of an error's message (its class name when the message is empty).
+
+    For quoting an error from ``onnx``, protobuf or another library inside one of ours.
+
+    Args:
+        error: The error.
+        limit: Cut the line after this many characters (``None``: keep it whole).
+    """
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:limit]

@@ -29,6 +29,7 @@ from graphpass.errors import (
     InvalidModelError,
     ModelLoadError,
     ModelSaveError,
+    first_line,
 )
 from graphpass.ir import Model, Tensor
 from graphpass.proto import (
@@ -97,7 +98,7 @@ def load(path: str | os.PathLike[str], *, check_external_data: bool = True) -> M
                      "build the model with flatter control flow",
             ) from None
         raise ModelLoadError(
-            f"not an ONNX model, or truncated ({_short(error)})",
+            f"not an ONNX model, or truncated ({first_line(error, 200)})",
             where=where,
             hint="check that this is an .onnx file and that it was copied completely",
         ) from None
@@ -655,9 +656,3 @@ def _resolved(path: Path | None) -> Path:
 
 def _join(outer: str, inner: str | None) -> str:
     return f"{outer}: {inner}" if inner else outer
-
-
-def _short(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0][:200]
-
