@@ -109,8 +109,9 @@ def load(path: str | os.PathLike[str], *, check_external_data: bool = True) -> M
             where=where,
             hint="check that this is an .onnx file and that it was copied completely",
         )
+    resolved = file_path.resolve()
     try:
-        model = model_from_proto(proto, file_path.resolve().parent)
+        model = model_from_proto(proto, resolved.parent)
         if check_external_data:
             _check_external_data(model)
     except GraphpassError as error:
@@ -119,7 +120,7 @@ def load(path: str | os.PathLike[str], *, check_external_data: bool = True) -> M
     except RecursionError:
         raise ModelLoadError("the model nests subgraphs too deeply to process",
                              where=where) from None
-    model.source_path = file_path.resolve()
+    model.source_path = resolved
     return model
 
 
@@ -226,16 +227,17 @@ def _write_model(model: Model, out_path: Path, data_name: str, external_data: bo
         _check_destinations(plan, out_path, overwrite_input)
         emitted = _write_data(plan, transaction, where)
         proto = model_to_proto(model, lambda tensor: emitted[id(tensor)])
-        size = proto.ByteSize()
-        if size > _PROTOBUF_LIMIT:
+        # Serialized once: with protobuf's upb backend ByteSize() serializes too.
+        serialized = proto.SerializeToString()
+        if len(serialized) > _PROTOBUF_LIMIT:
             raise ModelSaveError(
-                f"the model is {size / 2**30:.1f} GiB, over protobuf's 2 GiB limit",
+                f"the model is {len(serialized) / 2**30:.1f} GiB, over protobuf's 2 GiB limit",
                 where=where,
                 hint="save with external_data=True (weights go to a separate file)",
             )
         model_tmp = transaction.new_file(out_path.name)
         with open(model_tmp, "wb") as handle:
-            handle.write(proto.SerializeToString())
+            handle.write(serialized)
             _sync(handle)
         transaction.commit_order.append((model_tmp, out_path))
     except GraphpassError as error:
