@@ -825,6 +825,10 @@ class Graph(LazyMetadata):
         """
         if self.is_sorted():
             return self.nodes
+        return self._stable_sorted_nodes()
+
+    def _stable_sorted_nodes(self) -> list[Node]:
+        """The nodes in topological order, keeping the current order where it is valid."""
         position = {node: index for index, node in enumerate(self)}
         pred = self._nx._pred
         indegree = {node: len(pred[node]) for node in position}
@@ -873,20 +877,12 @@ class Graph(LazyMetadata):
         Raises:
             CycleError: The nodes depend on each other in a cycle.
         """
-        order = self.topological_order()
-        if order == self.nodes:
+        if self.is_sorted():
             return False
         previous: Node | None = None
-        for node in order:
-            node._prev = previous
-            if previous is None:
-                self._head = node
-            else:
-                previous._next = node
+        for node in self._stable_sorted_nodes():
+            self._link(node, previous, None)
             previous = node
-        if previous is not None:
-            previous._next = None
-        self._tail = previous
         self._touch()
         return True
 
