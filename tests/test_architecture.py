@@ -199,6 +199,17 @@ def test_no_pass_imports_another_pass() -> None:
                        "private passes/_helper module:\n  " + "\n  ".join(found))
 
 
+_HANDED_DOWN = ("graphpass.framework.registry", "graphpass.framework.plugin_loading",
+                "graphpass.plugins")
+
+
+def test_passes_get_the_registry_from_their_context() -> None:
+    found = [_where(edge) for edge in sorted(GRAPH.edges)
+             if edge[0].startswith("graphpass.passes.") and edge[1].startswith(_HANDED_DOWN)]
+    assert not found, ("a pass uses context.registry; it never imports the registry, the "
+                       "plugin loading or the plugins:\n  " + "\n  ".join(found))
+
+
 # ------------------------------------------------------------------ old import paths
 _PYTHON_ROOTS = ("core", "passes", "plugins", "tests", "benchmarks", "examples")
 _OLD_PATH_TEST = REPO / "tests" / "test_old_paths.py"
