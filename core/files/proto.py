@@ -24,9 +24,16 @@ from graphpass.ir._attribute import Attribute
 from graphpass.ir._function import Function
 from graphpass.ir._gc import paused_gc
 from graphpass.ir._graph import Graph
-from graphpass.ir._metadata import LazyMetadata
 from graphpass.ir._model import UNKNOWN_FIELDS, Model
-from graphpass.ir._node import Node
+from graphpass.ir._node import (
+    CHANGED_ATTRIBUTES,
+    CHANGED_FIELDS,
+    CHANGED_INPUTS,
+    CHANGED_METADATA,
+    CHANGED_NAME,
+    CHANGED_OUTPUTS,
+    Node,
+)
 from graphpass.ir._tensor import Tensor, resolve_external_location
 from graphpass.ir._value import CAPTURE, Value
 
@@ -330,102 +337,106 @@ def _load_declarations(graph: Graph, infos: Iterable[onnx.ValueInfoProto], kind:
 
 
 def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) -> None:
-    add_node = graph._nx.add_node
+    """Append a node for each ``NodeProto`` (kept, and written back while unchanged).
+
+    Only what the graph's bookkeeping needs is decoded now: inputs, outputs, the
+    text fields (which must be UTF-8), and the attributes of nodes that hold graphs
+    or tensors (subgraphs take part in the bookkeeping; tensors' data locations are
+    checked). Other attributes are decoded when first asked for.
+    """
     values = graph._values
-    link = graph._link
+    new_node = Node.__new__
+    new_value = Value.__new__
     use = graph._use
     previous: Node | None = None
+    count = 0
     for proto in protos:
-        node = _node_from_proto(proto, base_dir)
+        node = new_node(Node)
+        node._inputs = inputs = tuple(proto.input[:])
+        node._outputs = outputs = tuple(proto.output[:])
+        op_type = node._op_type = proto.op_type
+        name = node._name = proto.name
+        domain = node._domain = proto.domain
+        overload = node._overload = proto.overload
+        doc_string = node._doc_string = proto.doc_string
+        node._proto = proto
+        node._changed = 0
+        node._metadata = None
+        node._captures = None
+        node._graph = None  # set below: loading subgraphs records captures only in the node
+        node._next = None
+        attribute_protos = proto.attribute
+        node._attributes = _load_attributes(node, attribute_protos, base_dir) \
+            if attribute_protos else {}
         node._graph = graph
-        link(node, previous, None)
+        try:
+            "".join((op_type, name, domain, overload, doc_string))
+        except TypeError:
+            _check_text("a node", [op_type, domain, name, overload, doc_string])
+        node._prev = previous
+        if previous is None:
+            graph._head = node
+        else:
+            previous._next = node
         previous = node
-        add_node(node)
-        graph._count += 1
-        for index, name in enumerate(node._outputs):
-            if name:
-                value = values.get(name)
+        count += 1
+        for index, output in enumerate(outputs):
+            if output:
+                value = values.get(output)
                 if value is None:  # the usual case, a new name: nothing else to update
-                    value = values[name] = Value(graph, name)
+                    value = values[output] = new_value(Value)
+                    value.graph = graph
+                    value.name = output
                     value._producer = node
                     value._index = index
+                    value._uses = {}
+                    value._info = None
+                    value._alt_info = None
                 else:
-                    graph._define_output(name, node, index, where=where)
-        for slot, name in enumerate(node._inputs):
-            if name:
-                use(name, node, slot)
+                    graph._define_output(output, node, index, where=where)
+        slot = 0
+        for input_name in inputs:
+            if input_name:
+                value = values.get(input_name)
+                if value is not None and value._producer is not None:
+                    value._uses[(node, slot)] = None  # the usual case: no other bookkeeping
+                else:
+                    use(input_name, node, slot)
+            slot += 1
         if node._captures:
-            for name in node._captures:
-                use(name, node, CAPTURE)
+            for captured in node._captures:
+                use(captured, node, CAPTURE)
+    graph._tail = previous
+    graph._count += count
 
 
-def _node_from_proto(proto: onnx.NodeProto, base_dir: Path | None) -> Node:
-    node = Node.__new__(Node)
-    node.op_type = ""
-    node.domain = ""
-    node.overload = ""
-    node.name = ""
-    node.doc_string = ""
-    node._inputs = ()
-    node._outputs = ()
-    node._attributes = {}
-    node._metadata = None
-    node._metadata_proto = None
-    node._extra = None
-    node._graph = None
-    node._prev = None
-    node._next = None
-    node._captures = None
-    present_empty: set[str] | None = None
-    for field, value in proto.ListFields():
-        name = field.name
-        if name == "input":
-            node._inputs = tuple(value)
-        elif name == "output":
-            node._outputs = tuple(value)
-        elif name == "op_type":
-            node.op_type = value
-            if not value:
-                present_empty = (present_empty or set()) | {name}
-        elif name == "name":
-            node.name = value
-            if not value:
-                present_empty = (present_empty or set()) | {name}
-        elif name == "domain":
-            node.domain = value
-            if not value:
-                present_empty = (present_empty or set()) | {name}
-        elif name == "attribute":
-            attributes = node._attributes
-            for attribute_proto in value:
-                attribute = _attribute_from_proto(attribute_proto, base_dir)
-                attributes[attribute.name] = attribute
-                if attribute.graphs:
-                    node._attach_subgraphs(attribute)
-            if len(attributes) != len(value):
-                # Duplicate attribute names: keep the list verbatim so nothing is lost.
-                node._extra = {**(node._extra or {}), "attribute": value}
-        elif name == "metadata_props":
-            node._metadata_proto = value
-        elif name == "doc_string":
-            node.doc_string = value
-            if not value:
-                present_empty = (present_empty or set()) | {name}
-        elif name == "overload":
-            node.overload = value
-            if not value:
-                present_empty = (present_empty or set()) | {name}
-        else:
-            node._extra = {**(node._extra or {}), name: value}
-    if UnknownFieldSet is not None and len(UnknownFieldSet(proto)):
-        node._extra = {**(node._extra or {}), _UNKNOWN: _unknown_fields(proto)}
-    try:
-        "".join((node.op_type, node.domain, node.name, node.overload, node.doc_string))
-    except TypeError:
-        _check_text("a node", [node.op_type, node.domain, node.name, node.overload,
-                               node.doc_string])
-    node._present_empty = frozenset(present_empty) if present_empty else _EMPTY
-    return node
+def _load_attributes(node: Node, protos: Any, base_dir: Path | None
+                     ) -> dict[str, Attribute] | None:
+    """The attributes of a loaded node, or ``None`` to decode them when first asked for.
+
+    Attributes holding graphs or tensors are decoded now (and their tensors' data
+    locations checked); a node holding graphs is always written from its attributes.
+    """
+    decode = False
+    for proto in protos:
+        name, reference = proto.name, proto.ref_attr_name
+        try:
+            "".join((name, reference))
+        except TypeError:
+            _check_text("an attribute", [name, reference])
+        if proto.type in TENSOR_ATTRIBUTE_TYPES or proto.HasField("g") or proto.graphs:
+            decode = True
+    if not decode:
+        return None
+    attributes: dict[str, Attribute] = {}
+    node._attributes = attributes
+    for proto in protos:
+        attribute = _attribute_from_proto(proto, base_dir)
+        attributes[attribute.name] = attribute
+        if attribute.graphs:
+            node._attach_subgraphs(attribute)
+            node._changed |= CHANGED_ATTRIBUTES  # subgraphs are written from the IR
+    return attributes
 
 
 def _attribute_from_proto(proto: onnx.AttributeProto, base_dir: Path | None) -> Attribute:
@@ -619,8 +630,8 @@ def _write_metadata(target: Any, metadata: dict[str, str], original: Any) -> Non
             target.add(key=key, value=value)
 
 
-def _write_loaded_metadata(proto: onnx.NodeProto | onnx.GraphProto, owner: LazyMetadata) -> None:
-    """Write a node's or graph's ``metadata_props``: as loaded, unless it was changed."""
+def _write_loaded_metadata(proto: onnx.GraphProto, owner: Graph) -> None:
+    """Write a graph's ``metadata_props``: as loaded, unless it was changed."""
     if owner._metadata_proto is not None:
         proto.metadata_props.extend(owner._metadata_proto)
     elif owner._metadata:
@@ -629,48 +640,102 @@ def _write_loaded_metadata(proto: onnx.NodeProto | onnx.GraphProto, owner: LazyM
 
 
 def _write_nodes(graph: Graph, target: Any, emit: TensorEmitter) -> None:
-    add = target.add
+    """Write the nodes: unchanged loaded ones as they were loaded, in runs."""
+    unchanged: list[onnx.NodeProto] = []
     for node in graph:
-        node_to_proto(node, add(), emit)
+        loaded = node._proto
+        if loaded is not None and not node._changed:
+            unchanged.append(loaded)
+            continue
+        if unchanged:
+            target.extend(unchanged)
+            unchanged = []
+        node_to_proto(node, target.add(), emit)
+    if unchanged:
+        target.extend(unchanged)
+
+
+_TEXT_FIELDS = ("op_type", "domain", "overload", "doc_string")
 
 
 def node_to_proto(node: Node, proto: onnx.NodeProto | None = None,
                   emit_tensor: TensorEmitter | None = None) -> onnx.NodeProto:
-    """Write a :class:`~graphpass.Node` into a ``NodeProto`` (a new one by default)."""
+    """Write a :class:`~graphpass.Node` into a ``NodeProto`` (a new one by default).
+
+    A node loaded from a proto is written as a copy of that proto with the fields
+    that changed since rewritten; fields the IR does not model stay as they were.
+    """
     if proto is None:
         proto = onnx.NodeProto()
+    loaded = node._proto
+    if loaded is None:
+        _write_new_node(node, proto, emit_tensor)
+        return proto
+    proto.CopyFrom(loaded)
+    changed = node._changed
+    if changed & CHANGED_INPUTS:
+        del proto.input[:]
+        proto.input.extend(node._inputs)
+    if changed & CHANGED_OUTPUTS:
+        del proto.output[:]
+        proto.output.extend(node._outputs)
+    if changed & CHANGED_NAME:
+        _set_text(proto, "name", node._name)
+    if changed & CHANGED_FIELDS:
+        for field_name in _TEXT_FIELDS:
+            _set_text(proto, field_name, getattr(node, field_name))
+    if changed & CHANGED_ATTRIBUTES:
+        del proto.attribute[:]
+        _write_attributes(node, proto, emit_tensor)
+    if changed & CHANGED_METADATA:
+        del proto.metadata_props[:]
+        for key, text in node._decoded_metadata().items():
+            proto.metadata_props.add(key=key, value=text)
+    return proto
+
+
+def _set_text(proto: Any, field_name: str, value: str) -> None:
+    """Set a text field that changed; an emptied one is left out, as for a new node."""
+    if getattr(proto, field_name) != value:
+        if value:
+            setattr(proto, field_name, value)
+        else:
+            proto.ClearField(field_name)
+
+
+def _write_new_node(node: Node, proto: onnx.NodeProto, emit_tensor: TensorEmitter | None
+                    ) -> None:
     if node._inputs:
         proto.input.extend(node._inputs)
     if node._outputs:
         proto.output.extend(node._outputs)
-    present_empty = node._present_empty
-    if node.name or "name" in present_empty:
-        proto.name = node.name
-    if node.op_type or "op_type" in present_empty:
-        proto.op_type = node.op_type
-    if node.domain or "domain" in present_empty:
-        proto.domain = node.domain
-    if node.overload or "overload" in present_empty:
-        proto.overload = node.overload
-    if node.doc_string or "doc_string" in present_empty:
-        proto.doc_string = node.doc_string
-    extra = node._extra
-    if extra is not None and "attribute" in extra and not any(
-            a.graphs for a in node._attributes.values()):
-        proto.attribute.extend(extra["attribute"])
-    elif node._attributes:
-        emit = emit_tensor or _default_emitter
-        for attribute in node._attributes.values():
-            if attribute.graphs:
-                attribute_to_proto(attribute, emit, proto.attribute.add())
-            else:
-                proto.attribute.append(attribute._proto)
-    _write_loaded_metadata(proto, node)
-    if extra is not None:
-        for name, value in extra.items():
-            if name != "attribute":
-                _write_extra(proto, name, value)
-    return proto
+    if node._name:
+        proto.name = node._name
+    if node._op_type:
+        proto.op_type = node._op_type
+    if node._domain:
+        proto.domain = node._domain
+    if node._overload:
+        proto.overload = node._overload
+    if node._doc_string:
+        proto.doc_string = node._doc_string
+    _write_attributes(node, proto, emit_tensor)
+    if node._metadata:
+        for key, text in node._metadata.items():
+            proto.metadata_props.add(key=key, value=text)
+
+
+def _write_attributes(node: Node, proto: onnx.NodeProto, emit_tensor: TensorEmitter | None
+                      ) -> None:
+    attributes = node._decoded_attributes()
+    if not attributes:
+        return
+    emit = emit_tensor or _default_emitter
+    for attribute in attributes.values():
+        if attribute.graphs:
+            attribute_to_proto(attribute, emit, proto.attribute.add())
+        else:
+            proto.attribute.append(attribute._proto)
 
 
 def attribute_to_proto(attribute: Attribute, emit_tensor: TensorEmitter | None = None,

@@ -51,8 +51,10 @@ class Value:
         self._producer: Node | None = None
         self._index = -1
         # Uses are the keys of an insertion-ordered dict (values unused), so that
-        # dropping one use is O(1) even for a value used by thousands of nodes.
-        self._uses: dict[Use, None] = {}
+        # dropping one use is O(1) even for a value used by thousands of nodes. The
+        # keys are plain ``(node, slot)`` tuples (equal to the ``Use`` they stand for,
+        # and cheaper to make); :attr:`uses` hands out ``Use`` objects.
+        self._uses: dict[tuple[Node | None, int], None] = {}
         self._info: onnx.ValueInfoProto | None = None
         # A value declared differently in several entries of (inputs, outputs, value_info)
         # keeps the other declarations verbatim, keyed by (list, n-th entry of this value
@@ -74,7 +76,7 @@ class Value:
     @property
     def uses(self) -> tuple[Use, ...]:
         """Every use: node inputs, subgraph captures, and graph outputs."""
-        return tuple(self._uses)
+        return tuple(map(Use._make, self._uses))
 
     def consumers(self) -> list[Node]:
         """The distinct nodes that use this value (directly or inside a subgraph)."""
