@@ -23,7 +23,7 @@ from graphpass.errors import InvalidModelError
 from graphpass.ir._attribute import Attribute
 from graphpass.ir._function import Function
 from graphpass.ir._gc import paused_gc
-from graphpass.ir._graph import Graph
+from graphpass.ir._graph import _FEW_USES, Graph
 from graphpass.ir._model import UNKNOWN_FIELDS, Model
 from graphpass.ir._node import (
     CHANGED_ATTRIBUTES,
@@ -183,8 +183,10 @@ def model_from_proto(proto: onnx.ModelProto, base_dir: str | Path | None = None)
         ExternalDataError: A tensor's external data location is unsafe (absolute, ``..``,
             or a link out of ``base_dir``).
     """
-    with paused_gc():
-        return _model_from_proto(proto, Path(base_dir) if base_dir is not None else None)
+    with paused_gc() as block:
+        model = _model_from_proto(proto, Path(base_dir) if base_dir is not None else None)
+        block.owner = model
+        return model
 
 
 def _model_from_proto(proto: onnx.ModelProto, base: Path | None) -> Model:
@@ -278,13 +280,20 @@ def graph_from_proto(proto: onnx.GraphProto, base_dir: Path | None = None) -> Gr
     _load_declarations(graph, fields.get("input", ()), "input", graph._inputs)
     for value in graph._inputs:
         graph._input_names[value.name] = graph._input_names.get(value.name, 0) + 1
+    initializers = graph._initializers
+    values = graph._values
+    tensor_from_proto = Tensor.from_proto
+    shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
     for tensor_proto in fields.get("initializer", ()):
-        name = tensor_proto.name
-        if name in graph._initializers:
+        tensor = tensor_from_proto(tensor_proto, base_dir)
+        tensor.shape = shapes.setdefault(tensor.shape, tensor.shape)  # one tuple per shape
+        name = tensor.name
+        if name in initializers:
             raise InvalidModelError(f"initializer {name!r} is defined twice", where=where,
                                     hint="initializer names must be unique in a graph")
-        graph._initializers[name] = Tensor.from_proto(tensor_proto, base_dir)
-        graph._value_for(name)
+        initializers[name] = tensor
+        if name not in values:
+            values[name] = Value(graph, name)
     for sparse in fields.get("sparse_initializer", ()):
         name = sparse.values.name
         if name in graph._sparse_initializers or name in graph._initializers:
@@ -345,29 +354,36 @@ def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) ->
     checked). Other attributes are decoded when first asked for.
     """
     values = graph._values
+    initializers = graph._initializers
+    input_names = graph._input_names
+    sparse_initializers = graph._sparse_initializers
     new_node = Node.__new__
     new_value = Value.__new__
     use = graph._use
+    op_types: dict[str, str] = {}
     previous: Node | None = None
     count = 0
-    for proto in protos:
+    for index, proto in enumerate(protos):
         node = new_node(Node)
-        node._inputs = inputs = tuple(proto.input[:])
+        inputs = proto.input[:]
         node._outputs = outputs = tuple(proto.output[:])
-        op_type = node._op_type = proto.op_type
+        op_type = proto.op_type
+        op_type = node._op_type = op_types.setdefault(op_type, op_type)  # one str per op
         name = node._name = proto.name
         domain = node._domain = proto.domain
         overload = node._overload = proto.overload
         doc_string = node._doc_string = proto.doc_string
-        node._proto = proto
+        node._loaded_from = protos
+        node._loaded_index = index
         node._changed = 0
         node._metadata = None
         node._captures = None
         node._graph = None  # set below: loading subgraphs records captures only in the node
         node._next = None
         attribute_protos = proto.attribute
+        # None: decoded on first use (for most nodes: never)
         node._attributes = _load_attributes(node, attribute_protos, base_dir) \
-            if attribute_protos else {}
+            if attribute_protos else None
         node._graph = graph
         try:
             "".join((op_type, name, domain, overload, doc_string))
@@ -380,7 +396,8 @@ def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) ->
             previous._next = node
         previous = node
         count += 1
-        for index, output in enumerate(outputs):
+        position = 0
+        for output in outputs:
             if output:
                 value = values.get(output)
                 if value is None:  # the usual case, a new name: nothing else to update
@@ -388,21 +405,32 @@ def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) ->
                     value.graph = graph
                     value.name = output
                     value._producer = node
-                    value._index = index
-                    value._uses = {}
+                    value._index = position
+                    value._uses = []
                     value._info = None
                     value._alt_info = None
                 else:
-                    graph._define_output(output, node, index, where=where)
+                    graph._define_output(output, node, position, where=where)
+            position += 1
         slot = 0
         for input_name in inputs:
             if input_name:
                 value = values.get(input_name)
-                if value is not None and value._producer is not None:
-                    value._uses[(node, slot)] = None  # the usual case: no other bookkeeping
-                else:
+                if value is None:
                     use(input_name, node, slot)
+                else:
+                    inputs[slot] = value.name  # one str per name, not one per use
+                    if (value._producer is not None or input_name in initializers
+                            or input_name in input_names or input_name in sparse_initializers):
+                        uses = value._uses  # defined already: no other bookkeeping
+                        if type(uses) is list and len(uses) < _FEW_USES:
+                            uses.append((node, slot))
+                        else:
+                            use(input_name, node, slot)
+                    else:
+                        use(input_name, node, slot)
             slot += 1
+        node._inputs = tuple(inputs)
         if node._captures:
             for captured in node._captures:
                 use(captured, node, CAPTURE)
@@ -643,9 +671,9 @@ def _write_nodes(graph: Graph, target: Any, emit: TensorEmitter) -> None:
     """Write the nodes: unchanged loaded ones as they were loaded, in runs."""
     unchanged: list[onnx.NodeProto] = []
     for node in graph:
-        loaded = node._proto
+        loaded = node._loaded_from
         if loaded is not None and not node._changed:
-            unchanged.append(loaded)
+            unchanged.append(loaded[node._loaded_index])
             continue
         if unchanged:
             target.extend(unchanged)
@@ -667,7 +695,7 @@ def node_to_proto(node: Node, proto: onnx.NodeProto | None = None,
     """
     if proto is None:
         proto = onnx.NodeProto()
-    loaded = node._proto
+    loaded = node._loaded_proto()
     if loaded is None:
         _write_new_node(node, proto, emit_tensor)
         return proto

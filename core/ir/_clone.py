@@ -48,7 +48,8 @@ def clone_node(node: Node) -> Node:
     copy._inputs = node._inputs
     copy._outputs = node._outputs
     copy._metadata = dict(node._metadata) if node._metadata is not None else None
-    copy._proto = node._proto
+    copy._loaded_from = node._loaded_from
+    copy._loaded_index = node._loaded_index
     copy._changed = node._changed
     copy._graph = None
     copy._prev = None
@@ -72,8 +73,10 @@ def clone_node(node: Node) -> Node:
 
 def clone_graph(graph: Graph) -> Graph:
     """Return a deep copy of ``graph`` that belongs to no node, function or model."""
-    with paused_gc():
-        return _clone_graph(graph)
+    with paused_gc() as block:
+        copy = _clone_graph(graph)
+        block.owner = copy
+        return copy
 
 
 def _clone_graph(graph: Graph) -> Graph:
@@ -128,8 +131,10 @@ def clone_function(function: Function) -> Function:
 
 def clone_model(model: Model) -> Model:
     """Return a deep copy of ``model``; tensors are shared (they are immutable)."""
-    with paused_gc():
-        return _clone_model(model)
+    with paused_gc() as block:
+        copy = _clone_model(model)
+        block.owner = copy
+        return copy
 
 
 def _clone_model(model: Model) -> Model:

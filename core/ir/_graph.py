@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Graph"]
 
+_FEW_USES = 8
+"""A value keeps its uses in a list up to this many, then in a dict (see ``Value._uses``)."""
+
 
 class Graph(LazyMetadata):
     """A computation graph: the main graph, a function body, or a subgraph.
@@ -444,7 +447,15 @@ class Graph(LazyMetadata):
         value = self._values.get(name)
         if value is None:
             value = self._values[name] = Value(self, name)
-        value._uses[(node, slot)] = None
+        uses = value._uses
+        if type(uses) is list:
+            if len(uses) < _FEW_USES:
+                uses.append((node, slot))
+            else:
+                value._uses = uses = dict.fromkeys(uses)
+                uses[(node, slot)] = None
+        else:
+            uses[(node, slot)] = None
         producer = value._producer
         if producer is not None:
             if node is not None and self._nx is not None:
@@ -455,8 +466,12 @@ class Graph(LazyMetadata):
     def _unuse(self, name: str, node: Node | None, slot: int) -> None:
         value = self._values[name]
         try:
-            del value._uses[(node, slot)]  # O(1): uses are keys of an ordered dict
-        except KeyError:  # pragma: no cover - internal consistency
+            uses = value._uses
+            if type(uses) is list:
+                uses.remove((node, slot))  # a few uses: a short scan
+            else:
+                del uses[(node, slot)]  # O(1): uses are keys of an ordered dict
+        except (KeyError, ValueError):  # pragma: no cover - internal consistency
             raise AssertionError(f"use of {name!r} not found") from None
         producer = value._producer
         if producer is not None:

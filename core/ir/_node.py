@@ -59,13 +59,14 @@ class Node(LazyMetadata):
         "_domain",
         "_graph",
         "_inputs",
+        "_loaded_from",
+        "_loaded_index",
         "_name",
         "_next",
         "_op_type",
         "_outputs",
         "_overload",
         "_prev",
-        "_proto",
     )
 
     def __init__(
@@ -101,10 +102,14 @@ class Node(LazyMetadata):
         self._doc_string = doc_string
         self._inputs: tuple[str, ...] = tuple(inputs)
         self._outputs: tuple[str, ...] = tuple(outputs)
-        # None: not decoded yet from ``_proto`` (then no attribute holds a graph or a tensor).
+        # None: not decoded yet from the loaded proto (then no attribute holds a graph or a
+        # tensor).
         self._attributes: dict[str, Attribute] | None = {}
         self._metadata: dict[str, str] | None = dict(metadata) if metadata else None
-        self._proto: onnx.NodeProto | None = None
+        # A loaded node's NodeProto is ``_loaded_from[_loaded_index]``: the repeated field it
+        # was loaded from, held once per graph (cheaper than one proto object per node).
+        self._loaded_from: Any = None
+        self._loaded_index = 0
         self._changed = 0
         self._graph: Graph | None = None
         self._prev: Node | None = None
@@ -268,8 +273,9 @@ class Node(LazyMetadata):
         attributes = self._attributes
         if attributes is None:
             attributes = self._attributes = {}
-            assert self._proto is not None
-            for proto in self._proto.attribute:
+            loaded = self._loaded_proto()
+            assert loaded is not None
+            for proto in loaded.attribute:
                 attributes[proto.name] = Attribute(proto.name, proto.type, proto, None,
                                                    proto.ref_attr_name)
         return attributes
@@ -340,10 +346,17 @@ class Node(LazyMetadata):
         if self._graph is not None:
             self._graph._touch()
 
-    def _loaded_metadata(self) -> Any:
-        if self._proto is None or self._changed & CHANGED_METADATA:
+    def _loaded_proto(self) -> onnx.NodeProto | None:
+        """The ``NodeProto`` this node was loaded (or copied) from, if any (never changed)."""
+        if self._loaded_from is None:
             return None
-        return self._proto.metadata_props
+        proto: onnx.NodeProto = self._loaded_from[self._loaded_index]
+        return proto
+
+    def _loaded_metadata(self) -> Any:
+        if self._loaded_from is None or self._changed & CHANGED_METADATA:
+            return None
+        return self._loaded_from[self._loaded_index].metadata_props
 
     def _forget_loaded_metadata(self) -> None:
         self._changed |= CHANGED_METADATA

@@ -16,6 +16,7 @@ and external data is memory-mapped, so loading a model never reads its weights.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import stat
 from collections.abc import Iterator, Sequence
@@ -31,6 +32,7 @@ from graphpass.errors import ExternalDataError, InvalidModelError
 __all__ = ["Tensor", "dtype_name", "dtype_size", "numpy_dtype"]
 
 _CHUNK: Final = 16 * 1024 * 1024
+_EXTERNAL: Final = onnx.TensorProto.EXTERNAL
 _PACKED_4BIT: Final = frozenset(
     t
     for t in (
@@ -285,12 +287,24 @@ class Tensor:
                 number, or a string tensor claims external data.
             InvalidModelError: ``onnx`` does not know the element type.
         """
+        data_type = proto.data_type
         try:
-            dtype_size(proto.data_type)
+            dtype_size(data_type)
         except InvalidModelError as error:
             raise InvalidModelError(f"tensor {proto.name!r}: {error.message}",
                                     hint=error.hint) from None
-        _check_dims(proto)
+        dims = proto.dims[:]
+        if dims and (min(dims) < 0 or math.prod(dims) >= 2**63):
+            _check_dims(proto)
+        if proto.data_location != _EXTERNAL:  # the usual case, made directly
+            tensor = cls.__new__(cls)
+            tensor.name = proto.name
+            tensor.dtype = data_type
+            tensor.shape = tuple(dims)
+            source = tensor._source = _ProtoSource.__new__(_ProtoSource)
+            source.proto = proto
+            tensor._proto = proto
+            return tensor
         if proto.data_location == onnx.TensorProto.EXTERNAL:
             info = _external_info(proto)
             location = info.get("location", "")
