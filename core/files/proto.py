@@ -52,6 +52,8 @@ __all__ = [
     "graph_from_proto",
     "graph_to_proto",
     "model_from_proto",
+    "model_to_bytes",
+    "model_to_chunks",
     "model_to_proto",
     "node_to_proto",
     "subgraph_protos",
@@ -284,9 +286,12 @@ def graph_from_proto(proto: onnx.GraphProto, base_dir: Path | None = None) -> Gr
     values = graph._values
     tensor_from_proto = Tensor.from_proto
     shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
-    for tensor_proto in fields.get("initializer", ()):
+    tensor_protos = fields.get("initializer", ())
+    for index, tensor_proto in enumerate(tensor_protos):
         tensor = tensor_from_proto(tensor_proto, base_dir)
         tensor.shape = shapes.setdefault(tensor.shape, tensor.shape)  # one tuple per shape
+        tensor._proto = tensor_protos  # the proto by its index: see Tensor.__slots__
+        tensor._proto_at = index
         name = tensor.name
         if name in initializers:
             raise InvalidModelError(f"initializer {name!r} is defined twice", where=where,
@@ -396,8 +401,7 @@ def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) ->
             previous._next = node
         previous = node
         count += 1
-        position = 0
-        for output in outputs:
+        for position, output in enumerate(outputs):
             if output:
                 value = values.get(output)
                 if value is None:  # the usual case, a new name: nothing else to update
@@ -406,14 +410,12 @@ def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) ->
                     value.name = output
                     value._producer = node
                     value._index = position
-                    value._uses = []
+                    value._uses = ()
                     value._info = None
                     value._alt_info = None
                 else:
                     graph._define_output(output, node, position, where=where)
-            position += 1
-        slot = 0
-        for input_name in inputs:
+        for slot, input_name in enumerate(inputs):
             if input_name:
                 value = values.get(input_name)
                 if value is None:
@@ -423,13 +425,14 @@ def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) ->
                     if (value._producer is not None or input_name in initializers
                             or input_name in input_names or input_name in sparse_initializers):
                         uses = value._uses  # defined already: no other bookkeeping
-                        if type(uses) is list and len(uses) < _FEW_USES:
+                        if not uses:
+                            value._uses = [(node, slot)]
+                        elif type(uses) is list and len(uses) < _FEW_USES:
                             uses.append((node, slot))
                         else:
                             use(input_name, node, slot)
                     else:
                         use(input_name, node, slot)
-            slot += 1
         node._inputs = tuple(inputs)
         if node._captures:
             for captured in node._captures:
@@ -562,7 +565,163 @@ def model_to_proto(model: Model, emit_tensor: TensorEmitter | None = None) -> on
         return _model_to_proto(model, emit_tensor or _default_emitter)
 
 
-def _model_to_proto(model: Model, emit: TensorEmitter) -> onnx.ModelProto:
+def model_to_bytes(model: Model, emit_tensor: TensorEmitter | None = None) -> bytes:
+    """``model_to_proto(model, emit_tensor).SerializeToString()``, in less time and memory.
+
+    See :func:`model_to_chunks`.
+    """
+    return b"".join(model_to_chunks(model, emit_tensor))
+
+
+def model_to_chunks(model: Model, emit_tensor: TensorEmitter | None = None) -> list[bytes]:
+    """The serialized model (:func:`model_to_bytes`) as pieces to write one after another.
+
+    The main graph's nodes and initializers, the bulk of a model, are serialized one
+    by one (an unchanged loaded node straight from the proto it was loaded from) and
+    spliced into the bytes of the rest of the model, instead of being copied into a
+    new ``ModelProto`` first; written piece by piece, the model is never in memory
+    twice. The bytes are those of ``SerializeToString``: protobuf writes the fields of
+    a message in the order of their numbers, fields it does not know last (a main
+    graph or model holding such fields is serialized the plain way).
+    """
+    emit = emit_tensor or _default_emitter
+    graph = model.graph
+    if (model._extra and _UNKNOWN in model._extra) or (graph._extra and _UNKNOWN in graph._extra):
+        return [model_to_proto(model, emit).SerializeToString()]
+    with paused_gc():
+        nodes = _node_bytes(graph, emit)
+        initializers = _tagged(_INITIALIZER_TAG,
+                               [emit(t).SerializeToString() for t in graph._initializers.values()])
+        head = _model_to_proto(model, emit, bulk=False).SerializeToString()
+        return _splice_main_graph(head, nodes, initializers)
+
+
+_NODE_TAG = 0x0A  # GraphProto.node: field 1, length-delimited
+_INITIALIZER_TAG = 0x2A  # GraphProto.initializer: field 5
+_GRAPH_TAG = 0x3A  # ModelProto.graph: field 7
+_INITIALIZER_FIELD = 5
+_GRAPH_FIELD = 7
+
+
+def _node_bytes(graph: Graph, emit: TensorEmitter) -> list[bytes]:
+    """The encoded ``node`` entries of a graph: tag, length and message of each, in order."""
+    parts: list[bytes] = []
+    append = parts.append
+    prefixes = _prefixes(_NODE_TAG)
+    for node in graph:
+        loaded = node._loaded_from
+        if loaded is not None and not node._changed:
+            body = loaded[node._loaded_index].SerializeToString()
+        else:
+            body = node_to_proto(node, onnx.NodeProto(), emit).SerializeToString()
+        size = len(body)
+        prefix = prefixes.get(size)
+        if prefix is None:
+            prefix = prefixes[size] = _field_prefix(_NODE_TAG, size)
+        append(prefix)
+        append(body)
+    return parts
+
+
+def _tagged(tag: int, bodies: list[bytes]) -> list[bytes]:
+    """``bodies`` as entries of a repeated message field: tag, length, message."""
+    parts: list[bytes] = []
+    prefixes = _prefixes(tag)
+    for body in bodies:
+        size = len(body)
+        prefix = prefixes.get(size)
+        if prefix is None:
+            prefix = prefixes[size] = _field_prefix(tag, size)
+        parts.append(prefix)
+        parts.append(body)
+    return parts
+
+
+_PREFIXES: dict[int, dict[int, bytes]] = {}
+
+
+def _prefixes(tag: int) -> dict[int, bytes]:
+    """Encoded ``tag + length`` by length, made once per length (lengths repeat a lot)."""
+    cache = _PREFIXES.get(tag)
+    if cache is None or len(cache) > 65536:
+        cache = _PREFIXES[tag] = {}
+    return cache
+
+
+def _field_prefix(tag: int, size: int) -> bytes:
+    out = bytearray((tag,))
+    _encode_varint(out, size)
+    return bytes(out)
+
+
+def _splice_main_graph(head: bytes, nodes: list[bytes], initializers: list[bytes]
+                       ) -> list[bytes]:
+    """Put the main graph's node and initializer entries into the serialized model."""
+    start, content_start, end = _find_field(head, 0, len(head), _GRAPH_FIELD)
+    split = _first_field_after(head, content_start, end, _INITIALIZER_FIELD)
+    size = (end - content_start) + sum(map(len, nodes)) + sum(map(len, initializers))
+    chunks = [head[:start], _field_prefix(_GRAPH_TAG, size)]
+    chunks += nodes
+    chunks.append(head[content_start:split])
+    chunks += initializers
+    chunks.append(head[split:])
+    return chunks
+
+
+def _read_varint(data: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, position
+        shift += 7
+
+
+def _skip_field(data: bytes, position: int, wire_type: int) -> int:
+    if wire_type == 0:
+        _, position = _read_varint(data, position)
+        return position
+    if wire_type == 1:
+        return position + 8
+    if wire_type == 5:
+        return position + 4
+    if wire_type == 2:
+        size, position = _read_varint(data, position)
+        return position + size
+    raise ValueError(f"unexpected wire type {wire_type}")  # groups: not in ONNX's schema
+
+
+def _find_field(data: bytes, position: int, end: int, number: int) -> tuple[int, int, int]:
+    """``(tag start, content start, content end)`` of the first length-delimited field."""
+    while position < end:
+        start = position
+        key, position = _read_varint(data, position)
+        if key >> 3 == number and key & 7 == 2:
+            size, content = _read_varint(data, position)
+            return start, content, content + size
+        position = _skip_field(data, position, key & 7)
+    raise ValueError(f"field {number} not found")
+
+
+def _first_field_after(data: bytes, position: int, end: int, number: int) -> int:
+    """Where the first field numbered above ``number`` starts (or ``end``)."""
+    while position < end:
+        key, following = _read_varint(data, position)
+        if key >> 3 > number:
+            return position
+        position = _skip_field(data, following, key & 7)
+    return end
+
+
+def _model_to_proto(model: Model, emit: TensorEmitter, *, bulk: bool = True
+                    ) -> onnx.ModelProto:
+    """The model as a proto.
+
+    Without ``bulk``, the main graph's nodes and initializers are left out
+    (:func:`model_to_chunks` writes them).
+    """
     proto = onnx.ModelProto()
     present_empty = model._present_empty
     if model.ir_version or "ir_version" in present_empty:
@@ -572,7 +731,7 @@ def _model_to_proto(model: Model, emit: TensorEmitter) -> onnx.ModelProto:
         value = getattr(model, name)
         if value or name in present_empty:
             setattr(proto, name, value)
-    graph_to_proto(model.graph, proto.graph, emit)
+    _graph_to_proto(model.graph, proto.graph, emit, bulk=bulk)
     _write_metadata(proto.metadata_props, model.metadata, model._metadata_proto)
     for function in model.functions.values():
         function_to_proto(function, proto.functions.add(), emit)
@@ -616,16 +775,23 @@ def function_to_proto(function: Function, proto: onnx.FunctionProto | None = Non
 def graph_to_proto(graph: Graph, proto: onnx.GraphProto | None = None,
                    emit_tensor: TensorEmitter | None = None) -> onnx.GraphProto:
     """Write a :class:`~graphpass.Graph` into a ``GraphProto`` (a new one by default)."""
-    emit = emit_tensor or _default_emitter
     if proto is None:
         proto = onnx.GraphProto()
+    _graph_to_proto(graph, proto, emit_tensor or _default_emitter, bulk=True)
+    return proto
+
+
+def _graph_to_proto(graph: Graph, proto: onnx.GraphProto, emit: TensorEmitter, *,
+                    bulk: bool) -> None:
     proto.SetInParent()  # an empty graph is still present
-    _write_nodes(graph, proto.node, emit)
+    if bulk:
+        _write_nodes(graph, proto.node, emit)
     present_empty = graph._present_empty
     if graph.name or "name" in present_empty:
         proto.name = graph.name
-    for tensor in graph._initializers.values():
-        proto.initializer.append(emit(tensor))
+    if bulk:
+        for tensor in graph._initializers.values():
+            proto.initializer.append(emit(tensor))
     if graph._sparse_initializers:
         proto.sparse_initializer.extend(graph._sparse_initializers.values())
     if graph.doc_string or "doc_string" in present_empty:
@@ -635,7 +801,6 @@ def graph_to_proto(graph: Graph, proto: onnx.GraphProto | None = None,
     _write_declarations(proto.value_info, graph._value_info, "value_info")
     _write_loaded_metadata(proto, graph)
     _write_extras(proto, graph._extra)
-    return proto
 
 
 def _write_declarations(target: Any, values: list[Value], kind: str) -> None:

@@ -22,7 +22,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import onnx
 
 from graphpass.errors import CycleError, InvalidModelError
@@ -33,6 +32,8 @@ from graphpass.ir._tensor import Tensor
 from graphpass.ir._value import CAPTURE, Use, Value
 
 if TYPE_CHECKING:
+    import networkx as nx
+
     # Nodes hold attributes, which hold graphs: at run time the graph needs no Node.
     from graphpass.ir._function import Function
     from graphpass.ir._model import Model
@@ -452,10 +453,12 @@ class Graph(LazyMetadata):
             if len(uses) < _FEW_USES:
                 uses.append((node, slot))
             else:
-                value._uses = uses = dict.fromkeys(uses)
-                uses[(node, slot)] = None
-        else:
+                value._uses = many = dict.fromkeys(uses)
+                many[(node, slot)] = None
+        elif type(uses) is dict:
             uses[(node, slot)] = None
+        else:  # the first use
+            value._uses = [(node, slot)]
         producer = value._producer
         if producer is not None:
             if node is not None and self._nx is not None:
@@ -467,11 +470,11 @@ class Graph(LazyMetadata):
         value = self._values[name]
         try:
             uses = value._uses
-            if type(uses) is list:
-                uses.remove((node, slot))  # a few uses: a short scan
-            else:
+            if type(uses) is dict:
                 del uses[(node, slot)]  # O(1): uses are keys of an ordered dict
-        except (KeyError, ValueError):  # pragma: no cover - internal consistency
+            else:
+                uses.remove((node, slot))  # type: ignore[union-attr]  # a few: a short scan
+        except (KeyError, ValueError, AttributeError):  # pragma: no cover - internal consistency
             raise AssertionError(f"use of {name!r} not found") from None
         producer = value._producer
         if producer is not None:
@@ -828,7 +831,9 @@ class Graph(LazyMetadata):
         return view
 
     def _build_nx(self) -> nx.MultiDiGraph:
-        view = nx.MultiDiGraph()
+        import networkx  # imported on first use: loading and saving need none of it
+
+        view = networkx.MultiDiGraph()
         view.add_nodes_from(self)
         edges = []
         append = edges.append
@@ -940,7 +945,9 @@ class Graph(LazyMetadata):
                     heapq.heappush(ready, (position[successor], successor))
         if len(order) != len(position):
             remaining = [node for node in position if indegree[node] > 0]
-            cycle = nx.find_cycle(self.nx.subgraph(remaining))
+            import networkx
+
+            cycle = networkx.find_cycle(self.nx.subgraph(remaining))
             described = " -> ".join(describe_node(edge[0]) for edge in cycle)
             raise CycleError(
                 f"the nodes form a cycle: {described} -> {describe_node(cycle[0][0])}",

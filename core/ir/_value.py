@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from graphpass.ir._graph import Graph
     from graphpass.ir._node import Node
 
-    Uses: TypeAlias = list[tuple[Node | None, int]] | dict[tuple[Node | None, int], None]
+    Uses: TypeAlias = (tuple[()] | list[tuple[Node | None, int]]
+                       | dict[tuple[Node | None, int], None])
 
 __all__ = ["CAPTURE", "Use", "Value"]
 
@@ -56,11 +57,12 @@ class Value:
         self._index = -1
         # Uses are plain ``(node, slot)`` tuples (equal to the ``Use`` they stand for,
         # and cheaper to make; :attr:`uses` hands out ``Use`` objects), each at most
-        # once, in order: a list while there are few (most values have one or two),
-        # then the keys of an insertion-ordered dict (values unused), so that dropping
-        # one use stays O(1) for a value used by thousands of nodes. Both iterate,
-        # count and test the same; Graph._use and Graph._unuse add and drop them.
-        self._uses: Uses = []
+        # once, in order: ``()`` before the first, a list while there are few (most
+        # values have one or two), then the keys of an insertion-ordered dict (values
+        # unused), so that dropping one use stays O(1) for a value used by thousands of
+        # nodes. All three iterate, count and test the same; Graph._use and
+        # Graph._unuse add and drop uses.
+        self._uses: Uses = ()
         self._info: onnx.ValueInfoProto | None = None
         # A value declared differently in several entries of (inputs, outputs, value_info)
         # keeps the other declarations verbatim, keyed by (list, n-th entry of this value
