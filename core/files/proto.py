@@ -20,6 +20,13 @@ import onnx
 from google.protobuf.descriptor import FieldDescriptor
 
 from graphpass.errors import InvalidModelError
+from graphpass.files._wire import (
+    NodeWriter,
+    encode_varint,
+    field_prefix,
+    find_field,
+    first_field_after,
+)
 from graphpass.ir._attribute import Attribute
 from graphpass.ir._function import Function
 from graphpass.ir._gc import paused_gc
@@ -148,27 +155,20 @@ def _unknown_fields(message: Any) -> bytes | None:
 def _encode_unknown(fields: Any, out: bytearray) -> bytearray:
     for entry in fields:
         number, wire_type, data = entry.field_number, entry.wire_type, entry.data
-        _encode_varint(out, number << 3 | wire_type)
+        encode_varint(out, number << 3 | wire_type)
         if wire_type == 0:
-            _encode_varint(out, data)
+            encode_varint(out, data)
         elif wire_type == 1:
             out += data.to_bytes(8, "little")
         elif wire_type == 5:
             out += data.to_bytes(4, "little")
         elif wire_type == 2:
-            _encode_varint(out, len(data))
+            encode_varint(out, len(data))
             out += data
         else:  # 3: a group, ended by its end tag
             _encode_unknown(data, out)
-            _encode_varint(out, number << 3 | 4)
+            encode_varint(out, number << 3 | 4)
     return out
-
-
-def _encode_varint(out: bytearray, value: int) -> None:
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
 
 
 # ==================================================================== loading
@@ -589,130 +589,42 @@ def model_to_chunks(model: Model, emit_tensor: TensorEmitter | None = None) -> l
     if (model._extra and _UNKNOWN in model._extra) or (graph._extra and _UNKNOWN in graph._extra):
         return [model_to_proto(model, emit).SerializeToString()]
     with paused_gc():
-        nodes = _node_bytes(graph, emit)
+        writer = NodeWriter(lambda attribute: attribute_to_proto(attribute, emit)
+                            .SerializeToString())
+        nodes = writer.entries(graph)
         initializers = _tagged(_INITIALIZER_TAG,
                                [emit(t).SerializeToString() for t in graph._initializers.values()])
         head = _model_to_proto(model, emit, bulk=False).SerializeToString()
         return _splice_main_graph(head, nodes, initializers)
 
 
-_NODE_TAG = 0x0A  # GraphProto.node: field 1, length-delimited
-_INITIALIZER_TAG = 0x2A  # GraphProto.initializer: field 5
+_INITIALIZER_TAG = 0x2A  # GraphProto.initializer: field 5, length-delimited
 _GRAPH_TAG = 0x3A  # ModelProto.graph: field 7
 _INITIALIZER_FIELD = 5
 _GRAPH_FIELD = 7
 
 
-def _node_bytes(graph: Graph, emit: TensorEmitter) -> list[bytes]:
-    """The encoded ``node`` entries of a graph: tag, length and message of each, in order."""
-    parts: list[bytes] = []
-    append = parts.append
-    prefixes = _prefixes(_NODE_TAG)
-    for node in graph:
-        loaded = node._loaded_from
-        if loaded is not None and not node._changed:
-            body = loaded[node._loaded_index].SerializeToString()
-        else:
-            body = node_to_proto(node, onnx.NodeProto(), emit).SerializeToString()
-        size = len(body)
-        prefix = prefixes.get(size)
-        if prefix is None:
-            prefix = prefixes[size] = _field_prefix(_NODE_TAG, size)
-        append(prefix)
-        append(body)
-    return parts
-
-
 def _tagged(tag: int, bodies: list[bytes]) -> list[bytes]:
     """``bodies`` as entries of a repeated message field: tag, length, message."""
     parts: list[bytes] = []
-    prefixes = _prefixes(tag)
     for body in bodies:
-        size = len(body)
-        prefix = prefixes.get(size)
-        if prefix is None:
-            prefix = prefixes[size] = _field_prefix(tag, size)
-        parts.append(prefix)
+        parts.append(field_prefix(tag, len(body)))
         parts.append(body)
     return parts
-
-
-_PREFIXES: dict[int, dict[int, bytes]] = {}
-
-
-def _prefixes(tag: int) -> dict[int, bytes]:
-    """Encoded ``tag + length`` by length, made once per length (lengths repeat a lot)."""
-    cache = _PREFIXES.get(tag)
-    if cache is None or len(cache) > 65536:
-        cache = _PREFIXES[tag] = {}
-    return cache
-
-
-def _field_prefix(tag: int, size: int) -> bytes:
-    out = bytearray((tag,))
-    _encode_varint(out, size)
-    return bytes(out)
 
 
 def _splice_main_graph(head: bytes, nodes: list[bytes], initializers: list[bytes]
                        ) -> list[bytes]:
     """Put the main graph's node and initializer entries into the serialized model."""
-    start, content_start, end = _find_field(head, 0, len(head), _GRAPH_FIELD)
-    split = _first_field_after(head, content_start, end, _INITIALIZER_FIELD)
+    start, content_start, end = find_field(head, 0, len(head), _GRAPH_FIELD)
+    split = first_field_after(head, content_start, end, _INITIALIZER_FIELD)
     size = (end - content_start) + sum(map(len, nodes)) + sum(map(len, initializers))
-    chunks = [head[:start], _field_prefix(_GRAPH_TAG, size)]
+    chunks = [head[:start], field_prefix(_GRAPH_TAG, size)]
     chunks += nodes
     chunks.append(head[content_start:split])
     chunks += initializers
     chunks.append(head[split:])
     return chunks
-
-
-def _read_varint(data: bytes, position: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, position
-        shift += 7
-
-
-def _skip_field(data: bytes, position: int, wire_type: int) -> int:
-    if wire_type == 0:
-        _, position = _read_varint(data, position)
-        return position
-    if wire_type == 1:
-        return position + 8
-    if wire_type == 5:
-        return position + 4
-    if wire_type == 2:
-        size, position = _read_varint(data, position)
-        return position + size
-    raise ValueError(f"unexpected wire type {wire_type}")  # groups: not in ONNX's schema
-
-
-def _find_field(data: bytes, position: int, end: int, number: int) -> tuple[int, int, int]:
-    """``(tag start, content start, content end)`` of the first length-delimited field."""
-    while position < end:
-        start = position
-        key, position = _read_varint(data, position)
-        if key >> 3 == number and key & 7 == 2:
-            size, content = _read_varint(data, position)
-            return start, content, content + size
-        position = _skip_field(data, position, key & 7)
-    raise ValueError(f"field {number} not found")
-
-
-def _first_field_after(data: bytes, position: int, end: int, number: int) -> int:
-    """Where the first field numbered above ``number`` starts (or ``end``)."""
-    while position < end:
-        key, following = _read_varint(data, position)
-        if key >> 3 > number:
-            return position
-        position = _skip_field(data, following, key & 7)
-    return end
 
 
 def _model_to_proto(model: Model, emit: TensorEmitter, *, bulk: bool = True

@@ -229,7 +229,7 @@ class Graph(LazyMetadata):
         inserted: list[Node] = []
         try:
             for node in nodes:
-                self._attach(node)
+                self._attach(node, touch=False)
                 self._link(node, previous, following)
                 inserted.append(node)
                 previous = node
@@ -237,6 +237,8 @@ class Graph(LazyMetadata):
             for node in reversed(inserted):
                 self.remove(node, safe=False)
             raise
+        finally:
+            self._touch()
 
     def _link(self, node: Node, previous: Node | None, following: Node | None) -> None:
         node._prev = previous
@@ -330,15 +332,22 @@ class Graph(LazyMetadata):
         if node._graph is not self:
             raise ValueError(f"{node!r} is not in graph {self.name!r}")
 
-    def _attach(self, node: Node) -> None:
+    def _attach(self, node: Node, *, touch: bool = True) -> None:
         node._graph = self
-        if self._nx is not None:
-            self._nx.add_node(node)
+        view = self._nx
+        if view is not None:
+            view.add_node(node)
         self._count += 1
+        values = self._values
         try:
             for index, name in enumerate(node._outputs):
                 if name:
-                    self._define_output(name, node, index)
+                    if view is None and name not in values:  # a new name: nothing else to do
+                        value = values[name] = Value(self, name)
+                        value._producer = node
+                        value._index = index
+                    else:
+                        self._define_output(name, node, index)
         except InvalidModelError:
             for name in node._outputs:
                 value = self._values.get(name) if name else None
@@ -351,11 +360,19 @@ class Graph(LazyMetadata):
             raise
         for slot, name in enumerate(node._inputs):
             if name:
-                self._use(name, node, slot)
+                value = values.get(name)
+                uses = value._uses if value is not None else None
+                if (view is None and type(uses) is list and len(uses) < _FEW_USES
+                        and (value._producer is not None  # type: ignore[union-attr]
+                             or self._is_defined(name))):
+                    uses.append((node, slot))  # defined here: nothing else to update
+                else:
+                    self._use(name, node, slot)
         if node._captures:
             for name in node._captures:
                 self._use(name, node, CAPTURE)
-        self._touch()
+        if touch:
+            self._touch()
 
     def _detach(self, node: Node) -> None:
         for slot, name in enumerate(node._inputs):
