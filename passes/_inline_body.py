@@ -90,6 +90,7 @@ class Body:
         stamped: Whether every top-level node is copied directly (no graphs anywhere).
         defined: The names the body's nodes define, in order.
         produced: The same, as a set.
+        in_order: Whether the body's nodes are in topological order.
         value_info: The body's ``value_info`` declarations, by value name.
         references: Every function attribute the body (or a subgraph in it) refers to.
     """
@@ -128,6 +129,7 @@ class Body:
         self.stamped = all(plan.stamped for plan in plans)
         self.distinct_labels = len(set(self.labels)) == len(self.labels)
         self.produced = frozenset(self.defined)
+        self.in_order = graph.is_sorted()
         inputs = set(self.inputs)
         for name in self.outputs:
             if name not in self.produced and name not in inputs:

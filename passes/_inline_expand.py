@@ -82,10 +82,18 @@ class Inliner:
         graphs = list(graphs_of(root))
         graphs.reverse()
         for graph in graphs:
-            for node in graph:
-                body = bodies.get((node.domain, node.op_type, node.overload))
-                if body is not None:
-                    self.inline_call(node, graph, body)
+            calls = [(node, body) for node in graph
+                     if (body := bodies.get((node.domain, node.op_type, node.overload)))]
+            if not calls:
+                continue
+            # A sorted graph stays sorted when each call is replaced, in place, by a
+            # sorted body: saying so spares the next order check a walk over the copies.
+            in_order = all(body.in_order and body.convert_to is None for _, body in calls) \
+                and graph.is_sorted()
+            for node, body in calls:
+                self.inline_call(node, graph, body)
+            if in_order:
+                graph._mark_sorted()
 
     # ============================================================= call sites
     def inline_call(self, call: Node, graph: Graph, body: Body) -> None:

@@ -281,10 +281,10 @@ def _append_strings(out: bytearray, tag: int, values: tuple[str, ...]) -> None:
     for value in values:
         data = value.encode()
         size = len(data)
-        out.append(tag)
         if size < 0x80:
-            out.append(size)
+            out += bytes((tag, size))
         else:
+            out.append(tag)
             encode_varint(out, size)
         out += data
 

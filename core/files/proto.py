@@ -227,6 +227,10 @@ def _model_from_proto(proto: onnx.ModelProto, base: Path | None) -> Model:
     model._extra = extra
     model.base_dir = base
     model._version = 0
+    for loaded in model.graphs():  # loaded in order: no need to check again until changed
+        mark = loaded._sorted_at
+        if mark is not None and mark[0] is loaded and mark[1] == 0:  # marked while loading
+            loaded._mark_sorted()  # (a subgraph again: now its model's graph is its root)
     return model
 
 
@@ -268,6 +272,8 @@ def function_from_proto(proto: onnx.FunctionProto, base_dir: Path | None = None)
     function._present_empty = present_empty
     function._extra = extra
     graph._version = 0
+    if graph._sorted_at is _LOADED_SORTED:
+        graph._mark_sorted()
     return function
 
 
@@ -318,6 +324,8 @@ def graph_from_proto(proto: onnx.GraphProto, base_dir: Path | None = None) -> Gr
     graph._present_empty = present_empty
     graph._extra = extra
     graph._version = 0
+    if graph._sorted_at is _LOADED_SORTED:
+        graph._mark_sorted()  # (a subgraph is marked again once its model is loaded)
     return graph
 
 
@@ -350,6 +358,10 @@ def _load_declarations(graph: Graph, infos: Iterable[onnx.ValueInfoProto], kind:
         target.append(value)
 
 
+_LOADED_SORTED: Any = ("loaded in order",)
+"""``Graph._sorted_at`` of a graph whose nodes came in topological order while loading."""
+
+
 def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) -> None:
     """Append a node for each ``NodeProto`` (kept, and written back while unchanged).
 
@@ -368,6 +380,7 @@ def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) ->
     op_types: dict[str, str] = {}
     previous: Node | None = None
     count = 0
+    in_order = True  # no node used a value before the node computing it
     for index, proto in enumerate(protos):
         node = new_node(Node)
         inputs = proto.input[:]
@@ -414,6 +427,8 @@ def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) ->
                     value._info = None
                     value._alt_info = None
                 else:
+                    if in_order and any(user is not None for user, _ in value._uses):
+                        in_order = False
                     graph._define_output(output, node, position, where=where)
         for slot, input_name in enumerate(inputs):
             if input_name:
@@ -422,7 +437,10 @@ def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) ->
                     use(input_name, node, slot)
                 else:
                     inputs[slot] = value.name  # one str per name, not one per use
-                    if (value._producer is not None or input_name in initializers
+                    producer = value._producer
+                    if producer is node:
+                        in_order = False  # the node reads its own output: a cycle
+                    if (producer is not None or input_name in initializers
                             or input_name in input_names or input_name in sparse_initializers):
                         uses = value._uses  # defined already: no other bookkeeping
                         if not uses:
@@ -436,9 +454,14 @@ def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) ->
         node._inputs = tuple(inputs)
         if node._captures:
             for captured in node._captures:
+                known = values.get(captured)
+                if known is not None and known._producer is node:
+                    in_order = False  # a subgraph reads its holder's output: a cycle
                 use(captured, node, CAPTURE)
     graph._tail = previous
     graph._count += count
+    if in_order:
+        graph._sorted_at = _LOADED_SORTED
 
 
 def _load_attributes(node: Node, protos: Any, base_dir: Path | None

@@ -106,6 +106,8 @@ def _clone_graph(graph: Graph) -> Graph:
     copy._extra = dict(graph._extra) if graph._extra else None
     copy._present_empty = graph._present_empty
     copy._version = 0
+    if graph._known_sorted():  # the same nodes in the same order
+        copy._mark_sorted()
     return copy
 
 

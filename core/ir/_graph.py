@@ -95,6 +95,9 @@ class Graph(LazyMetadata):
         self._metadata_proto: Any = None
         self._extra: dict[str, Any] | None = None
         self._present_empty: frozenset[str] = frozenset()
+        # ``(root, root version)`` when the nodes were last known to be in topological
+        # order (see _known_sorted): checking order is a walk over every node.
+        self._sorted_at: tuple[Graph, int] | None = None
         for item in inputs:
             self.add_input(item)
         for tensor in initializers:
@@ -361,13 +364,16 @@ class Graph(LazyMetadata):
         for slot, name in enumerate(node._inputs):
             if name:
                 value = values.get(name)
-                uses = value._uses if value is not None else None
-                if (view is None and type(uses) is list and len(uses) < _FEW_USES
-                        and (value._producer is not None  # type: ignore[union-attr]
-                             or self._is_defined(name))):
-                    uses.append((node, slot))  # defined here: nothing else to update
-                else:
-                    self._use(name, node, slot)
+                if view is None and value is not None and (
+                        value._producer is not None or self._is_defined(name)):
+                    uses = value._uses  # defined here: nothing else to update
+                    if type(uses) is dict:
+                        uses[(node, slot)] = None
+                        continue
+                    if type(uses) is list and len(uses) < _FEW_USES:
+                        uses.append((node, slot))
+                        continue
+                self._use(name, node, slot)
         if node._captures:
             for name in node._captures:
                 self._use(name, node, CAPTURE)
@@ -977,8 +983,29 @@ class Graph(LazyMetadata):
         """Whether every node comes after the producers of its inputs."""
         return self._first_use_before_definition() is None
 
+    def _known_sorted(self) -> bool:
+        """Whether the nodes are known to be in order: nothing changed since it was seen."""
+        mark = self._sorted_at
+        if mark is None:
+            return False
+        root = self.root
+        return mark[0] is root and mark[1] == root._version
+
+    def _mark_sorted(self) -> None:
+        """Remember that the nodes are in topological order now (until anything changes)."""
+        root = self.root
+        self._sorted_at = (root, root._version)
+
     def _first_use_before_definition(self) -> tuple[Node, Node, str] | None:
         """The first node that uses a value of a later node: ``(user, producer, value name)``."""
+        if self._known_sorted():
+            return None
+        found = self._find_use_before_definition()
+        if found is None:
+            self._mark_sorted()
+        return found
+
+    def _find_use_before_definition(self) -> tuple[Node, Node, str] | None:
         seen: set[Node] = set()
         values = self._values
         for node in self:
