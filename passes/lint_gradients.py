@@ -291,9 +291,15 @@ class _Linter:
         self.visited_count = len(region.visited)
         self._weights(region)
         self._loss_types(region, losses, scope)
-        bits = weight_bits(region, self.trainable)
-        self._judge_nodes(region, scope, lambda node: names_of(bits.get(node, 0),
-                                                               self.trainable), depth=0)
+        bits: dict[Node, int] = {}
+
+        def blocks_of(node: Node) -> list[str]:
+            # Needed for findings only: a model without any costs no walk for it.
+            if not bits:
+                bits.update(weight_bits(region, self.trainable))
+            return names_of(bits.get(node, 0), self.trainable)
+
+        self._judge_nodes(region, scope, blocks_of, depth=0)
         return self.report.ordered()
 
     def _whole_graph(self, scope: _Scope) -> None:
