@@ -7,11 +7,18 @@ the weights' types and shapes, so :func:`structural_proto` writes the main graph
 large or external initializers as typed graph inputs instead. Small initializers
 (shape tensors and the like) stay, so shape inference can still propagate their
 values.
+
+Strict shape inference is the costly half of the full check (on a 100k-node model,
+four times the checker proper). :func:`strict_inference` runs it for anyone who needs
+a model's types (``lint-gradients`` does) and remembers the outcome with the model's
+fingerprint; :func:`run_checker` then reuses it while the model has not changed, so
+a pipeline that lints, then checks, infers once.
 """
 
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
 from typing import Final
 
@@ -20,7 +27,7 @@ import onnx
 from graphpass.files.proto import model_to_proto, subgraph_protos
 from graphpass.ir import Model, Tensor
 
-__all__ = ["CheckerProblem", "run_checker", "structural_proto"]
+__all__ = ["CheckerProblem", "run_checker", "strict_inference", "structural_proto"]
 
 INLINE_LIMIT: Final = 4096
 """Initializers up to this many bytes stay in the proto given to the checker."""
@@ -101,16 +108,62 @@ def structural_proto(model: Model, *, inline_limit: int = INLINE_LIMIT) -> onnx.
     return proto
 
 
+@dataclass(frozen=True)
+class _Inferred:
+    """What :func:`strict_inference` found, for the model as it was (its fingerprint)."""
+
+    fingerprint: int
+    structure: bytes  # the serialized structural_proto
+    problem: CheckerProblem | None
+
+
+_INFERRED: weakref.WeakKeyDictionary[Model, _Inferred] = weakref.WeakKeyDictionary()
+
+
+def strict_inference(model: Model) -> tuple[onnx.ModelProto | None, CheckerProblem | None]:
+    """Strict shape inference on the model's structure, as the full check runs it.
+
+    The outcome is remembered for :func:`run_checker` until the model changes.
+
+    Args:
+        model: The model; it is not changed and its weights are not read.
+
+    Returns:
+        The inferred proto and ``None``, or ``None`` and the problem inference found.
+    """
+    fingerprint = model.fingerprint()
+    structure = structural_proto(model).SerializeToString()
+    try:
+        inferred = onnx.shape_inference.infer_shapes(structure, check_type=True,
+                                                     strict_mode=True, data_prop=False)
+    except onnx.shape_inference.InferenceError as error:
+        problem = _problem("inference", error)
+        _INFERRED[model] = _Inferred(fingerprint, structure, problem)
+        return None, problem
+    except (onnx.checker.ValidationError, ValueError, RuntimeError) as error:
+        return None, _problem("inference", error)  # not what the full check would say
+    _INFERRED[model] = _Inferred(fingerprint, structure, None)
+    return inferred, None
+
+
 def run_checker(model: Model, *, full_check: bool = False) -> CheckerProblem | None:
     """Run ``onnx.checker.check_model`` on the model's structure.
 
     Args:
         model: The model; it is not changed and its weights are not read.
-        full_check: Also run strict shape inference (what ``check`` does).
+        full_check: Also run strict shape inference (what ``check`` does); its
+            outcome from :func:`strict_inference` is reused if the model is unchanged.
 
     Returns:
         The first problem the checker reports, or ``None`` if it is satisfied.
     """
+    known = _INFERRED.get(model) if full_check else None
+    if known is not None and known.fingerprint == model.fingerprint():
+        try:
+            onnx.checker.check_model(known.structure)
+        except (onnx.checker.ValidationError, ValueError, RuntimeError) as error:
+            return _problem("validation", error)
+        return known.problem
     proto = structural_proto(model)
     try:
         onnx.checker.check_model(proto, full_check=full_check)

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
 
-__all__ = ["Block", "paused_gc"]
+__all__ = ["Block", "paused_gc", "sparing_older_objects"]
 
 _MIN_BATCH: Final = 1_000_000
 """Objects that may be garbage before a full collection is considered."""
@@ -65,6 +65,7 @@ class _Account:
 
     moved_since_collection = 0
     alive_after_collection = 0
+    sparing = False  # inside sparing_older_objects: older objects are frozen
     owned: list[tuple[weakref.ref[object], int]] = []  # noqa: RUF012 - one per process
 
 
@@ -88,15 +89,40 @@ def paused_gc() -> Iterator[Block]:
         yield block
     finally:
         if was_enabled:
-            if not gc.get_freeze_count():
+            if _Account.sparing or not gc.get_freeze_count():
                 _move_to_oldest_generation(block.owner)
             gc.enable()
+
+
+@contextmanager
+def sparing_older_objects() -> Iterator[None]:
+    """Inside the block, the collector scans only the objects created in it.
+
+    A pass that allocates as it goes triggers collections; each full one would scan
+    the whole model again (a model of 100k nodes is a million objects, and the pass
+    manager holds two). The objects that exist on entry are frozen (``gc.freeze``)
+    for the block, so collections scan only what the block makes, and put back into
+    the oldest generation on exit. Garbage among the frozen objects (nodes a pass
+    removed, say) waits for a collection after the block. Nothing happens when the
+    collector is off or the application keeps frozen objects of its own.
+    """
+    if not gc.isenabled() or gc.get_freeze_count() or _Account.sparing:
+        yield
+        return
+    gc.freeze()
+    _Account.sparing = True
+    try:
+        yield
+    finally:
+        _Account.sparing = False
+        gc.unfreeze()
 
 
 def _move_to_oldest_generation(owner: object | None) -> None:
     moved = gc.get_count()[0]  # objects allocated (net) since the last collection
     gc.freeze()
-    gc.unfreeze()
+    if not _Account.sparing:  # (while sparing, they join the frozen objects)
+        gc.unfreeze()
     account = _Account
     if owner is not None and moved >= _OWNED_MIN:
         try:
@@ -112,7 +138,7 @@ def _move_to_oldest_generation(owner: object | None) -> None:
             maybe_garbage += count
         else:
             alive += count
-    if maybe_garbage > max(_MIN_BATCH, alive):
+    if maybe_garbage > max(_MIN_BATCH, alive) and not account.sparing:
         found = gc.collect()
         account.owned = [(r, count) for r, count in account.owned if r() is not None]
         account.alive_after_collection = max(

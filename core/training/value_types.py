@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import onnx
 
-from graphpass.files.checking import structural_proto
+from graphpass.files.checking import strict_inference, structural_proto
 from graphpass.files.proto import function_to_proto
 from graphpass.ir import Function, Graph, Model, Tensor
 
@@ -107,6 +107,10 @@ def _infer(proto: onnx.ModelProto) -> dict[str, TypeInfo]:
                                                      data_prop=False)
     except Exception:  # inference is a best effort: what it cannot type stays unknown
         inferred = proto
+    return _collected(inferred)
+
+
+def _collected(inferred: onnx.ModelProto) -> dict[str, TypeInfo]:
     found: dict[str, TypeInfo] = {}
     _collect(inferred.graph, found)
     return found
@@ -201,6 +205,11 @@ class ModelTypes(_Lookup):
         return self._from_inference(name, known, need_shape=need_shape)
 
     def _infer(self) -> dict[str, TypeInfo]:
+        # Strict inference gives the same types when it succeeds, and the check pass
+        # reuses its outcome; where it fails, the lenient one types what it can.
+        inferred, _ = strict_inference(self._model)
+        if inferred is not None:
+            return _collected(inferred)
         return _infer(structural_proto(self._model))
 
 
