@@ -306,7 +306,10 @@ class _Linter:
         """Failures the trainer meets wherever the node is (in its graph optimizer)."""
         if not any(failure.scope == "graph" for failure in self.rules.op_failures):
             return
+        may_fail = self.rules.may_fail
         for node in scope.graph:
+            if not may_fail(node.domain, node.op_type, "graph"):
+                continue
             failures = self.rules.failures_for(NodeSite(node), scope="graph")
             if not failures:
                 continue
@@ -371,7 +374,10 @@ class _Linter:
                 if self.rules.builder_for(node.domain, node.op_type) is None:
                     carrying.append(-1)  # no builder: reported as such, not as a weight problem
                     continue
-                given = self.rules.inputs_given_gradient(region.site(node))
+                site = region.site(node) if self.rules.has_stop_edges(node.domain,
+                                                                      node.op_type) \
+                    else NodeSite(node)  # what stops nothing needs no types
+                given = self.rules.inputs_given_gradient(site)
                 slots = [i for i, input_name in enumerate(node.inputs)
                          if input_name == name and i in given]
                 carrying.extend(slots)
@@ -409,8 +415,13 @@ class _Linter:
     # -------------------------------------------------------------------- nodes
     def _judge_nodes(self, region: Region, scope: _Scope,
                      blocks_of: Callable[[Node], list[str]], depth: int) -> None:
-        deferred = self.rules.deferred_ops
+        rules = self.rules
+        deferred = rules.deferred_ops
         for node in region.ordered():
+            domain, op_type = node.domain, node.op_type
+            if (rules.builder_for(domain, op_type) == rules.trainer_view(domain, op_type)
+                    and not rules.may_fail(domain, op_type) and not any(node.subgraphs())):
+                continue  # the common case (as in _judge), decided without a site
             site = region.site(node, self.trainable_set)
             found = self._judge(node, site, scope, functools.partial(blocks_of, node), depth)
             if found is None:

@@ -634,6 +634,17 @@ class GradientRules:
             return []
         return [failure for failure in candidates if failure.matches(site)]
 
+    def may_fail(self, domain: str, op_type: str,
+                 scope: Literal["path", "graph"] = "path") -> bool:
+        """Whether :meth:`failures_for` can find anything for such a node.
+
+        Only the operator counts, not the conditions: when not, no site is needed.
+        """
+        candidates: tuple[OpFailure, ...] = self._memoized(
+            ("failures", domain, op_type, scope),
+            lambda: self._failure_candidates(domain, op_type, scope))
+        return bool(candidates)
+
     def _failure_candidates(self, node_domain: str, node_op_type: str, scope: str
                             ) -> tuple[OpFailure, ...]:
         """The failures of ``scope`` for an operator, before their conditions are checked."""

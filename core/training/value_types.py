@@ -84,14 +84,23 @@ def _info(type_proto: onnx.TypeProto) -> TypeInfo | None:
     return TypeInfo(elem_type, shape)
 
 
-def _collect(graph: onnx.GraphProto, into: dict[str, TypeInfo]) -> None:
-    """Types of every declared value in ``graph`` and its subgraphs."""
+def _collect(graph: onnx.GraphProto, into: dict[str, TypeInfo], *,
+             nested: bool = True) -> None:
+    """Types of every declared value in ``graph`` and (if ``nested``) its subgraphs."""
+    decoded: dict[bytes, TypeInfo | None] = {}  # most values share their type with others
     for item in (*graph.input, *graph.output, *graph.value_info):
-        found = _info(item.type)
+        type_proto = item.type
+        key = type_proto.SerializeToString()
+        if key in decoded:
+            found = decoded[key]
+        else:
+            found = decoded[key] = _info(type_proto)
         if found is not None:
             into.setdefault(item.name, found)
     for tensor in graph.initializer:
         into.setdefault(tensor.name, TypeInfo(tensor.data_type, tuple(tensor.dims)))
+    if not nested:
+        return
     for node in graph.node:
         for attribute in node.attribute:
             if attribute.type == onnx.AttributeProto.GRAPH:
@@ -110,9 +119,9 @@ def _infer(proto: onnx.ModelProto) -> dict[str, TypeInfo]:
     return _collected(inferred)
 
 
-def _collected(inferred: onnx.ModelProto) -> dict[str, TypeInfo]:
+def _collected(inferred: onnx.ModelProto, *, nested: bool = True) -> dict[str, TypeInfo]:
     found: dict[str, TypeInfo] = {}
-    _collect(inferred.graph, found)
+    _collect(inferred.graph, found, nested=nested)
     return found
 
 
@@ -209,7 +218,8 @@ class ModelTypes(_Lookup):
         # reuses its outcome; where it fails, the lenient one types what it can.
         inferred, _ = strict_inference(self._model)
         if inferred is not None:
-            return _collected(inferred)
+            nested = any(True for _ in self._model.graph.subgraphs())
+            return _collected(inferred, nested=nested)
         return _infer(structural_proto(self._model))
 
 
