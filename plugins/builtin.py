@@ -13,6 +13,7 @@ from graphpass.plugins.hookspecs import hookimpl
 
 __all__ = [
     "graphpass_checkpoint_loaders",
+    "graphpass_gradient_builders",
     "graphpass_gradient_rules",
     "graphpass_passes",
     "graphpass_pipelines",
@@ -59,6 +60,14 @@ def graphpass_gradient_rules() -> Iterable[Any]:
     from graphpass.passes.gradient_rules import builtin_rule_sets
 
     return builtin_rule_sets()
+
+
+@hookimpl
+def graphpass_gradient_builders() -> Iterable[Any]:
+    """The built-in gradient builders (``build-training-graph``)."""
+    from graphpass.training.builders import builtin_builders
+
+    return builtin_builders()
 
 
 @hookimpl

@@ -48,6 +48,7 @@ _KINDS = {
     "graphpass_passes": "passes",
     "graphpass_checkpoint_loaders": "checkpoint_loaders",
     "graphpass_gradient_rules": "gradient_rules",
+    "graphpass_gradient_builders": "gradient_builders",
     "graphpass_pipelines": "pipelines",
 }
 _PASS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -124,7 +125,23 @@ def build_registry(*, disable: Iterable[str] = (), strict: bool = False) -> Regi
             info.provides.setdefault(kind, []).append(name)
     if strict and registry.warnings:
         raise PluginError(registry.warnings[0])
+    _add_derived_rules(registry)
     return registry
+
+
+def _add_derived_rules(registry: Registry) -> None:
+    """Add the ``graphpass`` rule set, computed from every registered gradient builder."""
+    if not registry.gradient_builders:
+        return
+    from graphpass.training.rules import RULES_NAME, rules_from_builders
+    from graphpass.training.table import BuilderTable
+
+    table = BuilderTable(entry.item for entry in registry.gradient_builders.values())
+    rules = rules_from_builders(table, _version("graphpass"))
+    registry.add("gradient_rules", RULES_NAME, rules, BUILTIN)
+    info = registry.plugin(BUILTIN)
+    if info is not None:
+        info.provides.setdefault("gradient_rules", []).append(RULES_NAME)
 
 
 def _check_strict(info: PluginInfo, strict: bool) -> None:
@@ -254,6 +271,12 @@ def _item_problem(kind: str, item: Any) -> str | None:
         options = getattr(item, "Options", None)
         if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
             return "`Options` must be a dataclass (graphpass.pass_base.NoOptions for none)"
+        return None
+    if kind == "gradient_builders":
+        from graphpass.training.builder import GradientBuilder
+
+        if not isinstance(item, GradientBuilder):
+            return "not a graphpass.training.GradientBuilder"
         return None
     if kind == "pipelines":
         if not isinstance(item, Pipeline):
