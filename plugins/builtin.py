@@ -23,6 +23,7 @@ __all__ = [
 @hookimpl
 def graphpass_passes() -> Iterable[type[Any]]:
     """The built-in passes."""
+    from graphpass.passes.build_training_graph import BuildTrainingGraph
     from graphpass.passes.check import Check
     from graphpass.passes.detect_missing_buffers import DetectMissingBuffers
     from graphpass.passes.fix_training_ops import FixTrainingOps
@@ -39,6 +40,7 @@ def graphpass_passes() -> Iterable[type[Any]]:
         DetectMissingBuffers,
         LintGradients,
         FixTrainingOps,
+        BuildTrainingGraph,
         RemoveUnused,
         TopologicalSort,
         InferShapes,

@@ -98,7 +98,30 @@ def reference_evaluator(model: onnx.ModelProto) -> Any:
                 return ((0.5 * x * (1 + np.tanh(inner))).astype(x.dtype),)
             return ((0.5 * x * (1 + erf(x / math.sqrt(2)))).astype(x.dtype),)
 
-    return ReferenceEvaluator(model, new_ops=[Erf, Gelu])
+    class Softsign(OpRun):  # its own rejects float64
+        op_domain = ""
+
+        def _run(self, x):  # type: ignore[no-untyped-def]
+            return ((x / (1 + np.abs(x))).astype(x.dtype),)
+
+    from onnx.reference.ops.op_conv_transpose import ConvTranspose as _ConvTranspose
+
+    class ConvTranspose(_ConvTranspose):  # its own handles group 1 only: run it per group
+        op_domain = ""
+
+        def _run(self, X, W, B=None, **attributes):  # type: ignore[no-untyped-def]
+            group = attributes.get("group") or 1
+            if group == 1:
+                return super()._run(X, W, B, **attributes)
+            attributes["group"] = 1
+            xs = np.split(X, group, axis=1)
+            ws = np.split(W, group, axis=0)
+            bs = np.split(B, group) if B is not None else [None] * group
+            parts = [super(ConvTranspose, self)._run(x, w, b, **attributes)[0]
+                     for x, w, b in zip(xs, ws, bs, strict=True)]
+            return (np.concatenate(parts, axis=1),)
+
+    return ReferenceEvaluator(model, new_ops=[Erf, Gelu, Softsign, ConvTranspose])
 
 
 class Runner:
@@ -155,7 +178,8 @@ class VJP:
 
 def vjp_model(model: onnx.ModelProto, wrt: Sequence[str],
               outputs: Sequence[str] | None = None,
-              builders: BuilderTable | None = None) -> VJP:
+              builders: BuilderTable | None = None,
+              ranks: Mapping[str, int] | None = None) -> VJP:
     """``model`` with cotangent inputs and gradient outputs (see the module docstring)."""
     ir = graphpass.Model.from_proto(model)
     graph = ir.graph
@@ -170,6 +194,11 @@ def vjp_model(model: onnx.ModelProto, wrt: Sequence[str],
         declared = onnx.ValueInfoProto()
         declared.CopyFrom(info)
         declared.name = name
+        tensor = declared.type.tensor_type
+        if not tensor.HasField("shape") and ranks is not None and info.name in ranks:
+            tensor.shape.SetInParent()
+            for i in range(ranks[info.name]):  # declare the rank: strict inference needs it
+                tensor.shape.dim.add().dim_param = f"{name}_d{i}"
         graph.add_input(declared)
         cotangents[info.name] = name
     result = differentiate(ir, list(wrt), cotangents, builders=builders or TABLE)
@@ -234,16 +263,17 @@ def check_gradients(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
     """Check the gradients of a float64 ``model`` at ``feeds`` against finite differences."""
     rng = np.random.default_rng(seed)
     wrt = list(wrt) if wrt is not None else differentiable_inputs(model, builders)
-    vjp = vjp_model(model, wrt, builders=builders)
-    outcome = Outcome()
-    onnx.checker.check_model(vjp.model, full_check=True)
     forward = runner(model)
-    backward = runner(vjp.model)
-    outcome.backend = backward.backend if backward.backend == forward.backend else \
-        f"{forward.backend}+{backward.backend}"
     out_names = [o.name for o in model.graph.output]
     base = {k: as_double(v) for k, v in feeds.items()}
     first = forward(base)
+    ranks = {name: np.ndim(value) for name, value in zip(out_names, first, strict=True)}
+    vjp = vjp_model(model, wrt, builders=builders, ranks=ranks)
+    outcome = Outcome()
+    onnx.checker.check_model(vjp.model, full_check=True)
+    backward = runner(vjp.model)
+    outcome.backend = backward.backend if backward.backend == forward.backend else \
+        f"{forward.backend}+{backward.backend}"
     cot = {}
     for name, value in zip(out_names, first, strict=True):
         if name in vjp.cotangents:

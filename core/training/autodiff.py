@@ -128,7 +128,8 @@ class _Engine:
                 raise GradientError(
                     f"{name!r} is read inside a subgraph of node {node_label(node)!r} "
                     f"({op_label(node)}); graphpass does not differentiate control flow",
-                    hint="freeze it, or remove the control flow (If/Loop/Scan) from the path")
+                    hint="freeze it, or remove the control flow (If/Loop/Scan) from the path",
+                    node=node_label(node))
         trainable = frozenset(wrt)
         for node in region.ordered():
             if any(True for _ in node.subgraphs()):
@@ -136,7 +137,8 @@ class _Engine:
                     f"node {node_label(node)!r} ({op_label(node)}) holds subgraphs; graphpass "
                     "does not differentiate control flow (If, Loop, Scan)",
                     hint="freeze the weights whose gradient passes through it (option "
-                         "frozen), or rewrite that part of the model without control flow")
+                         "frozen), or rewrite that part of the model without control flow",
+                    node=node_label(node))
             builder = self.builder(node)
             if builder is None:
                 raise self._missing(node)
@@ -144,7 +146,8 @@ class _Engine:
             if refusal is not None:
                 raise GradientError(
                     f"cannot differentiate node {node_label(node)!r} ({op_label(node)}): "
-                    f"{refusal.reason} ({refusal.describe()})", hint=refusal.hint)
+                    f"{refusal.reason} ({refusal.describe()})", hint=refusal.hint,
+                    node=node_label(node))
 
     def _missing(self, node: Node) -> GradientError:
         label = op_label(node)
@@ -152,7 +155,8 @@ class _Engine:
             return GradientError(
                 f"node {node_label(node)!r} calls the model-local function {label}, which "
                 "has no gradient builder",
-                hint="run inline-functions first, or register a gradient builder for it")
+                hint="run inline-functions first, or register a gradient builder for it",
+                node=node_label(node))
         others = self.table.versions(node.domain, node.op_type)
         if others:
             opset = model_opset(self.model, node.domain)
@@ -160,12 +164,12 @@ class _Engine:
             return GradientError(
                 f"no gradient builder for {label} at opset {opset} (node "
                 f"{node_label(node)!r}); builders exist for {covered}",
-                hint="convert the model to an opset the builders cover")
+                hint="convert the model to an opset the builders cover", node=node_label(node))
         return GradientError(
             f"no gradient builder for {label} (node {node_label(node)!r})",
             hint="freeze the weights whose gradient passes through it (option frozen), "
                  "rewrite that part of the model, or register a builder for it in a plugin "
-                 "(hook graphpass_gradient_builders)")
+                 "(hook graphpass_gradient_builders)", node=node_label(node))
 
     # --------------------------------------------------------------- backward
     def run(self, wrt: Sequence[str], seeds: Mapping[str, str | None]) -> Gradients:

@@ -60,7 +60,16 @@ BuildFunction = Callable[["GradientContext"], BuilderResult]
 
 
 class GradientError(GraphpassError):
-    """A gradient graph cannot be built (the message names the node and the reason)."""
+    """A gradient graph cannot be built (the message names the node and the reason).
+
+    Attributes:
+        node: The name (op type when unnamed) of the node it cannot differentiate.
+    """
+
+    def __init__(self, message: str, *, where: str | None = None, hint: str | None = None,
+                 node: str | None = None):
+        self.node = node
+        super().__init__(message, where=where, hint=hint)
 
 
 @dataclass(frozen=True)
@@ -263,7 +272,8 @@ class GradientContext:
     def error(self, reason: str, hint: str) -> GradientError:
         """A :class:`GradientError` naming this node (raise it)."""
         return GradientError(f"cannot differentiate node {node_label(self.node)!r} "
-                             f"({op_label(self.node)}): {reason}", hint=hint)
+                             f"({op_label(self.node)}): {reason}", hint=hint,
+                             node=node_label(self.node))
 
 
 def op_label(node: Node) -> str:
