@@ -121,7 +121,14 @@ def reference_evaluator(model: onnx.ModelProto) -> Any:
                      for x, w, b in zip(xs, ws, bs, strict=True)]
             return (np.concatenate(parts, axis=1),)
 
-    return ReferenceEvaluator(model, new_ops=[Erf, Gelu, Softsign, ConvTranspose])
+    class GlobalMaxPool(OpRun):  # its own drops an axis of 3-D inputs
+        op_domain = ""
+
+        def _run(self, x):  # type: ignore[no-untyped-def]
+            return (np.max(x, axis=tuple(range(2, x.ndim)), keepdims=True),)
+
+    return ReferenceEvaluator(model, new_ops=[Erf, Gelu, Softsign, ConvTranspose,
+                                              GlobalMaxPool])
 
 
 class Runner:

@@ -79,7 +79,11 @@ def _geometry(ctx: GradientContext, x: str, kernel: list[int]) -> dict[str, list
 
 def _output_padding(ctx: GradientContext, x: str, y: str, kernel: list[int],
                     geometry: dict[str, list[int]]) -> list[int] | None:
-    """The ``output_padding`` that gives a transposed convolution X's shape, if static."""
+    """The ``output_padding`` that gives a transposed convolution X's shape, if static.
+
+    ``None`` also when a window-free border is so wide that the padded transposed
+    convolution would be empty.
+    """
     x_shape, y_shape = ctx.static_shape(x), ctx.static_shape(y)
     if x_shape is None or y_shape is None:
         return None
@@ -89,6 +93,8 @@ def _output_padding(ctx: GradientContext, x: str, y: str, kernel: list[int],
         s, d = geometry["strides"][i], geometry["dilations"][i]
         covered = (s * (y_shape[2 + i] - 1) + (kernel[i] - 1) * d + 1
                    - geometry["pads"][i] - geometry["pads"][n + i])
+        if covered < 1:
+            return None
         padding.append(x_shape[2 + i] - covered)
     return padding
 
@@ -97,6 +103,7 @@ def _transposed(ctx: GradientContext, dy: str, weight: str, x: str, y: str, kern
                 geometry: dict[str, list[int]], group: int) -> str:
     """``ConvTranspose(dy, weight)`` shaped like ``x`` (zeros where no window reached)."""
     e = ctx.emit
+    n = len(kernel)
     padding = _output_padding(ctx, x, y, kernel, geometry)
     attributes: dict[str, Any] = {
         "strides": geometry["strides"], "dilations": geometry["dilations"],
@@ -105,11 +112,16 @@ def _transposed(ctx: GradientContext, dy: str, weight: str, x: str, y: str, kern
         if any(padding):
             attributes["output_padding"] = padding
         return str(e.op("ConvTranspose", dy, weight, **attributes))
-    partial = e.op("ConvTranspose", dy, weight, **attributes)
-    rank = len(kernel) + 2
-    missing = e.op("Sub", e.shape(x, 2), e.shape(partial, 2))
-    pads = e.op("Concat", e.ints([0] * (rank + 2)), missing, axis=0)
-    return str(e.op("Pad", partial, pads, mode="constant"))
+    # Otherwise: the whole transposed convolution over the padded input, X's part of it
+    # cut out, and zeros for the end positions no window covered.
+    attributes["pads"] = [0] * (2 * n)
+    full = e.op("ConvTranspose", dy, weight, **attributes)
+    begin = e.ints(geometry["pads"][:n])
+    sizes = e.shape(x, 2)
+    cut = e.op("Slice", full, begin, e.op("Add", begin, sizes), e.ints(range(2, n + 2)))
+    missing = e.op("Sub", sizes, e.shape(cut, 2))
+    pads = e.op("Concat", e.ints([0] * (n + 4)), missing, axis=0)  # begins, then N and C
+    return str(e.op("Pad", cut, pads, mode="constant"))
 
 
 @builder("Conv", frozenset({0, 1, 2}), refusals=(rank_known(1), _auto_pad_needs_shape(0)),
