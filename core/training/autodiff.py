@@ -11,6 +11,9 @@ respect to chosen values (trainable weights, inputs):
    operator at the model's opset, no refusal of that builder may apply, and no
    node may hold subgraphs: otherwise a :class:`~graphpass.training.GradientError`
    names the node (nothing is changed then);
+   Values of a float type carry gradients, and so do values that are not tensors (a
+   sequence of float tensors would carry one; no builder handles them, so such a
+   path is refused instead of silently giving a wrong gradient);
 3. the nodes are visited in reverse topological order; each builder gets the summed
    gradients of its outputs (a value used several times gets the sum of the
    gradients from every use) and emits the gradients of the inputs that need one.
@@ -43,7 +46,12 @@ from graphpass.training.builder import (
 from graphpass.training.table import BuilderTable, registered_builders
 from graphpass.value_types import ModelTypes, TypeInfo
 
-__all__ = ["Gradients", "differentiate", "model_opset", "prune"]
+__all__ = ["CARRIER_TYPES", "Gradients", "differentiate", "model_opset", "prune"]
+
+CARRIER_TYPES = DIFFERENTIABLE_TYPES | {0}
+"""Element types gradients flow through: the float types, and values that are not
+tensors (sequences, optionals): a gradient through one is refused loudly (no builder)
+rather than dropped."""
 
 
 @dataclass
@@ -107,7 +115,7 @@ class _Engine:
 
     def is_differentiable(self, name: str) -> bool:
         elem_type = self.types(name).elem_type
-        return elem_type is None or elem_type in DIFFERENTIABLE_TYPES
+        return elem_type is None or elem_type in CARRIER_TYPES
 
     def site(self, region: Region, node: Node, trainable: frozenset[str]) -> NodeSite:
         needed = region.gradient_values

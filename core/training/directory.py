@@ -80,7 +80,7 @@ def _checked(path: Path, allowed_domains: set[str]) -> None:
 def _save_arrays(arrays: dict[str, np.ndarray], path: Path) -> None:
     from safetensors.numpy import save_file
 
-    save_file({name: np.ascontiguousarray(value) for name, value in arrays.items()}, str(path))
+    save_file({name: np.asarray(value, order="C") for name, value in arrays.items()}, str(path))
 
 
 def _share_frozen(model: Model, saved: Model) -> None:

@@ -34,6 +34,7 @@ from graphpass.training.autodiff import differentiate, model_opset, prune
 from graphpass.training.builder import GradientError
 from graphpass.training.losses import LOSS, TARGET, LossKind, add_loss
 from graphpass.training.optimizers import LR, STEP, Optimizer, add_update
+from graphpass.training.sequences import split_sequences
 from graphpass.training.table import BuilderTable
 from graphpass.value_types import ModelTypes
 
@@ -129,6 +130,7 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
     graph = work.graph
     if not graph.is_sorted():
         graph.sort()
+    split_sequences(graph)
     initializers = graph.initializers
     for name in trainable:
         if name not in initializers:

@@ -32,7 +32,7 @@ from graphpass.gradients import (
     TrainerFailure,
     normalize_domain,
 )
-from graphpass.training.autodiff import model_opset
+from graphpass.training.autodiff import CARRIER_TYPES, model_opset
 from graphpass.training.builder import GradientBuilder
 from graphpass.training.table import BuilderTable
 
@@ -116,7 +116,7 @@ def rules_from_builders(table: BuilderTable, version: str = "") -> GradientRules
         name=RULES_NAME, trainer="graphpass", version=version,
         builders=frozenset(table.keys()), lookup="domain", stop_edges=tuple(stop_edges),
         op_failures=tuple(failures), trainer_failures=trainer_failures,
-        differentiable_types=DIFFERENTIABLE_TYPES, loss_types=DIFFERENTIABLE_TYPES,
+        differentiable_types=CARRIER_TYPES, loss_types=DIFFERENTIABLE_TYPES,
         description="graphpass's own trainer (build-training-graph): derived from the "
                     "registered gradient builders",
         source="the graphpass_gradient_builders hook")
