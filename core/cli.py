@@ -54,6 +54,7 @@ EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 LINT_DEFAULT = ("check",)
+TRAINING_GRAPH_PASS = "build-training-graph"
 """What ``graphpass lint`` runs when no pass is named."""
 
 
@@ -186,6 +187,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--emit-training-artifacts", metavar="DIR",
                      help="also write onnxruntime-training artifacts to DIR (needs "
                           "onnxruntime-training; options: -O emit-training-artifacts.loss=...)")
+    run.add_argument("--emit-training-graph", metavar="DIR",
+                     help="also write graphpass's own training graphs to DIR (standard ONNX, "
+                          "stock onnxruntime runs them; options: -O build-training-graph."
+                          "loss=...)")
     run.add_argument("--keep-going", action="store_true",
                      help="run every pass even after error findings (still writes nothing)")
     run.set_defaults(handler=_run)
@@ -242,6 +247,9 @@ def _run(args: argparse.Namespace) -> int:
                 "graphpass run")
         extra_passes["emit-training-artifacts"] = {
             "directory": str(Path(args.emit_training_artifacts).absolute())}
+    if args.emit_training_graph:
+        extra_passes[TRAINING_GRAPH_PASS] = {
+            "directory": str(Path(args.emit_training_graph).absolute())}
     manager = _manager(
         args, config, registry, required=True, extra_passes=extra_passes,
         extra_instruments=[VerifySemantics(verify)] if verify is not None else [],
@@ -391,6 +399,8 @@ def _manager(args: argparse.Namespace, config: PipelineFile | None, registry: Re
         options.setdefault(name, {})[option] = value
     for name, values in extra_passes.items():
         options.setdefault(name, {}).update(values)
+    if TRAINING_GRAPH_PASS in extra_passes:
+        _training_graph_defaults(options)
     checkpoints = [Path(c).absolute() for c in args.checkpoint]
     for given, path in zip(args.checkpoint, checkpoints, strict=True):
         if not path.exists():
@@ -403,6 +413,20 @@ def _manager(args: argparse.Namespace, config: PipelineFile | None, registry: Re
                        checkpoints=checkpoints,
                        base_dir=config.base_dir if config else Path.cwd(),
                        instruments=[progress, *extra_instruments], **settings)
+
+
+def _training_graph_defaults(options: dict[str, dict[str, Any]]) -> None:
+    """With ``--emit-training-graph``: lint by graphpass's rules, train what the lint judged.
+
+    ``lint-gradients`` then reports every node ``build-training-graph`` cannot
+    differentiate, and both passes pick the same weights, unless the options say else.
+    """
+    lint = options.setdefault("lint-gradients", {})
+    lint.setdefault("rules", "graphpass")
+    training = options[TRAINING_GRAPH_PASS]
+    for key in ("trainable", "frozen"):
+        if key in lint:
+            training.setdefault(key, lint[key])
 
 
 def _parse_option(text: str) -> tuple[str, str, Any]:
