@@ -176,7 +176,7 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
     _set_inputs(gradient_model, [*inputs, *reached], declarations)
     prune(gradient_model.graph, gradient_model.graph.output_names)
 
-    state_inputs = {(w, kind): f"{w}.{kind}" for w in reached for kind in optimizer.state}
+    state_inputs = {(w, kind): f"{w}.{kind}" for kind in optimizer.state for w in reached}
     for (weight, _), name in state_inputs.items():
         declarations[name] = _renamed(declarations[weight], name)
     declarations[STEP] = onnx.helper.make_tensor_value_info(STEP, onnx.TensorProto.INT64, [])
