@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from graphpass.gradients import AttributeIn
 from graphpass.plugins import hookimpl
-from graphpass.training import BuilderResult, GradientBuilder, GradientContext
+from graphpass.training import BuilderResult, GradientBuilder, GradientContext, Refusal
 
 DOMAIN = "example.graphpass"
 
@@ -26,6 +27,8 @@ def _scaled_tanh(ctx: GradientContext) -> BuilderResult:
 
 SCALED_TANH = GradientBuilder(
     "ScaledTanh", _scaled_tanh, domain=DOMAIN, differentiable=frozenset({0}),
+    refusals=(Refusal((AttributeIn("alpha", (0.0,)),), "alpha 0 divides by zero",
+                      "use a non-zero alpha"),),
     description="dX = dY (alpha - Y^2 / alpha)")
 
 
