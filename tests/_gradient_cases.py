@@ -233,12 +233,13 @@ def _einsum(draw: Draw) -> Case:
     left = equation.split("->")[0]
     sizes = {ch: draw(st.integers(1, 4)) for ch in "bhqdkijn"}
     inputs = []
-    for index, subscripts in enumerate(left.split(",")):
+    for index, operand in enumerate(left.split(",")):
         shape = []
-        if subscripts.startswith("..."):
+        letters = operand
+        if operand.startswith("..."):
             shape.extend(_shape(draw, 0, 2, 3) if index == 0 else [])
-            subscripts = subscripts[3:]
-        shape.extend(sizes[ch] for ch in subscripts)
+            letters = operand[3:]
+        shape.extend(sizes[ch] for ch in letters)
         inputs.append(b.tensor(f"x{index}", shape))
     return b.model("Einsum", inputs, equation=equation)
 
@@ -593,7 +594,7 @@ CASES: dict[str, Callable[[Draw], Case]] = {
 
 def case_strategy(op_type: str) -> st.SearchStrategy[Case]:
     """The hypothesis strategy of ``op_type``'s cases."""
-    return st.composite(lambda draw: CASES[op_type](draw))()
+    return st.composite(CASES[op_type])()
 
 
 # ==================================================================== running
@@ -615,9 +616,8 @@ def run_random(op_type: str, max_examples: int) -> Tally:
     Examples are derandomized (the same ones every run); hypothesis shrinks a
     failing one before it is reported.
     """
-    from hypothesis import HealthCheck, given, settings
-
     from _gradcheck import check_gradients
+    from hypothesis import HealthCheck, given, settings
 
     tally = Tally()
 

@@ -212,7 +212,6 @@ def exported(name: str) -> Path:
 
 def torch_gradients(name: str) -> tuple[float, dict[str, np.ndarray]]:
     """The loss and each parameter's gradient, by ``torch.autograd``, for the recipe's batch."""
-    import torch
     from torch.nn import functional
 
     recipe = recipes()[name]

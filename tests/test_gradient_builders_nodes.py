@@ -16,7 +16,6 @@ from collections import Counter
 
 import numpy as np
 import pytest
-
 from _gradcheck import TABLE, check_node_case, node_cases
 
 # Cases whose refusal is declared by the builder (and so reported by lint-gradients).

@@ -13,9 +13,8 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from _gradient_cases import CASES, run_random
 from _gradcheck import TABLE
+from _gradient_cases import CASES, run_random
 
 EXAMPLES = int(os.environ.get("GRAPHPASS_GRADIENT_EXAMPLES", "8"))
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
-
 from _docs_runner import block_after, run_page
 from _gradcheck import TABLE, check_gradients
+from onnx import TensorProto, helper
+
 from graphpass.training.builders import builtin_builders
 from graphpass.training.table import BuilderTable
 

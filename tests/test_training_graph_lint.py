@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from _model_strategies import models
 from hypothesis import HealthCheck, given, settings
 from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
-from _model_strategies import models
 
 NODE_ERRORS = {"GP401", "GP403", "GP406", "GP410"}
 UNREACHED = {"GP402", "GP404"}

@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from _gradcheck import check_gradients
 from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
-from _gradcheck import check_gradients
 from graphpass.plugins.manager import build_registry
 from graphpass.training.builders import builtin_builders
 from graphpass.training.table import BuilderTable

@@ -1,14 +1,14 @@
-"""``SplitToSequence`` read by constant ``SequenceAt`` is written as ``Split``, computing the same."""
+"""``SplitToSequence`` read by constant ``SequenceAt`` becomes ``Split``, computing the same."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
 import pytest
+from _training_models import exported
 from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
-from _training_models import exported
 
 ort = pytest.importorskip("onnxruntime")
 

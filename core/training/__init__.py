@@ -1,5 +1,7 @@
-"""Training graphs in standard ONNX: gradient builders, reverse-mode differentiation,
-losses, optimizers and the training-graph directory.
+"""Training graphs in standard ONNX.
+
+Gradient builders, reverse-mode differentiation, losses, optimizers and the
+training-graph directory.
 
 ```python
 from graphpass.training import GradientBuilder, GradientContext, differentiate

@@ -107,19 +107,23 @@ class Emitter:
         """A fresh value name under the current prefix."""
         return self.names.fresh(f"{self.prefix}/{hint}" if hint else self.prefix)
 
-    def op(self, op_type: str, *inputs: str, n_outputs: int = 1, **attributes: Any) -> Any:
-        """Append an ``op_type`` node and return its output name (a tuple for several).
+    def op(self, op_type: str, *inputs: str, **attributes: Any) -> str:
+        """Append an ``op_type`` node with one output and return the output's name.
 
         Args:
             op_type: A default-domain operator.
             *inputs: Input names (``""`` for an omitted optional input).
-            n_outputs: How many outputs the node has.
             **attributes: Attribute values (``None`` values are left out).
         """
-        outputs = [self.fresh(op_type if n_outputs == 1 else f"{op_type}.{i}")
-                   for i in range(n_outputs)]
+        output = self.fresh(op_type)
+        self.node(op_type, inputs, [output], **attributes)
+        return output
+
+    def ops(self, op_type: str, *inputs: str, count: int, **attributes: Any) -> list[str]:
+        """Append an ``op_type`` node with ``count`` outputs and return their names."""
+        outputs = [self.fresh(f"{op_type}.{i}") for i in range(count)]
         self.node(op_type, inputs, outputs, **attributes)
-        return outputs[0] if n_outputs == 1 else tuple(outputs)
+        return outputs
 
     def node(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str],
              **attributes: Any) -> Node:

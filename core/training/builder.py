@@ -217,8 +217,10 @@ class GradientContext:
         return value
 
     def constant_value(self, name: str) -> Any:
-        """The value of a constant input (a non-input initializer or a ``Constant``
-        node's output) as a numpy array, else ``None``."""
+        """The value of a constant input as a numpy array, else ``None``.
+
+        Constants are initializers that are not graph inputs, and ``Constant`` outputs.
+        """
         graph = self.node.graph
         if graph is None or not name:
             return None

@@ -4,8 +4,8 @@
 optimizer, or the legacy exporter) as ``SplitToSequence`` whose sequence is read
 only by ``SequenceAt`` nodes at constant positions. A sequence is not a tensor, so a
 trainer that differentiates tensors drops the gradient flowing through it;
-:func:`split_sequences` writes the same computation with ``Split`` and ``Identity``, which computes the same values and can be
-differentiated.
+:func:`split_sequences` writes the same computation with ``Split`` and ``Identity``,
+which computes the same values and can be differentiated.
 """
 
 from __future__ import annotations

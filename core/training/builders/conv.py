@@ -1,5 +1,7 @@
-"""Convolutions and pooling: ``Conv`` (groups, strides, dilations, pads, depthwise),
-``MaxPool``, ``AveragePool``, ``GlobalAveragePool``, ``GlobalMaxPool``.
+"""Convolutions and pooling.
+
+``Conv`` (groups, strides, dilations, pads, depthwise), ``MaxPool``, ``AveragePool``,
+``GlobalAveragePool``, ``GlobalMaxPool``:
 
 * ``Conv``: dX is the transposed convolution of dY with the same weights; dW is a
   convolution of X (batch and channel axes swapped, per group) with dY as the

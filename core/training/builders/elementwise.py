@@ -268,7 +268,7 @@ def _thresholded_relu(ctx: GradientContext, x: str, y: str, dy: str) -> str:
 
 @builder("Gelu", since=20, description="exact (erf) or tanh-approximate, as torch computes it")
 def _gelu(ctx: GradientContext) -> BuilderResult:
-    x, dy, e = ctx.input(0), ctx.output_gradient(0), ctx.emit
+    x, dy = ctx.input(0), ctx.output_gradient(0)
     assert dy is not None
     return [_gelu_gradient(ctx, x, dy, str(ctx.attribute("approximate", "none")))]
 

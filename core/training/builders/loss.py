@@ -1,5 +1,8 @@
-"""The cross-entropy losses: ``SoftmaxCrossEntropyLoss`` and ``NegativeLogLikelihoodLoss``
-(class weights, ``ignore_index``, every reduction)."""
+"""The cross-entropy losses.
+
+``SoftmaxCrossEntropyLoss`` and ``NegativeLogLikelihoodLoss``, with class weights,
+``ignore_index`` and every reduction.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Softmax and normalizations: ``Softmax``, ``LogSoftmax``, ``LayerNormalization``,
-``BatchNormalization`` (inference and training semantics), ``InstanceNormalization``.
+"""Softmax and normalizations.
+
+``Softmax``, ``LogSoftmax``, ``LayerNormalization``, ``BatchNormalization`` (inference
+and training semantics), ``InstanceNormalization``.
 
 Normalizations recompute their mean and inverse standard deviation in the backward
 pass (one reduction each) unless the forward node already outputs them.
@@ -48,7 +50,7 @@ def _log_softmax(ctx: GradientContext) -> BuilderResult:
 
 def _normalized_gradient(ctx: GradientContext, dxhat: str, xhat: str, inv: str,
                          axes: list[int]) -> str:
-    """dX from dX̂ for X̂ = (X - mean) * inv over ``axes``."""
+    """DX from dX̂ for X̂ = (X - mean) * inv over ``axes``."""
     e = ctx.emit
     mean_dxhat = e.reduce_mean(dxhat, axes, keepdims=True)
     mean_dxhat_xhat = e.reduce_mean(e.op("Mul", dxhat, xhat), axes, keepdims=True)

@@ -1,5 +1,7 @@
-"""Reductions: ``ReduceSum``, ``ReduceMean``, ``ReduceMax``, ``ReduceMin``,
-``ReduceSumSquare``, ``ReduceL1``, ``ReduceL2``, ``ReduceLogSumExp``.
+"""Reductions.
+
+``ReduceSum``, ``ReduceMean``, ``ReduceMax``, ``ReduceMin``, ``ReduceSumSquare``,
+``ReduceL1``, ``ReduceL2``, ``ReduceLogSumExp``.
 
 Axes are read from the attribute (before opset 18; ``ReduceSum`` before 13) or the
 input, which may be computed at run time: the gradient is broadcast back with

@@ -1,5 +1,7 @@
-"""Operators that move data: reshapes, transposes, concatenation, splitting, slicing,
-gathering, padding, tiling, ``Expand`` and ``Trilu``.
+"""Operators that move data.
+
+Reshapes, transposes, concatenation, splitting, slicing, gathering, padding, tiling,
+``Expand`` and ``Trilu``.
 
 Their gradients move the gradient back: a reshape reshapes it back, a gather
 scatters it (adding where an index repeats: ``ScatterND``/``ScatterElements`` with
@@ -64,8 +66,7 @@ def _concat(ctx: GradientContext) -> BuilderResult:
         sizes = e.ints([shape[axis] for shape in static if shape is not None])
     else:
         sizes = e.op("Concat", *(e.shape(name, axis, axis + 1) for name in inputs), axis=0)
-    pieces = e.op("Split", dy, sizes, axis=axis, n_outputs=len(inputs))
-    pieces = [pieces] if isinstance(pieces, str) else list(pieces)
+    pieces = e.ops("Split", dy, sizes, axis=axis, count=len(inputs))
     return {i: pieces[i] for i in ctx.wanted}
 
 
