@@ -110,7 +110,7 @@ def torch_sweep() -> dict[str, dict[str, float]]:
                            "loss_error": abs(float(loss) - float(expected.detach())),
                            "max_relative_gradient_error": worst,
                            "adamw_10_steps_max_difference": _adamw(train, recipe, manifest)}
-            del torch
+
     return found
 
 

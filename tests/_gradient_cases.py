@@ -232,12 +232,14 @@ def _einsum(draw: Draw) -> Case:
     equation = draw(st.sampled_from(_EINSUMS))
     left = equation.split("->")[0]
     sizes = {ch: draw(st.integers(1, 4)) for ch in "bhqdkijn"}
+    batch = _shape(draw, 0, 2, 3)  # what "..." stands for (every operand, broadcasting)
     inputs = []
     for index, operand in enumerate(left.split(",")):
         shape = []
         letters = operand
         if operand.startswith("..."):
-            shape.extend(_shape(draw, 0, 2, 3) if index == 0 else [])
+            shape.extend(batch if index == 0 else [d if draw(st.booleans()) else 1
+                                                   for d in batch])
             letters = operand[3:]
         shape.extend(sizes[ch] for ch in letters)
         inputs.append(b.tensor(f"x{index}", shape))

@@ -128,11 +128,18 @@ def _parse(equation: str, count: int) -> tuple[list[str], str]:
     return operands, right
 
 
-def _einsum_problem(node_equation: str, count: int, wanted: frozenset[int]) -> str | None:
+def _einsum_problem(node_equation: str, count: int, wanted: frozenset[int],
+                    ranks: tuple[int | None, ...] = ()) -> str | None:
     try:
         operands, output = _parse(node_equation, count)
     except ValueError as error:
         return str(error)
+    ellipses = {(ranks[i] if i < len(ranks) else None, operand)
+                for i, operand in enumerate(operands) if "..." in operand}
+    spans = {None if rank is None else rank - len(operand.replace("...", ""))
+             for rank, operand in ellipses}
+    if len(spans) > 1:
+        return "operands whose ellipses span different ranks (or unknown ones)"
     for index in sorted(wanted):
         subscripts = operands[index]
         letters = subscripts.replace("...", "")
@@ -147,13 +154,14 @@ def _einsum_problem(node_equation: str, count: int, wanted: frozenset[int]) -> s
 def _einsum_refused(site: NodeSite) -> bool:
     equation = site.node.attribute("equation", "")
     return _einsum_problem(str(equation), len(site.node.inputs),
-                           site.inputs_needing_gradient) is not None
+                           site.inputs_needing_gradient, site.input_ranks) is not None
 
 
 @builder("Einsum", None, since=12, refusals=(Refusal(
-    (Check("einsum-unsupported", "an operand that needs a gradient repeats a subscript, or "
-           "an ellipsis is not leading", _einsum_refused),),
-    "the builder handles einsums without diagonals whose ellipsis (if any) leads",
+    (Check("einsum-unsupported", "an operand that needs a gradient repeats a subscript, an "
+           "ellipsis is not leading, or ellipses span different ranks", _einsum_refused),),
+    "the builder handles einsums without diagonals whose ellipses (if any) lead and span "
+    "one rank",
     "write the product with MatMul, Transpose and ReduceSum"),),
     description="dA_i = einsum(dY, other operands -> A_i's subscripts), broadcast back")
 def _einsum(ctx: GradientContext) -> BuilderResult:
