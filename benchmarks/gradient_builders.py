@@ -81,11 +81,10 @@ def random_sweep(only: set[str], examples: int) -> dict[str, dict[str, object]]:
 
 def torch_sweep() -> dict[str, dict[str, float]]:
     import onnxruntime
-    import torch
+    from _training_models import exported, recipes, torch_loss
     from safetensors.numpy import load_file
 
     import graphpass
-    from _training_models import exported, recipes, torch_loss
 
     found: dict[str, dict[str, float]] = {}
     for name, recipe in recipes().items():
@@ -117,9 +116,8 @@ def torch_sweep() -> dict[str, dict[str, float]]:
 def _adamw(train: Path, recipe: object, manifest: dict[str, object]) -> float:
     import onnxruntime
     import torch
-    from safetensors.numpy import load_file
-
     from _training_models import torch_loss
+    from safetensors.numpy import load_file
 
     session = onnxruntime.InferenceSession(str(train / "step.onnx"))
     values = {**load_file(str(train / "weights.safetensors")),

@@ -26,11 +26,11 @@ from typing import Any, ClassVar, Literal
 
 from graphpass.errors import ModelSaveError
 from graphpass.findings import Finding, Severity, shortened_list
-from graphpass.gradients import DIFFERENTIABLE_TYPES, select_weights
+from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Model
-from graphpass.pass_base import Pass, PassContext, PassResult
 from graphpass.training import GradientError
 from graphpass.training.directory import write_training_directory
+from graphpass.training.gradient_rules import DIFFERENTIABLE_TYPES, select_weights
 from graphpass.training.graphs import build_training_graphs
 from graphpass.training.optimizers import SGD, AdamW, Optimizer
 from graphpass.training.table import registered_builders

@@ -1,7 +1,9 @@
 """The built-in plugin: graphpass's own passes, loaders, rules and pipelines.
 
-They register through the same hooks as any third-party plugin. Imports happen
-inside the hooks so that starting the command line stays fast.
+They register through the same hooks as any third-party plugin, and are found the
+same way: through graphpass's entry point ``builtin = "graphpass.plugins.builtin"``
+(``pyproject.toml``), loaded before every other plugin. Imports happen inside the
+hooks so that starting the command line stays fast.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from graphpass.plugins.hookspecs import hookimpl
+from graphpass.framework.hookspecs import hookimpl
 
 __all__ = [
     "graphpass_checkpoint_loaders",
@@ -58,10 +60,17 @@ def graphpass_checkpoint_loaders() -> Iterable[Any]:
 
 @hookimpl
 def graphpass_gradient_rules() -> Iterable[Any]:
-    """The built-in gradient rules (onnxruntime-training)."""
-    from graphpass.passes.gradient_rules import builtin_rule_sets
+    """The built-in gradient rules (onnxruntime-training, and graphpass's own).
 
-    return builtin_rule_sets()
+    ``graphpass`` is derived from the gradient builders; ``lint-gradients`` derives it
+    again from every registered builder (plugins' too) when it judges by it.
+    """
+    from graphpass.passes.gradient_rules import builtin_rule_sets
+    from graphpass.training.builders import builtin_builders
+    from graphpass.training.rules import rules_from_builders
+    from graphpass.training.table import BuilderTable
+
+    return [*builtin_rule_sets(), rules_from_builders(BuilderTable(builtin_builders()))]
 
 
 @hookimpl

@@ -1,7 +1,13 @@
-"""Training graphs in standard ONNX.
+"""Training: what a trainer can differentiate, and graphpass's own training graphs.
 
-Gradient builders, reverse-mode differentiation, losses, optimizers and the
-training-graph directory.
+* :mod:`graphpass.training.gradient_rules`: :class:`GradientRules`, which
+  ``(domain, op)`` a trainer differentiates and under which conditions;
+* :mod:`graphpass.training.value_types`: element types and shapes of values, declared
+  or inferred;
+* gradient builders (:class:`GradientBuilder`, the built-in ones in
+  :mod:`graphpass.training.builders`), reverse-mode differentiation in standard ONNX
+  (:func:`differentiate`), losses, optimizers and the training-graph directory
+  (:mod:`graphpass.training.graphs`, :mod:`graphpass.training.directory`).
 
 ```python
 from graphpass.training import GradientBuilder, GradientContext, differentiate
@@ -17,6 +23,7 @@ from graphpass.training.builder import (
     GradientError,
     Refusal,
 )
+from graphpass.training.gradient_rules import GradientRules
 from graphpass.training.table import BuilderTable, registered_builders
 
 __all__ = [
@@ -26,6 +33,7 @@ __all__ = [
     "GradientBuilder",
     "GradientContext",
     "GradientError",
+    "GradientRules",
     "Gradients",
     "NameScope",
     "Refusal",

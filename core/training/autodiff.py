@@ -32,7 +32,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from graphpass.gradients import DIFFERENTIABLE_TYPES, NodeSite, normalize_domain
 from graphpass.ir import CAPTURE, Graph, Model, Node
 from graphpass.training._emit import MIN_OPSET, Emitter, NameScope, names_in
 from graphpass.training._region import Region, gradient_region
@@ -43,8 +42,9 @@ from graphpass.training.builder import (
     node_label,
     op_label,
 )
-from graphpass.training.table import BuilderTable, registered_builders
-from graphpass.value_types import ModelTypes, TypeInfo
+from graphpass.training.gradient_rules import DIFFERENTIABLE_TYPES, NodeSite, normalize_domain
+from graphpass.training.table import BuilderTable
+from graphpass.training.value_types import ModelTypes, TypeInfo
 
 __all__ = ["CARRIER_TYPES", "Gradients", "differentiate", "model_opset", "prune"]
 
@@ -259,6 +259,12 @@ def _snapshot_types(model: Model) -> Callable[[str], TypeInfo]:
     return lambda name: known.get(name, unknown)
 
 
+def _builtin() -> BuilderTable:
+    from graphpass.training.builders import builtin_builders
+
+    return BuilderTable(builtin_builders())
+
+
 def differentiate(model: Model, wrt: Sequence[str], seeds: Mapping[str, str | None], *,
                   builders: BuilderTable | None = None,
                   names: NameScope | None = None) -> Gradients:
@@ -269,7 +275,8 @@ def differentiate(model: Model, wrt: Sequence[str], seeds: Mapping[str, str | No
         wrt: The values to differentiate with respect to (initializers, graph inputs).
         seeds: The outputs gradients start from, each with the name of its cotangent
             (a value of the same shape), or ``None`` for ones (a scalar loss).
-        builders: The builders to use (default: every registered builder).
+        builders: The builders to use (default: the built-in ones; for plugins' too,
+            :func:`~graphpass.training.registered_builders` of a registry).
         names: Where fresh names come from (default: a scope of the model's names).
 
     Returns:
@@ -280,7 +287,7 @@ def differentiate(model: Model, wrt: Sequence[str], seeds: Mapping[str, str | No
             it, it holds subgraphs, or the model's opset is too old; the model is not
             changed then.
     """
-    engine = _Engine(model, builders if builders is not None else registered_builders(), names)
+    engine = _Engine(model, builders if builders is not None else _builtin(), names)
     return engine.run(list(wrt), seeds)
 
 

@@ -3,7 +3,7 @@
 A :class:`GradientBuilder` covers one ``(domain, op_type)`` over a range of opset
 versions. It declares which inputs are differentiable (every other input stops
 gradients: shapes, indices, masks), the conditions under which it refuses a node
-(:class:`Refusal`, written with the predicates of :mod:`graphpass.gradients`, so that
+(:class:`Refusal`, written with the predicates of :mod:`graphpass.training.gradient_rules`, so that
 ``lint-gradients`` says exactly what the builder will do), and a function that emits
 the backward nodes::
 
@@ -35,8 +35,8 @@ import numpy as np
 from onnx import numpy_helper
 
 from graphpass.errors import GraphpassError
-from graphpass.gradients import NodeSite, Predicate, normalize_domain
-from graphpass.value_types import TypeInfo
+from graphpass.training.gradient_rules import NodeSite, Predicate, normalize_domain
+from graphpass.training.value_types import TypeInfo
 
 if TYPE_CHECKING:
     from graphpass.ir import Node
@@ -77,7 +77,7 @@ class Refusal:
     """A condition under which a builder does not differentiate a node.
 
     Attributes:
-        when: Conditions that must all hold (predicates of :mod:`graphpass.gradients`).
+        when: Conditions that must all hold (predicates of :mod:`graphpass.training.gradient_rules`).
         reason: Why, in one sentence.
         hint: What to do about it.
     """

@@ -27,16 +27,16 @@ from typing import Any
 import numpy as np
 import onnx
 
-from graphpass.gradients import DIFFERENTIABLE_TYPES
 from graphpass.ir import Model, Tensor, numpy_dtype
 from graphpass.training._emit import Emitter, NameScope, names_in
 from graphpass.training.autodiff import differentiate, model_opset, prune
 from graphpass.training.builder import GradientError
+from graphpass.training.gradient_rules import DIFFERENTIABLE_TYPES
 from graphpass.training.losses import LOSS, TARGET, LossKind, add_loss
 from graphpass.training.optimizers import LR, STEP, Optimizer, add_update
 from graphpass.training.sequences import split_sequences
 from graphpass.training.table import BuilderTable
-from graphpass.value_types import ModelTypes
+from graphpass.training.value_types import ModelTypes
 
 __all__ = ["FORMAT", "TrainingGraphs", "build_training_graphs"]
 
@@ -118,7 +118,7 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
         loss: The loss appended after the model's outputs.
         loss_inputs: The output the loss reads (default: the first).
         optimizer: The optimizer of the step model.
-        builders: The gradient builders (default: every registered one).
+        builders: The gradient builders (default: the built-in ones).
         torch_names: For each weight, its name in the torch ``state_dict``, if known.
         options: Options to record in the manifest.
 

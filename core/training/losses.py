@@ -23,7 +23,7 @@ import onnx
 from graphpass.ir import Model
 from graphpass.training._emit import Emitter
 from graphpass.training.builder import GradientError
-from graphpass.value_types import ModelTypes, TypeInfo
+from graphpass.training.value_types import ModelTypes, TypeInfo
 
 __all__ = ["IGNORE_INDEX", "LOSS", "TARGET", "LossKind", "LossOutput", "add_loss"]
 

@@ -1,6 +1,6 @@
 """The ``graphpass`` gradient rule set, derived from the registered builders.
 
-``lint-gradients`` judges a model by a :class:`~graphpass.gradients.GradientRules`.
+``lint-gradients`` judges a model by a :class:`~graphpass.training.gradient_rules.GradientRules`.
 The rules of graphpass's own trainer are not written down separately: they are
 computed from the :class:`~graphpass.training.BuilderTable` (the built-in builders and
 every plugin's), so that the lint says exactly what ``build-training-graph`` will do:
@@ -22,7 +22,9 @@ from collections.abc import Callable
 
 import onnx
 
-from graphpass.gradients import (
+from graphpass.training.autodiff import CARRIER_TYPES, model_opset
+from graphpass.training.builder import GradientBuilder
+from graphpass.training.gradient_rules import (
     DIFFERENTIABLE_TYPES,
     Check,
     GradientRules,
@@ -32,8 +34,6 @@ from graphpass.gradients import (
     TrainerFailure,
     normalize_domain,
 )
-from graphpass.training.autodiff import CARRIER_TYPES, model_opset
-from graphpass.training.builder import GradientBuilder
 from graphpass.training.table import BuilderTable
 
 __all__ = ["RULES_NAME", "rules_from_builders"]

@@ -17,7 +17,7 @@ import numpy as np
 
 from graphpass.ir import Graph, Node
 from graphpass.training._emit import NameScope, names_in
-from graphpass.value_types import ModelTypes
+from graphpass.training.value_types import ModelTypes
 
 __all__ = ["split_sequences"]
 

@@ -1,8 +1,8 @@
 """The builders a trainer can use, looked up by ``(domain, op_type)`` and opset.
 
 :class:`BuilderTable` indexes :class:`~graphpass.training.GradientBuilder` objects;
-:func:`registered_builders` gives the table of every builder the installed plugins
-register (graphpass's own come from the built-in plugin).
+:func:`registered_builders` gives the table of the builders a registry holds
+(graphpass's own come from the built-in plugin, the others from installed plugins).
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from graphpass.errors import PluginError
-from graphpass.gradients import normalize_domain
+from graphpass.framework.registry import Registry
 from graphpass.training.builder import GradientBuilder
+from graphpass.training.gradient_rules import normalize_domain
 
 __all__ = ["BuilderTable", "registered_builders"]
 
@@ -74,9 +75,10 @@ def _overlap(a: GradientBuilder, b: GradientBuilder) -> bool:
     return a.since_version <= b_end and b.since_version <= a_end
 
 
-def registered_builders(registry: object | None = None) -> BuilderTable:
-    """The table of the builders the plugins register (default: the default registry)."""
-    from graphpass.registry import Registry, default_registry
+def registered_builders(registry: Registry) -> BuilderTable:
+    """The table of the builders a registry holds (the built-in plugin's and every plugin's).
 
-    found = registry if isinstance(registry, Registry) else default_registry()
-    return BuilderTable(entry.item for entry in found.gradient_builders.values())
+    A pass hands down ``context.registry``; code of its own builds one with
+    :func:`graphpass.framework.plugin_loading.default_registry`.
+    """
+    return BuilderTable(entry.item for entry in registry.gradient_builders.values())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from graphpass.gradients import Check, NodeSite
 from graphpass.training.builder import BuilderResult, GradientBuilder, GradientContext, Refusal
+from graphpass.training.gradient_rules import Check, NodeSite
 
 __all__ = ["FIRST", "builder", "rank_known", "unary"]
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from graphpass.gradients import AttributeIn, Check, NodeSite
 from graphpass.training.builder import BuilderResult, GradientContext, Refusal
 from graphpass.training.builders._common import FIRST, builder, rank_known
+from graphpass.training.gradient_rules import AttributeIn, Check, NodeSite
 
 __all__ = ["BUILDERS"]
 

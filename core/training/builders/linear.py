@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphpass.gradients import Check, NodeSite
 from graphpass.training.builder import BuilderResult, GradientContext, Refusal
 from graphpass.training.builders._common import builder, rank_known
+from graphpass.training.gradient_rules import Check, NodeSite
 
 __all__ = ["BUILDERS"]
 

@@ -9,9 +9,9 @@ pass (one reduction each) unless the forward node already outputs them.
 
 from __future__ import annotations
 
-from graphpass.gradients import Check, NodeSite
 from graphpass.training.builder import BuilderResult, GradientContext, Refusal
 from graphpass.training.builders._common import FIRST, builder, rank_known
+from graphpass.training.gradient_rules import Check, NodeSite
 
 __all__ = ["BUILDERS"]
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphpass.gradients import AttributeNotIn
 from graphpass.training.builder import BuilderResult, GradientContext, Refusal
 from graphpass.training.builders._common import FIRST, builder, rank_known
+from graphpass.training.gradient_rules import AttributeNotIn
 
 __all__ = ["BUILDERS"]
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from graphpass.gradients import AttributeIn
 from graphpass.plugins import hookimpl
 from graphpass.training import BuilderResult, GradientBuilder, GradientContext, Refusal
+from graphpass.training.gradient_rules import AttributeIn
 
 DOMAIN = "example.graphpass"
 
