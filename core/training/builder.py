@@ -3,9 +3,9 @@
 A :class:`GradientBuilder` covers one ``(domain, op_type)`` over a range of opset
 versions. It declares which inputs are differentiable (every other input stops
 gradients: shapes, indices, masks), the conditions under which it refuses a node
-(:class:`Refusal`, written with the predicates of :mod:`graphpass.training.gradient_rules`, so that
-``lint-gradients`` says exactly what the builder will do), and a function that emits
-the backward nodes::
+(:class:`Refusal`, written with the predicates of
+:mod:`graphpass.training.gradient_rules`, so that ``lint-gradients`` says exactly what
+the builder will do), and a function that emits the backward nodes::
 
     from graphpass.training import GradientBuilder, GradientContext
 
@@ -77,7 +77,8 @@ class Refusal:
     """A condition under which a builder does not differentiate a node.
 
     Attributes:
-        when: Conditions that must all hold (predicates of :mod:`graphpass.training.gradient_rules`).
+        when: Conditions that must all hold (predicates of
+            :mod:`graphpass.training.gradient_rules`).
         reason: Why, in one sentence.
         hint: What to do about it.
     """
