@@ -8,7 +8,9 @@ Three sweeps, the full versions of what ``make test`` samples:
   attributes, static and symbolic shapes), the same check;
 * **torch models**: ``gradient.onnx``'s loss and gradients against ``torch.autograd``
   and ten ``step.onnx`` runs against ``torch.optim.AdamW``, on the models of
-  ``tests/_training_models.py``.
+  ``tests/_training_models.py``;
+* **scaling**: the CPU time of building the training graphs of residual
+  MatMul/Gelu/LayerNorm stacks of 100 to 800 blocks (ratios per doubling).
 
 It prints a table per sweep and writes the counts into ``docs/benchmarks.md``.
 
@@ -143,6 +145,40 @@ def _adamw(train: Path, recipe: object, manifest: dict[str, object]) -> float:
     return max(float(np.abs(values[w] - state[w].numpy()).max()) for w in trainable)
 
 
+def scaling_sweep(blocks: tuple[int, ...] = (100, 200, 400, 800)) -> list[tuple[int, int, float]]:
+    from onnx import TensorProto, helper, numpy_helper
+
+    import graphpass
+    from graphpass.training.graphs import build_training_graphs
+    from graphpass.training.optimizers import AdamW
+
+    rng = np.random.default_rng(0)
+    found = []
+    for count in blocks:
+        nodes, weights, x = [], [], "x"
+        for i in range(count):
+            weights += [numpy_helper.from_array(rng.standard_normal((16, 16), np.float32), f"w{i}"),
+                        numpy_helper.from_array(np.zeros(16, np.float32), f"b{i}"),
+                        numpy_helper.from_array(np.ones(16, np.float32), f"g{i}")]
+            nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
+                      helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+                      helper.make_node("Gelu", [f"a{i}"], [f"e{i}"]),
+                      helper.make_node("LayerNormalization", [f"e{i}", f"g{i}", f"b{i}"],
+                                       [f"l{i}"]),
+                      helper.make_node("Add", [f"l{i}", x], [f"r{i}"])]
+            x = f"r{i}"
+        graph = helper.make_graph(
+            nodes, "stack", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16])],
+            [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["n", 16])], weights)
+        model = graphpass.Model.from_proto(helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10))
+        started = time.process_time()
+        graphs = build_training_graphs(model, trainable=list(model.graph.initializers),
+                                       optimizer=AdamW())
+        found.append((len(model.graph), len(graphs.step.graph), time.process_time() - started))
+    return found
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=100,
@@ -175,15 +211,22 @@ def main() -> int:
         print("\ntorch models")
         for name, values in torch_results.items():
             print(f"{name:18} {values}")
+    scaling = [] if only else scaling_sweep()
+    if scaling:
+        print("\nscaling: forward nodes, step-graph nodes, CPU seconds, ratio to the previous")
+        for index, (forward, step_nodes, seconds) in enumerate(scaling):
+            ratio = seconds / scaling[index - 1][2] if index else float("nan")
+            print(f"{forward:6} {step_nodes:7} {seconds:7.2f} {ratio:5.2f}")
     failed = sum(c["failed"] for c in nodes.values()) + sum(
         1 for t in random.values() if "failed" in t)
     if not only:
-        _write_docs(nodes, random, torch_results, args.examples)
+        _write_docs(nodes, random, torch_results, args.examples, scaling)
     return 1 if failed else 0
 
 
 def _write_docs(nodes: dict[str, Counter[str]], random: dict[str, dict[str, object]],
-                torch_results: dict[str, dict[str, float]], examples: int) -> None:
+                torch_results: dict[str, dict[str, float]], examples: int,
+                scaling: list[tuple[int, int, float]]) -> None:
     cases = sum(sum(c[k] for k in ("passed", "kinks", "refused", "no-gradient", "failed"))
                 for c in nodes.values())
     passed = sum(c["passed"] for c in nodes.values())
@@ -208,6 +251,11 @@ def _write_docs(nodes: dict[str, Counter[str]], random: dict[str, dict[str, obje
         *(f"| {name} | {int(v['weights'])} | {v['loss_error']:.1e} | "
           f"{v['max_relative_gradient_error']:.1e} | {v['adamw_10_steps_max_difference']:.1e} |"
           for name, v in torch_results.items()),
+        "",
+        "Building the training graphs (gradient, AdamW step, eval) of residual "
+        "MatMul/Gelu/LayerNorm stacks, CPU seconds: "
+        + ", ".join(f"{forward} forward nodes {seconds:.2f} s" for forward, _, seconds
+                    in scaling) + ".",
     ]
     write_docs_section("gradient-builders", lines)
 

@@ -218,10 +218,11 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
 def _make_inputs(model: Model, weights: Sequence[str]) -> None:
     """Turn trainable initializers into graph inputs (declared with their type)."""
     graph = model.graph
+    listed = set(graph.input_names)
     for name in weights:
         declaration = _weight_input(model, name)
         graph.remove_initializer(name)
-        if name not in graph.input_names:
+        if name not in listed:
             graph.add_input(declaration)
 
 
