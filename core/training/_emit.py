@@ -211,12 +211,12 @@ class Emitter:
     def shape(self, x: str, start: int | None = None, end: int | None = None) -> str:
         """``Shape(x)[start:end]`` (1-D ``int64``)."""
         if start is None and end is None:
-            return str(self.op("Shape", x))
+            return self.op("Shape", x)
         if self.opset >= 15:
-            return str(self.op("Shape", x, start=start, end=end))
+            return self.op("Shape", x, start=start, end=end)
         whole = self.op("Shape", x)
-        return str(self.op("Slice", whole, self.ints([start or 0]),
-                           self.ints([end if end is not None else 2**62])))
+        return self.op("Slice", whole, self.ints([start or 0]),
+                           self.ints([end if end is not None else 2**62]))
 
     def dims(self, x: str, start: int | None = None, end: int | None = None) -> str:
         """Like :meth:`shape`, but from the static shape when it is known."""
@@ -228,27 +228,27 @@ class Emitter:
     def reshape(self, x: str, shape: str | Sequence[int]) -> str:
         """``Reshape(x, shape)`` (``shape`` a name or numbers)."""
         target = shape if isinstance(shape, str) else self.ints(shape)
-        return str(self.op("Reshape", x, target))
+        return self.op("Reshape", x, target)
 
     def reshape_like(self, x: str, like: str) -> str:
         """``x`` reshaped to ``like``'s shape (static when known; zero sizes kept)."""
         allow_zero = 1 if self.opset >= 14 else None
-        return str(self.op("Reshape", x, self.dims(like), allowzero=allow_zero))
+        return self.op("Reshape", x, self.dims(like), allowzero=allow_zero)
 
     def transpose(self, x: str, perm: Sequence[int]) -> str:
         """``Transpose(x, perm)``; ``x`` itself when ``perm`` is the identity."""
         perm = [int(p) for p in perm]
         if perm == list(range(len(perm))):
             return x
-        return str(self.op("Transpose", x, perm=perm))
+        return self.op("Transpose", x, perm=perm)
 
     def unsqueeze(self, x: str, axes: Sequence[int] | str) -> str:
         """``Unsqueeze(x, axes)``."""
-        return str(self.op("Unsqueeze", x, self._axes_input(axes)))
+        return self.op("Unsqueeze", x, self._axes_input(axes))
 
     def squeeze(self, x: str, axes: Sequence[int] | str) -> str:
         """``Squeeze(x, axes)``."""
-        return str(self.op("Squeeze", x, self._axes_input(axes)))
+        return self.op("Squeeze", x, self._axes_input(axes))
 
     def _axes_input(self, axes: Sequence[int] | str) -> str:
         return axes if isinstance(axes, str) else self.ints(axes)
@@ -266,12 +266,12 @@ class Emitter:
         as_input = self.opset >= (13 if op_type == "ReduceSum" else 18)
         keep = int(keepdims)
         if axes is None:
-            return str(self.op(op_type, x, keepdims=keep))
+            return self.op(op_type, x, keepdims=keep)
         if as_input:
-            return str(self.op(op_type, x, self._axes_input(axes), keepdims=keep))
+            return self.op(op_type, x, self._axes_input(axes), keepdims=keep)
         if isinstance(axes, str):
             raise ValueError(f"{op_type} at opset {self.opset} takes static axes only")
-        return str(self.op(op_type, x, axes=[int(a) for a in axes], keepdims=keep))
+        return self.op(op_type, x, axes=[int(a) for a in axes], keepdims=keep)
 
     def reduce_sum(self, x: str, axes: Axes, *, keepdims: bool = True) -> str:
         """``ReduceSum(x, axes)`` (see :meth:`reduce`)."""
@@ -342,8 +342,8 @@ class Emitter:
         if x_type is not None and x_type == like_type:
             return x
         if like_type is not None:
-            return str(self.op("Cast", x, to=like_type))
-        return str(self.op("CastLike", x, like))
+            return self.op("Cast", x, to=like_type)
+        return self.op("CastLike", x, like)
 
     def zeros_like(self, x: str) -> str:
         """Zeros of ``x``'s shape and element type."""
@@ -360,24 +360,24 @@ class Emitter:
             fill = numpy_helper.from_array(np.array([value], dtype=numpy_dtype(elem_type)))
             if fill.data_type != elem_type:
                 fill = onnx.helper.make_tensor("value", elem_type, [1], [value])
-            return str(self.op("ConstantOfShape", dims, value=fill))
+            return self.op("ConstantOfShape", dims, value=fill)
         filled = self.op("ConstantOfShape", dims,
                          value=numpy_helper.from_array(np.array([value], dtype=np.float32)))
-        return str(self.op("CastLike", filled, like))
+        return self.op("CastLike", filled, like)
 
     def add_all(self, names: Sequence[str]) -> str:
         """The sum of ``names`` (the name itself for one)."""
         if len(names) == 1:
             return names[0]
         if len(names) == 2:
-            return str(self.op("Add", *names))
-        return str(self.op("Sum", *names))
+            return self.op("Add", *names)
+        return self.op("Sum", *names)
 
     def where_positive(self, condition_of: str, grad: str, otherwise: str | None = None) -> str:
         """``grad`` where ``condition_of > 0``, else ``otherwise`` (zero)."""
         positive = self.op("Greater", condition_of, self.scalar(0.0, like=condition_of))
         other = otherwise if otherwise is not None else self.scalar(0.0, like=grad)
-        return str(self.op("Where", positive, grad, other))
+        return self.op("Where", positive, grad, other)
 
 
 def _broadcast_axes(target: tuple[Any, ...], source: tuple[Any, ...]

@@ -165,7 +165,7 @@ def _adamw(emit: Emitter, scalars: _Scalars, optimizer: AdamW, weight: str, grad
                                    scalars.typed("bias2_sqrt", elem_type)),
                        constant(optimizer.eps))
     step = e.op("Mul", scalars.typed("step_size", elem_type), e.op("Div", new_m, denominator))
-    return str(e.op("Sub", decayed, step)), {"exp_avg": new_m, "exp_avg_sq": new_v}
+    return e.op("Sub", decayed, step), {"exp_avg": new_m, "exp_avg_sq": new_v}
 
 
 def _sgd(emit: Emitter, scalars: _Scalars, optimizer: SGD, weight: str, grad: str,

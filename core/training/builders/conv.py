@@ -113,7 +113,7 @@ def _transposed(ctx: GradientContext, dy: str, weight: str, x: str, y: str, kern
     if padding is not None:
         if any(padding):
             attributes["output_padding"] = padding
-        return str(e.op("ConvTranspose", dy, weight, **attributes))
+        return e.op("ConvTranspose", dy, weight, **attributes)
     # Otherwise: the whole transposed convolution over the padded input, X's part of it
     # cut out, and zeros for the end positions no window covered.
     attributes["pads"] = [0] * (2 * n)
@@ -123,7 +123,7 @@ def _transposed(ctx: GradientContext, dy: str, weight: str, x: str, y: str, kern
     cut = e.op("Slice", full, begin, e.op("Add", begin, sizes), e.ints(range(2, n + 2)))
     missing = e.op("Sub", sizes, e.shape(cut, 2))
     pads = e.op("Concat", e.ints([0] * (n + 4)), missing, axis=0)  # begins, then N and C
-    return str(e.op("Pad", cut, pads, mode="constant"))
+    return e.op("Pad", cut, pads, mode="constant")
 
 
 @builder("Conv", frozenset({0, 1, 2}), refusals=(rank_known(1), _auto_pad_needs_shape(0)),

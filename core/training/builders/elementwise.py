@@ -142,25 +142,25 @@ def _prelu(ctx: GradientContext) -> BuilderResult:
 
 # ====================================================================== unary
 def _times(ctx: GradientContext, a: str, b: str) -> str:
-    return str(ctx.emit.op("Mul", a, b))
+    return ctx.emit.op("Mul", a, b)
 
 
 def _one_minus(ctx: GradientContext, x: str) -> str:
-    return str(ctx.emit.op("Sub", ctx.emit.scalar(1.0, like=x), x))
+    return ctx.emit.op("Sub", ctx.emit.scalar(1.0, like=x), x)
 
 
 def _neg(ctx: GradientContext, x: str, y: str, dy: str) -> str:
-    return str(ctx.emit.op("Neg", dy))
+    return ctx.emit.op("Neg", dy)
 
 
 def _sqrt(ctx: GradientContext, x: str, y: str, dy: str) -> str:
     e = ctx.emit
-    return str(e.op("Div", e.op("Mul", dy, e.scalar(0.5, like=y)), y))
+    return e.op("Div", e.op("Mul", dy, e.scalar(0.5, like=y)), y)
 
 
 def _reciprocal(ctx: GradientContext, x: str, y: str, dy: str) -> str:
     e = ctx.emit
-    return str(e.op("Neg", e.op("Mul", dy, e.op("Mul", y, y))))
+    return e.op("Neg", e.op("Mul", dy, e.op("Mul", y, y)))
 
 
 def _exp(ctx: GradientContext, x: str, y: str, dy: str) -> str:
@@ -168,7 +168,7 @@ def _exp(ctx: GradientContext, x: str, y: str, dy: str) -> str:
 
 
 def _log(ctx: GradientContext, x: str, y: str, dy: str) -> str:
-    return str(ctx.emit.op("Div", dy, x))
+    return ctx.emit.op("Div", dy, x)
 
 
 def _tanh(ctx: GradientContext, x: str, y: str, dy: str) -> str:
@@ -236,7 +236,7 @@ def _sin(ctx: GradientContext, x: str, y: str, dy: str) -> str:
 
 
 def _cos(ctx: GradientContext, x: str, y: str, dy: str) -> str:
-    return str(ctx.emit.op("Neg", _times(ctx, dy, ctx.emit.op("Sin", x))))
+    return ctx.emit.op("Neg", _times(ctx, dy, ctx.emit.op("Sin", x)))
 
 
 def _hard_sigmoid(ctx: GradientContext, x: str, y: str, dy: str) -> str:
@@ -290,12 +290,12 @@ def _gelu_gradient(ctx: GradientContext, x: str, dy: str, approximate: str) -> s
                                                                          tanh_inner))),
             e.op("Mul", e.scalar(beta, like=x),
                  e.op("Add", one, e.op("Mul", e.scalar(3 * kappa, like=x), x_sq))))
-        return str(e.op("Mul", dy, e.op("Add", left_derivative, right_derivative)))
+        return e.op("Mul", dy, e.op("Add", left_derivative, right_derivative))
     cdf = e.op("Mul", half, e.op("Add", one, e.op("Erf", e.op(
         "Mul", x, e.scalar(1.0 / math.sqrt(2.0), like=x)))))
     pdf = e.op("Mul", e.scalar(1.0 / math.sqrt(2.0 * math.pi), like=x),
                e.op("Exp", e.op("Mul", e.op("Mul", x, x), e.scalar(-0.5, like=x))))
-    return str(e.op("Mul", dy, e.op("Add", cdf, e.op("Mul", x, pdf))))
+    return e.op("Mul", dy, e.op("Add", cdf, e.op("Mul", x, pdf)))
 
 
 @builder("Clip", FIRST, description="dX = dY where min <= X <= max, else 0")

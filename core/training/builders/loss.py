@@ -48,7 +48,7 @@ def _log_prob_gradient(ctx: GradientContext, reference: str, dy: str) -> str:
     zeros = e.zeros_like(reference)
     scattered = e.op("ScatterElements", zeros, e.unsqueeze(safe_target, [1]),
                      e.unsqueeze(per_element, [1]), axis=1)
-    return str(e.op("Neg", scattered))
+    return e.op("Neg", scattered)
 
 
 @builder("NegativeLogLikelihoodLoss", frozenset({0}), since=13,

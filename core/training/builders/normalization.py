@@ -55,7 +55,7 @@ def _normalized_gradient(ctx: GradientContext, dxhat: str, xhat: str, inv: str,
     mean_dxhat = e.reduce_mean(dxhat, axes, keepdims=True)
     mean_dxhat_xhat = e.reduce_mean(e.op("Mul", dxhat, xhat), axes, keepdims=True)
     centered = e.op("Sub", e.op("Sub", dxhat, mean_dxhat), e.op("Mul", xhat, mean_dxhat_xhat))
-    return str(e.op("Mul", inv, centered))
+    return e.op("Mul", inv, centered)
 
 
 def _statistics(ctx: GradientContext, x: str, axes: list[int], epsilon: float
@@ -66,7 +66,7 @@ def _statistics(ctx: GradientContext, x: str, axes: list[int], epsilon: float
     centered = e.op("Sub", x, mean)
     variance = e.reduce_mean(e.op("Mul", centered, centered), axes, keepdims=True)
     inv = e.op("Reciprocal", e.op("Sqrt", e.op("Add", variance, e.scalar(epsilon, like=x))))
-    return str(e.op("Mul", centered, inv)), str(inv)
+    return e.op("Mul", centered, inv), str(inv)
 
 
 @builder("LayerNormalization", frozenset({0, 1, 2}), since=17,
@@ -86,7 +86,7 @@ def _layer_norm(ctx: GradientContext) -> BuilderResult:
     if mean and inv_std and x_type is not None and \
             ctx.type_of(mean).elem_type == x_type == ctx.type_of(inv_std).elem_type:
         inv = inv_std
-        xhat = str(e.op("Mul", e.op("Sub", x, mean), inv))
+        xhat = e.op("Mul", e.op("Sub", x, mean), inv)
     else:
         xhat, inv = _statistics(ctx, x, axes, epsilon)
     grads: dict[int, str | None] = {}

@@ -59,7 +59,7 @@ def _reduction(op_type: str, formula: Formula, description: str) -> GradientBuil
 
 
 def _expanded(ctx: GradientContext, x: str, dy_kept: str) -> str:
-    return str(ctx.emit.op("Expand", dy_kept, ctx.emit.dims(x)))
+    return ctx.emit.op("Expand", dy_kept, ctx.emit.dims(x))
 
 
 def _sum(ctx: GradientContext, x: str, y: str, dy: str) -> str:
@@ -69,7 +69,7 @@ def _sum(ctx: GradientContext, x: str, y: str, dy: str) -> str:
 def _mean(ctx: GradientContext, x: str, y: str, dy: str) -> str:
     e = ctx.emit
     count = e.op("Div", e.cast_like(e.op("Size", x), x), e.cast_like(e.op("Size", y), x))
-    return str(e.op("Div", _expanded(ctx, x, dy), count))
+    return e.op("Div", _expanded(ctx, x, dy), count)
 
 
 def _extremum(ctx: GradientContext, x: str, y: str, dy: str) -> str:
@@ -77,16 +77,16 @@ def _extremum(ctx: GradientContext, x: str, y: str, dy: str) -> str:
     mask = e.cast_like(e.op("Equal", x, y), x)
     # Ties share the gradient evenly (as torch's amax/amin); count them per reduced slot.
     ties = e.reduce_sum(mask, _axes(ctx), keepdims=True)
-    return str(e.op("Mul", mask, e.op("Div", dy, ties)))
+    return e.op("Mul", mask, e.op("Div", dy, ties))
 
 
 def _sum_square(ctx: GradientContext, x: str, y: str, dy: str) -> str:
     e = ctx.emit
-    return str(e.op("Mul", e.op("Mul", x, e.scalar(2.0, like=x)), dy))
+    return e.op("Mul", e.op("Mul", x, e.scalar(2.0, like=x)), dy)
 
 
 def _l1(ctx: GradientContext, x: str, y: str, dy: str) -> str:
-    return str(ctx.emit.op("Mul", ctx.emit.op("Sign", x), dy))
+    return ctx.emit.op("Mul", ctx.emit.op("Sign", x), dy)
 
 
 def _l2(ctx: GradientContext, x: str, y: str, dy: str) -> str:
@@ -95,12 +95,12 @@ def _l2(ctx: GradientContext, x: str, y: str, dy: str) -> str:
     is_zero = e.op("Equal", y, zero)
     safe = e.op("Where", is_zero, e.scalar(1.0, like=x), y)
     scaled = e.op("Mul", e.op("Div", x, safe), dy)
-    return str(e.op("Where", is_zero, zero, scaled))
+    return e.op("Where", is_zero, zero, scaled)
 
 
 def _log_sum_exp(ctx: GradientContext, x: str, y: str, dy: str) -> str:
     e = ctx.emit
-    return str(e.op("Mul", e.op("Exp", e.op("Sub", x, y)), dy))
+    return e.op("Mul", e.op("Exp", e.op("Sub", x, y)), dy)
 
 
 BUILDERS = [

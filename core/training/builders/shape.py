@@ -147,7 +147,7 @@ def _normalized_indices(ctx: GradientContext, indices: str, dim: str) -> str:
     e = ctx.emit
     indices = e.cast_like(indices, dim)
     negative = e.op("Less", indices, e.constant(np.array(0, dtype=np.int64)))
-    return str(e.op("Where", negative, e.op("Add", indices, dim), indices))
+    return e.op("Where", negative, e.op("Add", indices, dim), indices)
 
 
 @builder("Gather", FIRST, since=16, refusals=(rank_known(0, 1),),
