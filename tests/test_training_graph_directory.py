@@ -178,3 +178,26 @@ def test_cli_writes_the_directory_and_names_what_it_cannot_differentiate(
     assert code == 1
     assert "the_hardmax" in out and "GP401" in out  # lint-gradients, graphpass rules
     assert not (tmp_path / "train2").exists()
+
+
+def test_a_model_that_computes_its_loss_trains_with_loss_none(tmp_path: Path) -> None:
+    proto = _model()
+    proto.graph.node.append(helper.make_node("ReduceMean", ["y"], ["loss"], keepdims=0))
+    del proto.graph.output[:]
+    proto.graph.output.append(helper.make_tensor_value_info("loss", TensorProto.FLOAT, []))
+    result = _run(graphpass.Model.from_proto(proto), tmp_path / "train", loss="none",
+                  **{"loss-inputs": ["loss"]})
+    assert [f.code for f in result.findings] == ["GP800"]
+    assert _io(tmp_path / "train" / "gradient.onnx") == (["x", "w", "b"],
+                                                         ["loss", "w.grad", "b.grad"])
+    from safetensors.numpy import load_file
+
+    x = np.random.default_rng(1).standard_normal((3, 3)).astype(np.float32)
+    session = ort.InferenceSession(str(tmp_path / "train" / "gradient.onnx"))
+    loss, w_grad, _ = session.run(None, {"x": x, **load_file(
+        str(tmp_path / "train" / "weights.safetensors"))})
+    expected = ort.InferenceSession(proto.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(loss, expected, rtol=1e-6)
+    h = x @ (np.arange(6, dtype=np.float32).reshape(3, 2) / 10) + np.array([0.1, -0.2])
+    dz = (1 - np.tanh(h) ** 2) * 1.0 / h.size  # d mean(tanh(z) * sum(f)) / dz, sum(f) = 1
+    np.testing.assert_allclose(w_grad, x.T @ dz, rtol=1e-5, atol=1e-7)

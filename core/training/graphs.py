@@ -69,16 +69,19 @@ class TrainingGraphs:
     frozen_unreached: list[str] = field(default_factory=list)
 
 
-def _free_reserved(model: Model, reserved: Sequence[str]) -> None:
-    """Rename forward values that use a name the contract reserves."""
+def _free_reserved(model: Model, reserved: Sequence[str]) -> dict[str, str]:
+    """Rename forward values that use a name the contract reserves; return the renames."""
     graph = model.graph
     names = NameScope(names_in(graph))
+    renamed: dict[str, str] = {}
     for name in reserved:
         if name in graph.input_names and name not in graph.initializers:
             raise GradientError(f"the model has an input called {name!r}, a name the "
                                 "training graph reserves", hint="rename that input")
         if name in graph.values and (graph.is_defined(name) or graph.is_used(name)):
-            graph.rename_value(name, names.fresh(f"{name}.forward"))
+            renamed[name] = names.fresh(f"{name}.forward")
+            graph.rename_value(name, renamed[name])
+    return renamed
 
 
 def _weight_input(model: Model, name: str) -> onnx.ValueInfoProto:
@@ -138,12 +141,12 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
         if initializers[name].dtype not in DIFFERENTIABLE_TYPES:
             raise GradientError(f"trainable weight {name!r} is not of a float type")
     model_inputs = [name for name in graph.input_names if name not in initializers]
-    original_outputs = list(graph.output_names)
     reserved = [LOSS, TARGET, STEP, LR, f"{STEP}.new",
                 *(f"{w}.grad" for w in trainable), *(f"{w}.new" for w in trainable),
                 *(f"{w}.{kind}" for w in trainable for kind in optimizer.state),
                 *(f"{w}.{kind}.new" for w in trainable for kind in optimizer.state)]
-    _free_reserved(work, reserved)
+    renamed = _free_reserved(work, reserved)  # a model output called "loss", say
+    loss_inputs = [renamed.get(name, name) for name in loss_inputs]
     original_outputs = list(graph.output_names)
     names = NameScope(names_in(graph))
     for name in reserved:
