@@ -240,7 +240,7 @@ def _write_docs(nodes: dict[str, Counter[str]], random: dict[str, dict[str, obje
         f"`benchmarks/gradient_builders.py`: {len(random)} operators with built-in builders. "
         f"ONNX node tests: {passed} of {cases} cases pass in float64 against central "
         f"differences, {refused} are declared refusals (`AveragePool` with `ceil_mode`, "
-        "`MaxPool` with `storage_order`, an `Einsum` diagonal, opset 12), the rest have no "
+        "`MaxPool` with `storage_order`, an `Einsum` diagonal, models below opset 13), the rest have no "
         "float input and output or sit on a kink. Random models: "
         f"{random_passed} of {random_examples} examples ({examples} per operator) pass, "
         f"largest relative error {worst:.1e}.",

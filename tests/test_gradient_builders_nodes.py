@@ -23,7 +23,7 @@ DECLARED_REFUSALS = {
     "ceil_mode": "AveragePool with ceil_mode",
     "storage_order": "MaxPool with storage_order 1",
     "repeats a subscript": "Einsum with a diagonal",
-    "opset 12": "a model at opset 12 (graphpass writes opset 13 or later)",
+    "at opset 13 or later": "a model below opset 13 (graphpass writes opset 13 or later)",
 }
 
 

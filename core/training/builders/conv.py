@@ -194,7 +194,7 @@ def _max_pool(ctx: GradientContext) -> BuilderResult:
     return [e.reshape_like(flat, x)]
 
 
-@builder("AveragePool", FIRST, since=11, refusals=(rank_known(0), Refusal(
+@builder("AveragePool", FIRST, refusals=(rank_known(0), Refusal(
     (AttributeIn("ceil_mode", (1,)),),
     "with ceil_mode the last windows' divisors follow rules the builder does not model",
     "use ceil_mode 0"), _auto_pad_needs_shape(0)),

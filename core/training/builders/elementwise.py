@@ -339,7 +339,7 @@ def _cast_like(ctx: GradientContext) -> BuilderResult:
     return [ctx.emit.cast_like(dy, ctx.input(0))]
 
 
-@builder("Dropout", FIRST, since=12,
+@builder("Dropout", FIRST,
          description="dX = dY * mask / (1 - ratio) in training mode, dY otherwise")
 def _dropout(ctx: GradientContext) -> BuilderResult:
     dy, e = ctx.output_gradient(0), ctx.emit
@@ -370,7 +370,7 @@ BUILDERS: list[GradientBuilder] = [
     unary("LeakyRelu", _leaky_relu, description="dX = dY where X > 0, else alpha dY"),
     unary("Elu", _elu, description="dX = dY where X > 0, else dY (Y + alpha)"),
     unary("Selu", _selu, description="dX = gamma dY where X > 0, else dY alpha gamma exp(X)"),
-    unary("Celu", _celu, since=12, description="dX = dY where X > 0, else dY exp(X / alpha)"),
+    unary("Celu", _celu, description="dX = dY where X > 0, else dY exp(X / alpha)"),
     unary("Softplus", _softplus, description="dX = dY sigmoid(X)"),
     unary("Softsign", _softsign, description="dX = dY / (1 + |X|)^2"),
     unary("Abs", _abs, description="dX = dY sign(X)"),

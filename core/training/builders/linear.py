@@ -157,7 +157,7 @@ def _einsum_refused(site: NodeSite) -> bool:
                            site.inputs_needing_gradient, site.input_ranks) is not None
 
 
-@builder("Einsum", None, since=12, refusals=(Refusal(
+@builder("Einsum", None, refusals=(Refusal(
     (Check("einsum-unsupported", "an operand that needs a gradient repeats a subscript, an "
            "ellipsis is not leading, or ellipses span different ranks", _einsum_refused),),
     "the builder handles einsums without diagonals whose ellipses (if any) lead and span "

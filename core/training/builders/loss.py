@@ -51,7 +51,7 @@ def _log_prob_gradient(ctx: GradientContext, reference: str, dy: str) -> str:
     return e.op("Neg", scattered)
 
 
-@builder("NegativeLogLikelihoodLoss", frozenset({0}), since=13,
+@builder("NegativeLogLikelihoodLoss", frozenset({0}),
          description="dInput = -(scale at the target class), 0 elsewhere")
 def _nll(ctx: GradientContext) -> BuilderResult:
     dy = ctx.output_gradient(0)
@@ -59,7 +59,7 @@ def _nll(ctx: GradientContext) -> BuilderResult:
     return [_log_prob_gradient(ctx, ctx.input(0), dy)]
 
 
-@builder("SoftmaxCrossEntropyLoss", frozenset({0}), since=13,
+@builder("SoftmaxCrossEntropyLoss", frozenset({0}),
          description="dScores = softmax(scores) * scale - (scale at the target class)")
 def _softmax_cross_entropy(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit

@@ -110,7 +110,7 @@ def _channel(ctx: GradientContext, values: str, rank: int) -> str:
     return ctx.emit.unsqueeze(values, list(range(1, rank - 1))) if rank > 2 else values
 
 
-@builder("BatchNormalization", frozenset({0, 1, 2}), since=9,
+@builder("BatchNormalization", frozenset({0, 1, 2}),
          refusals=(rank_known(0), _statistics_outputs(1, 2, 3, 4)),
          description="inference: dX = dY scale / sqrt(var + eps); training: through the "
                      "batch statistics")
@@ -143,7 +143,7 @@ def _batch_norm(ctx: GradientContext) -> BuilderResult:
     return grads
 
 
-@builder("InstanceNormalization", frozenset({0, 1, 2}), since=6, refusals=(rank_known(0),),
+@builder("InstanceNormalization", frozenset({0, 1, 2}), refusals=(rank_known(0),),
          description="LayerNormalization's formula per sample and channel")
 def _instance_norm(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit

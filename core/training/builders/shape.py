@@ -127,7 +127,7 @@ def _flat_indices(ctx: GradientContext) -> str:
     return e.reshape(e.op("Range", zero, e.op("Size", x), one), e.dims(x))
 
 
-@builder("Slice", FIRST, since=10,
+@builder("Slice", FIRST,
          description="dX = pad(dY) for a static step-1 slice, else a scatter of dY")
 def _slice(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
@@ -201,7 +201,7 @@ def _gather_nd(ctx: GradientContext) -> BuilderResult:
 
 
 # ================================================================ pad and tile
-@builder("Pad", FIRST, since=11, refusals=(Refusal(
+@builder("Pad", FIRST, refusals=(Refusal(
     (AttributeNotIn("mode", ("constant",), default="constant"),),
     "only constant padding is differentiated (reflect, edge and wrap add the gradient "
     "of border elements twice)", "pad with mode constant"),),
@@ -218,7 +218,7 @@ def _pad(ctx: GradientContext) -> BuilderResult:
     return [e.op("Pad", dy, negated, mode="constant")]
 
 
-@builder("Tile", FIRST, since=6, refusals=(rank_known(0),),
+@builder("Tile", FIRST, refusals=(rank_known(0),),
          description="dX = sum of dY's tiles (reshape to [r0, d0, r1, d1, ...], reduce)")
 def _tile(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
