@@ -9,6 +9,9 @@ Three sweeps, the full versions of what ``make test`` samples:
 * **torch models**: ``gradient.onnx``'s loss and gradients against ``torch.autograd``
   and ten ``step.onnx`` runs against ``torch.optim.AdamW``, on the models of
   ``tests/_training_models.py``;
+* **Hugging Face models**: tiny BERT, DistilBERT, GPT-2, Llama, ViT, ResNet, ConvNeXt and
+  MobileNetV2 (built offline from configs, exported by torch 2.13 with ``dynamo=True``),
+  ``gradient.onnx`` against ``torch.autograd`` for the MSE of ``last_hidden_state``;
 * **scaling**: the CPU time of building the training graphs of residual
   MatMul/Gelu/LayerNorm stacks of 100 to 800 blocks (ratios per doubling).
 
@@ -145,6 +148,95 @@ def _adamw(train: Path, recipe: object, manifest: dict[str, object]) -> float:
     return max(float(np.abs(values[w] - state[w].numpy()).max()) for w in trainable)
 
 
+def hugging_face_sweep() -> dict[str, dict[str, float]]:
+    import onnxruntime
+    import torch
+    import transformers as tf
+    from safetensors.numpy import load_file
+
+    import graphpass
+
+    ids = torch.randint(0, 97, (2, 8), generator=torch.Generator().manual_seed(1))
+    image = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    text = {"vocab_size": 97}
+    models = {
+        "bert": (lambda: tf.BertModel(tf.BertConfig(
+            **text, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=64), add_pooling_layer=False), ids),
+        "distilbert": (lambda: tf.DistilBertModel(tf.DistilBertConfig(
+            **text, dim=32, n_layers=2, n_heads=4, hidden_dim=64)), ids),
+        "gpt2": (lambda: tf.GPT2Model(tf.GPT2Config(
+            **text, n_embd=32, n_layer=2, n_head=4, n_positions=64, use_cache=False)), ids),
+        "llama": (lambda: tf.LlamaModel(tf.LlamaConfig(
+            **text, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
+            use_cache=False)), ids),
+        "vit": (lambda: tf.ViTModel(tf.ViTConfig(
+            image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
+            num_attention_heads=4, intermediate_size=64), add_pooling_layer=False), image),
+        "resnet": (lambda: tf.ResNetModel(tf.ResNetConfig(
+            embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])), image),
+        "convnext": (lambda: tf.ConvNextModel(tf.ConvNextConfig(
+            hidden_sizes=[8, 16], depths=[1, 1], num_stages=2)), image),
+        "mobilenet_v2": (lambda: tf.MobileNetV2Model(tf.MobileNetV2Config(
+            image_size=32, depth_multiplier=0.25)), image),
+    }
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self, model: torch.nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.model(x).last_hidden_state
+
+    found: dict[str, dict[str, float]] = {}
+    for name, (make, x) in models.items():
+        torch.manual_seed(0)
+        module = LastHidden(make())
+        with torch.no_grad():
+            for parameter in module.parameters():
+                parameter.add_(torch.randn_like(parameter) * 0.02)
+            for sub in module.modules():
+                if isinstance(sub, torch.nn.BatchNorm2d):
+                    sub.running_mean.uniform_(-0.1, 0.1)
+                    sub.running_var.uniform_(0.5, 1.5)
+        module.eval()
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "model.onnx"
+            with contextlib.redirect_stdout(io.StringIO()):
+                torch.onnx.export(module, (x,), str(path), dynamo=True, optimize=False,
+                                  input_names=["x"])
+            started = time.process_time()
+            graphpass.PassManager(["inline-functions", "fix-training-ops",
+                                   "build-training-graph"],
+                                  options={"build-training-graph": {"directory": f"{folder}/t"}}
+                                  ).run(graphpass.load(path))
+            build_seconds = time.process_time() - started
+            manifest = json.loads(Path(f"{folder}/t/manifest.json").read_text())
+            with torch.no_grad():
+                target = torch.randn_like(module(x)) * 0.1
+            session = onnxruntime.InferenceSession(f"{folder}/t/gradient.onnx")
+            loss, *grads = session.run(None, {"x": x.numpy(), "target": target.numpy(),
+                                              **load_file(f"{folder}/t/weights.safetensors")})
+        module.zero_grad()
+        expected = torch.nn.functional.mse_loss(module(x), target)
+        expected.backward()
+        state = module.state_dict(keep_vars=True)
+        worst = 0.0
+        for weight, grad in zip(manifest["trainable"], grads, strict=True):
+            reference = state[weight].grad
+            reference = (reference if reference is not None
+                         else torch.zeros_like(state[weight])).numpy()
+            worst = max(worst, float(np.abs(grad - reference).max())
+                        / max(float(np.abs(reference).max()), 1e-6))
+        found[name] = {"weights": len(grads),
+                       "parameters": sum(1 for _ in module.parameters()),
+                       "loss_error": abs(float(loss) - float(expected.detach())),
+                       "max_relative_gradient_error": worst, "build_seconds": build_seconds}
+    return found
+
+
 def scaling_sweep(blocks: tuple[int, ...] = (100, 200, 400, 800)) -> list[tuple[int, int, float]]:
     from onnx import TensorProto, helper, numpy_helper
 
@@ -211,6 +303,11 @@ def main() -> int:
         print("\ntorch models")
         for name, values in torch_results.items():
             print(f"{name:18} {values}")
+    hugging = {} if args.skip_torch or only else hugging_face_sweep()
+    if hugging:
+        print("\nHugging Face models (MSE of last_hidden_state)")
+        for name, values in hugging.items():
+            print(f"{name:18} {values}")
     scaling = [] if only else scaling_sweep()
     if scaling:
         print("\nscaling: forward nodes, step-graph nodes, CPU seconds, ratio to the previous")
@@ -220,13 +317,14 @@ def main() -> int:
     failed = sum(c["failed"] for c in nodes.values()) + sum(
         1 for t in random.values() if "failed" in t)
     if not only:
-        _write_docs(nodes, random, torch_results, args.examples, scaling)
+        _write_docs(nodes, random, torch_results, args.examples, scaling, hugging)
     return 1 if failed else 0
 
 
 def _write_docs(nodes: dict[str, Counter[str]], random: dict[str, dict[str, object]],
                 torch_results: dict[str, dict[str, float]], examples: int,
-                scaling: list[tuple[int, int, float]]) -> None:
+                scaling: list[tuple[int, int, float]],
+                hugging: dict[str, dict[str, float]]) -> None:
     cases = sum(sum(c[k] for k in ("passed", "kinks", "refused", "no-gradient", "failed"))
                 for c in nodes.values())
     passed = sum(c["passed"] for c in nodes.values())
@@ -240,8 +338,8 @@ def _write_docs(nodes: dict[str, Counter[str]], random: dict[str, dict[str, obje
         f"`benchmarks/gradient_builders.py`: {len(random)} operators with built-in builders. "
         f"ONNX node tests: {passed} of {cases} cases pass in float64 against central "
         f"differences, {refused} are declared refusals (`AveragePool` with `ceil_mode`, "
-        "`MaxPool` with `storage_order`, an `Einsum` diagonal, models below opset 13), the rest have no "
-        "float input and output or sit on a kink. Random models: "
+        "`MaxPool` with `storage_order`, an `Einsum` diagonal, models below opset 13), the "
+        "rest have no float input and output or sit on a kink. Random models: "
         f"{random_passed} of {random_examples} examples ({examples} per operator) pass, "
         f"largest relative error {worst:.1e}.",
         "",
@@ -251,6 +349,13 @@ def _write_docs(nodes: dict[str, Counter[str]], random: dict[str, dict[str, obje
         *(f"| {name} | {int(v['weights'])} | {v['loss_error']:.1e} | "
           f"{v['max_relative_gradient_error']:.1e} | {v['adamw_10_steps_max_difference']:.1e} |"
           for name, v in torch_results.items()),
+        "",
+        "| Hugging Face model | weights trained / parameters | loss error | "
+        "max relative gradient error | build (CPU s) |",
+        "| --- | --- | --- | --- | --- |",
+        *(f"| {name} | {int(v['weights'])} / {int(v['parameters'])} | {v['loss_error']:.1e} | "
+          f"{v['max_relative_gradient_error']:.1e} | {v['build_seconds']:.2f} |"
+          for name, v in hugging.items()),
         "",
         "Building the training graphs (gradient, AdamW step, eval) of residual "
         "MatMul/Gelu/LayerNorm stacks, CPU seconds: "

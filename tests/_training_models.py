@@ -150,6 +150,36 @@ def _modules() -> dict[str, Recipe]:
             return module.eval()
         return make
 
+    class LastHidden(nn.Module):
+        """A Hugging Face model's ``last_hidden_state`` (tiny configs, built offline)."""
+
+        def __init__(self, model: nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.model(x).last_hidden_state
+
+    def hugging_face(kind: str) -> Callable[[], nn.Module]:
+        def make() -> nn.Module:
+            import transformers
+
+            if kind == "gpt2":
+                config = transformers.GPT2Config(vocab_size=31, n_embd=16, n_layer=2, n_head=2,
+                                                 n_positions=16, use_cache=False)
+                model = transformers.GPT2Model(config)
+            else:
+                config = transformers.LlamaConfig(
+                    vocab_size=31, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                    num_key_value_heads=1, intermediate_size=32, max_position_embeddings=16,
+                    use_cache=False)
+                model = transformers.LlamaModel(config)
+            with torch.no_grad():  # away from the initialisation's zeros and ones
+                for parameter in model.parameters():
+                    parameter.add_(torch.randn_like(parameter) * 0.02)
+            return LastHidden(model)
+        return make
+
     rng = np.random.default_rng(1)
     x_mlp = rng.standard_normal((5, 6)).astype(np.float32)
     y_mlp = rng.standard_normal((5, 3)).astype(np.float32)
@@ -158,6 +188,7 @@ def _modules() -> dict[str, Recipe]:
     ids = rng.integers(0, 31, size=(2, 8)).astype(np.int64)
     labels = rng.integers(0, 31, size=(2, 8)).astype(np.int64)
     labels[0, :2] = -100  # ignored, as Hugging Face pads labels
+    hidden_target = (rng.standard_normal((2, 8, 16)) * 0.1).astype(np.float32)
     x_gated = rng.standard_normal((3, 5, 12)).astype(np.float32)
     y_gated = rng.standard_normal((3, 5, 12)).astype(np.float32)
     return {
@@ -167,6 +198,10 @@ def _modules() -> dict[str, Recipe]:
         "gated": Recipe(seeded(Gated), lambda: {"x": x_gated}, lambda: y_gated, "mse"),
         "tinylm-functions": Recipe(seeded(TinyLM), lambda: {"ids": ids}, lambda: labels,
                                    "crossentropy", modules_as_functions=True),
+        "hf-gpt2": Recipe(seeded(hugging_face("gpt2")), lambda: {"x": ids},
+                          lambda: hidden_target, "mse"),
+        "hf-llama": Recipe(seeded(hugging_face("llama")), lambda: {"x": ids},
+                           lambda: hidden_target, "mse"),
     }
 
 
