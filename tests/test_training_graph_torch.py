@@ -5,9 +5,10 @@ convolutional net with batch norm, grouped, strided, dilated and depthwise
 convolutions and pooling, a two-block transformer language model with tied
 embeddings and a causal mask, a gated RMSNorm block, the transformer exported
 with its blocks as local functions, and tiny Hugging Face GPT-2 and Llama models),
-``build-training-graph`` writes the directory; stock onnxruntime runs ``gradient.onnx``, whose loss and gradients must equal
-torch's for the same batch and loss, and ten runs of ``step.onnx`` must move the
-weights as ``torch.optim.AdamW`` (or ``SGD``) does.
+``build-training-graph`` writes the directory; stock onnxruntime runs
+``gradient.onnx``, whose loss and gradients must equal torch's for the same batch and
+loss, and ten runs of ``step.onnx`` must move the weights as ``torch.optim.AdamW`` (or
+``SGD``) does.
 """
 
 from __future__ import annotations
