@@ -36,6 +36,7 @@ from graphpass.framework.registry import Registry
 from graphpass.framework.results import RunResult
 from graphpass.framework.verify import VerifyOptions, VerifySemantics
 from graphpass.reporting.listings import (
+    clashes_data,
     passes_data,
     pipelines_data,
     plan_data,
@@ -91,11 +92,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except UsageError as error:
         _fail(f"{error.command}: error: {error}")
+        _error_document(arguments, "UsageError", str(error), None, None)
         return EXIT_USAGE
     except GraphpassError as error:
         if show_traceback:
             traceback.print_exception(error, file=sys.stderr)
         _fail(f"graphpass: error: {error}")
+        _error_document(arguments, type(error).__name__, error.message, error.where,
+                        error.hint)
         return EXIT_USAGE
     except KeyboardInterrupt:
         _fail("graphpass: interrupted; nothing was written")
@@ -105,13 +109,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:
         if show_traceback:
             traceback.print_exception(error, file=sys.stderr)
-        _fail(f"graphpass: internal error: {type(error).__name__}: {error}\n"
-              "  hint: this is a bug in graphpass; run again with --traceback and report it")
+        hint = "this is a bug in graphpass; run again with --traceback and report it"
+        _fail(f"graphpass: internal error: {type(error).__name__}: {error}\n  hint: {hint}")
+        _error_document(arguments, "InternalError", f"{type(error).__name__}: {error}", None,
+                        hint)
         return EXIT_USAGE
 
 
 def _fail(message: str) -> None:
     print(message, file=sys.stderr)
+
+
+ERROR_SCHEMA_ID = "graphpass-error/1"
+"""The ``schema`` of the JSON document printed instead of a report when a command fails."""
+
+
+def _error_document(arguments: Sequence[str], kind: str, message: str, where: str | None,
+                    hint: str | None) -> None:
+    """With ``--format json``, print the error as a JSON object on standard output.
+
+    Scripts that parse the report then get a document on every exit: the report, or
+    this (``ok`` false, ``exit_code`` 2, the error's type, message, where and hint).
+    """
+    if _format_asked(arguments) != "json":
+        return
+    document = {"schema": ERROR_SCHEMA_ID, "ok": False, "exit_code": EXIT_USAGE,
+                "error": {"type": kind, "message": message, "where": where, "hint": hint}}
+    try:
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError):
+        pass
+
+
+def _format_asked(arguments: Sequence[str]) -> str | None:
+    """The value of ``--format`` in ``arguments`` (read by hand: parsing may have failed)."""
+    found = None
+    for index, argument in enumerate(arguments):
+        if argument == "--":
+            break
+        if argument == "--format" and index + 1 < len(arguments):
+            found = arguments[index + 1]
+        elif argument.startswith("--format="):
+            found = argument.partition("=")[2]
+    return found
 
 
 # ====================================================================== parser
@@ -299,7 +340,8 @@ def _plan(args: argparse.Namespace) -> int:
 def _plugins(args: argparse.Namespace) -> int:
     registry = _registry(args, None, report_problems=False)
     if args.format == "json":
-        _write_json({"plugins": plugins_data(registry), "warnings": list(registry.warnings)})
+        _write_json({"plugins": plugins_data(registry), "warnings": list(registry.warnings),
+                     "clashes": clashes_data(registry)})
     else:
         print_plugins(registry, _stdout_console())
     return EXIT_OK
@@ -333,6 +375,11 @@ def _registry(args: argparse.Namespace, config: PipelineFile | None, *,
     if report_problems:
         for problem in registry.problems:
             print(f"graphpass: warning: {problem}", file=sys.stderr)
+    if args.traceback:
+        for info in registry.plugins:
+            if info.exception is not None:
+                print(f"graphpass: traceback of plugin {info.label!r}:", file=sys.stderr)
+                traceback.print_exception(info.exception, file=sys.stderr)
     return registry
 
 

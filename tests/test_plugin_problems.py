@@ -61,11 +61,11 @@ def test_a_clash_is_recorded_not_raised_and_the_name_is_held_back(use) -> None:
     registry = build_registry()
     assert "prefix-node-names" not in registry.passes  # neither plugin's pass is used
     assert registry.plugin_of("passes", "example-op-counts") == "example"  # the rest works
-    assert registry.clashes == {("passes", "prefix-node-names"): ["example", "duplicate"]}
+    assert registry.clashes == {("passes", "prefix-node-names"): ["duplicate", "example"]}
     with pytest.raises(PluginError) as caught:
         graphpass.PassManager(["prefix-node-names"], registry=registry)
     message = str(caught.value)
-    assert "two plugins give the pass 'prefix-node-names': 'example' and 'duplicate'" in message
+    assert "two plugins give the pass 'prefix-node-names': 'duplicate' and 'example'" in message
     assert "passe " not in message
     assert "--disable-plugin duplicate" in message
     # Passes that do not clash plan and run as before.
@@ -89,7 +89,7 @@ def test_cli_reports_a_clash_in_plugins_and_where_the_name_is_used_only(
     data = json.loads(graphpass_process("plugins", "--format", "json", cwd=tmp_path,
                                         sites=both).stdout)
     assert data["clashes"] == [{"kind": "pass", "name": "prefix-node-names",
-                                "plugins": ["example", "duplicate"]}]
+                                "plugins": ["duplicate", "example"]}]
     for args in (("passes",), ("lint", model), ("plan", "-p", "example-op-counts")):
         done = graphpass_process(*args, cwd=tmp_path, sites=both)
         assert done.returncode == 0, (args, done.stderr)
@@ -97,7 +97,7 @@ def test_cli_reports_a_clash_in_plugins_and_where_the_name_is_used_only(
     used = graphpass_process("run", model, "-o", tmp_path / "out.onnx", "-p",
                              "prefix-node-names", cwd=tmp_path, sites=both)
     assert used.returncode == 2
-    assert "two plugins give the pass 'prefix-node-names': 'example' and 'duplicate'" in (
+    assert "two plugins give the pass 'prefix-node-names': 'duplicate' and 'example'" in (
         used.stderr)
     assert not (tmp_path / "out.onnx").exists()
     fixed = graphpass_process("run", model, "-o", tmp_path / "out.onnx", "-p",
@@ -113,7 +113,7 @@ def test_a_clash_in_a_pipeline_file_names_the_file_and_both_plugins(
                              sites=[sites["example"], sites["duplicate"]])
     assert done.returncode == 2
     assert "p.toml:2" in done.stderr
-    assert "'example' and 'duplicate'" in done.stderr
+    assert "'duplicate' and 'example'" in done.stderr
 
 
 def test_the_docs_example_pass_is_not_called_count_ops() -> None:

@@ -8,8 +8,8 @@ passes it must run ``after`` or ``before`` when they are planned too, and a
     from dataclasses import dataclass, field
     import graphpass
 
-    class CountOps(graphpass.AnalysisPass):
-        name = "count-ops"
+    class OpCounts(graphpass.AnalysisPass):
+        name = "example-op-counts"
         description = "Report how many nodes use each operator."
 
         @dataclass

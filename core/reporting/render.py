@@ -25,6 +25,7 @@ from rich.text import Text
 
 from graphpass.findings import Finding, Severity, count_by_severity
 from graphpass.framework.results import RunResult
+from graphpass.reporting.tables import print_trimmed
 
 __all__ = [
     "FRAMEWORK_CODES",
@@ -51,6 +52,7 @@ FRAMEWORK_CODES: Final[Mapping[str, str]] = {
 """Short descriptions of the framework's own finding codes."""
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+# SARIF has its own word for the info severity ("note"); reports of ours say "info".
 _SARIF_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
 
@@ -100,7 +102,7 @@ def render_text(result: RunResult, console: Console, info: ReportInfo) -> None:
         cells.append(", ".join(f"{k}: {v}" for k, v in record.stats.items() if v))
         passes.add_row(*cells)
     if result.records:
-        console.print(passes)
+        print_trimmed(console, passes)
     by_pass: dict[str, list[Finding]] = {}
     for finding in result.findings:
         by_pass.setdefault(finding.pass_name or "graphpass", []).append(finding)
@@ -118,9 +120,9 @@ def render_text(result: RunResult, console: Console, info: ReportInfo) -> None:
                 message.append(f"\nhint: {finding.hint}", style="dim")
             table.add_row(Text(finding.severity.value, style=_STYLE[finding.severity]),
                           finding.code, finding.location, message)
-        console.print(table)
+        print_trimmed(console, table)
     console.print()
-    console.print(_summary(result, info))
+    console.print(_summary(result, info), soft_wrap=True)  # one line, a path never cut
 
 
 def _counts_text(counts: Mapping[Severity, int]) -> Text:
@@ -139,8 +141,7 @@ def _summary(result: RunResult, info: ReportInfo) -> Text:
     text.append(f"{counts[Severity.ERROR]} error{'s' * (counts[Severity.ERROR] != 1)}",
                 style=_STYLE[Severity.ERROR] if counts[Severity.ERROR] else "")
     text.append(f", {counts[Severity.WARNING]} warning"
-                f"{'s' * (counts[Severity.WARNING] != 1)}, {counts[Severity.INFO]} note"
-                f"{'s' * (counts[Severity.INFO] != 1)}")
+                f"{'s' * (counts[Severity.WARNING] != 1)}, {counts[Severity.INFO]} info")
     ran = len({r.name for r in result.records})
     text.append(f" from {ran} pass{'es' * (ran != 1)}")
     if info.timing:
