@@ -158,7 +158,8 @@ def test_cli_lists_plans_and_runs_the_example_pass_from_a_pipeline_file(
     assert plugins.returncode == 0, plugins.stderr
     assert "example" in plugins.stdout and "1.2.0" in plugins.stdout
 
-    planned = graphpass_process("plan", "-p", "example-op-counts,prefix-node-names,inline-functions",
+    planned = graphpass_process("plan", "-p",
+                                "example-op-counts,prefix-node-names,inline-functions",
                                 cwd=tmp_path, sites=sites)
     assert planned.returncode == 0, planned.stderr
     lines = [line for line in planned.stdout.splitlines() if line.strip()]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _docs_runner import blocks
+from _docs_runner import block_after, blocks
 
 import graphpass
 from graphpass.framework.registry import Registry
@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "tests" / "plugins" / "graphpass-example-plugin"
 
 
-def _pytest(folder: Path, *args: str, sites: tuple[Path, ...] = ()) -> subprocess.CompletedProcess[str]:
+def _pytest(folder: Path, *args: str,
+            sites: tuple[Path, ...] = ()) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("GRAPHPASS_DISABLE_PLUGINS", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
     env["PYTHONPATH"] = os.pathsep.join(str(site) for site in sites)
@@ -122,3 +123,10 @@ def test_the_plugins_page_shows_the_example_tests_as_they_are() -> None:
         text = source.read_text()
         body = text.split('"""', 2)[2].lstrip("\n") if text.startswith('"""') else text
         assert body in shown, f"docs/plugins.md does not show {source.name} as it is"
+
+
+def test_the_plugins_page_keyword_options_example_runs(install_plugin, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(install_plugin("example")))
+    page = (REPO / "docs" / "plugins.md").read_text()
+    exec(compile(block_after(page, "these make the same pass", "python"), "plugins.md", "exec"),
+         {})

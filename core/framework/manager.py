@@ -282,8 +282,8 @@ def _credit(findings: Sequence[Finding], planned: PlannedPass, records: Sequence
     Returns:
         Whether any of them is an error.
     """
-    for finding in findings:
-        finding = finding.with_pass(planned.name)
+    for reported in findings:
+        finding = reported.with_pass(planned.name)
         target = next((r for r in reversed(records) if r.name == finding.pass_name), None)
         if target is not None:
             target.findings.append(finding)

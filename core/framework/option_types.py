@@ -25,7 +25,7 @@ import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
-from pathlib import Path, PurePath
+from pathlib import PurePath
 from typing import Any
 
 __all__ = ["OptionValueError", "check_value", "describe_type", "toml_text"]
@@ -248,4 +248,4 @@ def _with_pydantic(annotation: Any, value: Any) -> Any:
     except pydantic.ValidationError:
         name = describe_type(annotation)
         raise OptionValueError(f"a {name}" if not name.startswith(("a ", "an ")) else name,
-                               f"see `graphpass passes` for what the option takes") from None
+                               "see `graphpass passes` for what the option takes") from None

@@ -190,7 +190,7 @@ def _clashes_of(registry: Registry, plugin: str) -> list[str]:
 
 
 def _print_clashes(registry: Registry, console: Console) -> None:
-    for (kind, name), plugins in sorted(registry.clashes.items()):
+    for kind, name in sorted(registry.clashes):
         error = registry.unavailable(kind, name)
         text = f"clash: {error.message}" if error is not None else f"clash: {name!r}"
         console.print(Text(text, style="bold red"), soft_wrap=True)

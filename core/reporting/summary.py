@@ -27,7 +27,8 @@ INSPECT_SCHEMA_ID = "graphpass-inspect/1"
 def model_summary(model: Model) -> dict[str, Any]:
     """Describe a model as a JSON-ready dictionary.
 
-    Keys: ``schema`` (``graphpass-inspect/1``), ``model`` (ir_version, producer, domain, model_version, doc_string, metadata),
+    Keys: ``schema`` (``graphpass-inspect/1``), ``model`` (ir_version, producer, domain,
+    model_version, doc_string, metadata),
     ``opset_imports``, ``inputs``/``outputs`` (name, type, shape), ``nodes`` (total,
     main graph, in subgraphs, in functions, ``by_op`` as ``domain::op`` counts over the
     main graph and its subgraphs), ``functions`` (id, nodes, calls), ``initializers``
