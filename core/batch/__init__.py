@@ -1,7 +1,7 @@
 """graphpass.batch: lint (or run passes on) many models, here or on a cluster.
 
 ```python
-import graphpass.batch as batch
+from graphpass import batch
 
 settings = batch.Settings(command="lint", passes=("check", "lint-gradients"))
 results = batch.run(["models/", "extra/*.onnx"], settings)       # in this process
