@@ -14,8 +14,9 @@ configuration runs the command line in a fresh process, as CI would:
 Parallel runs are about wall time, so wall seconds are reported (best of
 ``--repeats``), with the machine's load average: on a machine whose CPUs are busy with
 other work, no executor can be faster. The summary gives each one's speed-up over
-``-j 1``; the Dask figure includes the command importing ``distributed`` (about a second). The reports of the
-three must be equal (``--no-timing`` JSON), or the benchmark fails.
+``-j 1``; the Dask figure includes the command importing ``distributed`` (about a
+second). The reports of the three must be equal (``--no-timing`` JSON), or the benchmark
+fails.
 
 Usage::
 
