@@ -358,9 +358,16 @@ def _check_many(args: argparse.Namespace, settings: Settings, config: PipelineFi
     tasks = make_tasks(args.models, settings, output_dir=output_dir)
     _check_report_path(args, name, *(Path(t.model) for t in tasks))
     verb = "linting" if command == "lint" else "running"
-    with _executor(args, len(tasks)) as executor, FileProgress(len(tasks), verb=verb) as shown:
-        results = map_tasks(tasks, executor=executor,
-                            on_result=lambda result, _done, _total: shown.done(result.model))
+    try:
+        with _executor(args, len(tasks)) as executor, FileProgress(len(tasks),
+                                                                   verb=verb) as shown:
+            results = map_tasks(tasks, executor=executor,
+                                on_result=lambda result, _done, _total: shown.done(result.model))
+    except KeyboardInterrupt:
+        _fail("graphpass: interrupted; " + ("the models finished before were written, and no "
+                                             "file was left half-written" if command == "run"
+                                             else "nothing was written"))
+        return EXIT_INTERRUPTED
     for result in results:
         if result.error is None:
             continue
