@@ -25,7 +25,7 @@ from onnx import TensorProto, helper
 
 import graphpass
 from graphpass import PipelineError, PluginError
-from graphpass.framework.plugin_loading import build_registry
+from graphpass.framework.plugin_loading import build_registry, reset_default_registry
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,14 +36,17 @@ def sites(install_plugin: Callable[[str], Path]) -> dict[str, Path]:
 
 
 @pytest.fixture
-def use(sites: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+def use(sites: dict[str, Path], monkeypatch: pytest.MonkeyPatch):
+    """Put the named plugins on sys.path (for build_registry and the in-process CLI)."""
     monkeypatch.delenv("GRAPHPASS_DISABLE_PLUGINS", raising=False)
+    reset_default_registry()
 
     def put(*names: str) -> None:
         for name in names:
             monkeypatch.syspath_prepend(str(sites[name]))
 
-    return put
+    yield put
+    reset_default_registry()
 
 
 def _model(folder: Path) -> Path:
@@ -79,41 +82,37 @@ def test_strict_plugins_still_makes_a_clash_fatal(use) -> None:
 
 
 def test_cli_reports_a_clash_in_plugins_and_where_the_name_is_used_only(
-        sites, tmp_path: Path, graphpass_process) -> None:
-    both = [sites["example"], sites["duplicate"]]
+        use, cli, tmp_path: Path) -> None:
+    use("example", "duplicate")
     model = _model(tmp_path)
-    listed = graphpass_process("plugins", cwd=tmp_path, sites=both)
-    assert listed.returncode == 0, listed.stderr
-    assert "prefix-node-names" in listed.stdout and "duplicate" in listed.stdout
-    assert "also given by" in listed.stdout
-    data = json.loads(graphpass_process("plugins", "--format", "json", cwd=tmp_path,
-                                        sites=both).stdout)
-    assert data["clashes"] == [{"kind": "pass", "name": "prefix-node-names",
-                                "plugins": ["duplicate", "example"]}]
+    code, stdout, stderr = cli("plugins")
+    assert code == 0, stderr
+    assert "prefix-node-names" in stdout and "duplicate" in stdout
+    assert "also given by" in stdout
+    code, stdout, _ = cli("plugins", "--format", "json")
+    assert json.loads(stdout)["clashes"] == [{"kind": "pass", "name": "prefix-node-names",
+                                              "plugins": ["duplicate", "example"]}]
     for args in (("passes",), ("lint", model), ("plan", "-p", "example-op-counts")):
-        done = graphpass_process(*args, cwd=tmp_path, sites=both)
-        assert done.returncode == 0, (args, done.stderr)
-        assert "Traceback" not in done.stderr
-    used = graphpass_process("run", model, "-o", tmp_path / "out.onnx", "-p",
-                             "prefix-node-names", cwd=tmp_path, sites=both)
-    assert used.returncode == 2
-    assert "two plugins give the pass 'prefix-node-names': 'duplicate' and 'example'" in (
-        used.stderr)
+        code, _, stderr = cli(*args)
+        assert code == 0, (args, stderr)
+        assert "Traceback" not in stderr
+    code, _, stderr = cli("run", model, "-o", tmp_path / "out.onnx", "-p", "prefix-node-names")
+    assert code == 2
+    assert "two plugins give the pass 'prefix-node-names': 'duplicate' and 'example'" in stderr
     assert not (tmp_path / "out.onnx").exists()
-    fixed = graphpass_process("run", model, "-o", tmp_path / "out.onnx", "-p",
-                              "prefix-node-names", "--disable-plugin", "duplicate",
-                              cwd=tmp_path, sites=both)
-    assert fixed.returncode == 0, fixed.stderr
+    code, _, stderr = cli("run", model, "-o", tmp_path / "out.onnx", "-p", "prefix-node-names",
+                          "--disable-plugin", "duplicate")
+    assert code == 0, stderr
 
 
 def test_a_clash_in_a_pipeline_file_names_the_file_and_both_plugins(
-        sites, tmp_path: Path, graphpass_process) -> None:
+        use, cli, tmp_path: Path) -> None:
+    use("example", "duplicate")
     (tmp_path / "p.toml").write_text('[pipeline]\npasses = ["check", "prefix-node-names"]\n')
-    done = graphpass_process("plan", "-c", "p.toml", cwd=tmp_path,
-                             sites=[sites["example"], sites["duplicate"]])
-    assert done.returncode == 2
-    assert "p.toml:2" in done.stderr
-    assert "'duplicate' and 'example'" in done.stderr
+    code, _, stderr = cli("plan", "-c", tmp_path / "p.toml")
+    assert code == 2
+    assert "p.toml:2" in stderr
+    assert "'duplicate' and 'example'" in stderr
 
 
 def test_the_docs_example_pass_is_not_called_count_ops() -> None:
@@ -143,12 +142,12 @@ def test_a_pass_of_a_failed_plugin_names_the_plugin_and_why(use) -> None:
     assert "'broken 0.0.1'" in str(unknown.value)
 
 
-def test_cli_names_the_failed_plugin_of_a_pass(sites, tmp_path: Path, graphpass_process) -> None:
-    done = graphpass_process("lint", _model(tmp_path), "-p", "half-pass", cwd=tmp_path,
-                             sites=[sites["broken"]])
-    assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "would be given by plugin 'half 0.0.1', which failed to load" in done.stderr
-    assert "unknown pass" not in done.stderr
+def test_cli_names_the_failed_plugin_of_a_pass(use, cli, tmp_path: Path) -> None:
+    use("broken")
+    code, _, stderr = cli("lint", _model(tmp_path), "-p", "half-pass")
+    assert code == 2 and "Traceback" not in stderr
+    assert "would be given by plugin 'half 0.0.1', which failed to load" in stderr
+    assert "unknown pass" not in stderr
 
 
 # ================================================================ tracebacks
