@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from graphpass.framework.option_types import toml_text
 from graphpass.framework.pass_base import Pass, describe_type, option_fields
 from graphpass.framework.planning import PlannedPass
 from graphpass.framework.registry import KIND_WORDS, Registry
@@ -80,7 +81,9 @@ def print_passes(registry: Registry, console: Console) -> None:
         text = Text(entry["description"])
         for option in entry["options"]:
             text.append(f"\n  {option['name']}", style="bold")
-            text.append(f": {option['type']} = {option['default']!r}", style="dim")
+            default = ("not set" if option["default"] is None
+                       else toml_text(option["default"]))
+            text.append(f": {option['type']} = {default}", style="dim")
         for key in ("requires", "after", "before"):
             if entry[key]:
                 text.append(f"\n  {key}: {', '.join(entry[key])}", style="dim")
