@@ -39,6 +39,7 @@ from graphpass.ir import (
     Value,
 )
 from graphpass.manager import PassManager
+from graphpass.onnx_ir_pass import OnnxIRPass, RewriteRules
 from graphpass.pass_base import AnalysisPass, Pass, PassContext, PassResult
 from graphpass.pipeline import Pipeline, PipelineStep
 from graphpass.results import PassRecord, RunResult
@@ -65,6 +66,7 @@ __all__ = [
     "ModelLoadError",
     "ModelSaveError",
     "Node",
+    "OnnxIRPass",
     "Pass",
     "PassContext",
     "PassError",
@@ -75,6 +77,7 @@ __all__ = [
     "PipelineError",
     "PipelineStep",
     "PluginError",
+    "RewriteRules",
     "RunResult",
     "Severity",
     "Tensor",

@@ -31,6 +31,7 @@ from typing import Any
 import pluggy
 
 from graphpass.errors import PluginError
+from graphpass.onnx_ir_pass import RewriteRules
 from graphpass.pass_base import Pass
 from graphpass.pipeline import Pipeline
 from graphpass.plugins import builtin, hookspecs
@@ -49,6 +50,7 @@ _KINDS = {
     "graphpass_checkpoint_loaders": "checkpoint_loaders",
     "graphpass_gradient_rules": "gradient_rules",
     "graphpass_pipelines": "pipelines",
+    "graphpass_rewrite_rules": "passes",  # each RewriteRules becomes a pass
 }
 _PASS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -228,6 +230,17 @@ def _checked_items(kind: str, hook_name: str, returned: Any,
         return []
     items: list[tuple[str, str, Any]] = []
     for item in list(returned):
+        if hook_name == "graphpass_rewrite_rules":
+            if not isinstance(item, RewriteRules):
+                info.warnings.append(f"{hook_name} gave {_short_repr(item)}: not a "
+                                     "graphpass.RewriteRules; skipped")
+                continue
+            try:
+                item = item.as_pass()
+            except PluginError as error:
+                info.warnings.append(f"{hook_name} gave {_short_repr(item)}: {error.message}; "
+                                     "skipped")
+                continue
         problem = _item_problem(kind, item)
         if problem is not None:
             info.warnings.append(f"{hook_name} gave {_short_repr(item)}: {problem}; skipped")
