@@ -91,8 +91,9 @@ class OnnxIRPass(Pass):
         except Exception as error:  # whatever the library raises
             raise PassError(f"{self.library} raised {_describe(error)}",
                             hint=f"the model is left as it was before this pass; leave "
-                                 f"{self.name!r} out of the pipeline, or report the model to "
-                                 f"{self.library}") from error
+                                 f"{self.name!r} out of the pipeline, or report the model to the "
+                                 f"authors of the pass's plugin (or of {self.library})"
+                            ) from error
         if replacement is not None:
             conversion.ir_model = replacement
         ran = time.perf_counter()
@@ -120,14 +121,19 @@ def _changes(before: dict[str, int], after: dict[str, int]) -> Finding:
 
 
 def _describe(error: BaseException) -> str:
-    """``Type: message``, followed by the causes onnx_ir's pass wrappers hide."""
-    text = f"{type(error).__name__}: {first_line(error)}"
-    cause, seen = error.__cause__ or error.__context__, {id(error)}
-    while cause is not None and id(cause) not in seen:
+    """``Type: message`` of the error at the bottom of the chain.
+
+    onnx_ir's pass managers wrap what a pass raises (``PassError: An error occurred
+    at step 0``) once per level; the original error is the one that says what failed.
+    """
+    root, seen = error, {id(error)}
+    while True:
+        cause = root.__cause__ or root.__context__
+        if cause is None or id(cause) in seen:
+            break
         seen.add(id(cause))
-        text += f" (caused by {type(cause).__name__}: {first_line(cause)})"
-        cause = cause.__cause__ or cause.__context__
-    return text
+        root = cause
+    return f"{type(root).__name__}: {first_line(root)}"
 
 
 # ============================================================== pattern rewrites
@@ -208,9 +214,8 @@ class RewriteRules:
             bad = [r for r in rules if not isinstance(r, rewriter.RewriteRule)]
             if bad or not rules:
                 raise PluginError(
-                    f"rewrite rules {self.name!r}: "
-                    + (f"{bad[0]!r} is not an onnxscript.rewriter.RewriteRule" if bad
-                       else "no rules given"),
+                    f"{_short(bad[0])} is not an onnxscript.rewriter.RewriteRule" if bad
+                    else "no rules given",
                     hint="make them with onnxscript.rewriter.pattern.RewriteRule(target, "
                          "replacement)")
             rules = rewriter.RewriteRuleSet(rules)
@@ -224,6 +229,11 @@ class RewriteRules:
         pass_class = type(_class_name(self.name), (RewritePass,), namespace)
         self._class.append(pass_class)
         return pass_class
+
+
+def _short(item: Any) -> str:
+    text = getattr(item, "__qualname__", None) or repr(item)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _class_name(pass_name: str) -> str:

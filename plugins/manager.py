@@ -238,8 +238,8 @@ def _checked_items(kind: str, hook_name: str, returned: Any,
             try:
                 item = item.as_pass()
             except PluginError as error:
-                info.warnings.append(f"{hook_name} gave {_short_repr(item)}: {error.message}; "
-                                     "skipped")
+                info.warnings.append(f"{hook_name} gave rewrite rules {item.name!r} that "
+                                     f"cannot be used: {error.message}; skipped")
                 continue
         problem = _item_problem(kind, item)
         if problem is not None:
