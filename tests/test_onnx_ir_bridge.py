@@ -318,6 +318,6 @@ def test_weights_in_a_data_file_are_never_read_into_memory(tmp_path: Path) -> No
     assert completed.returncode == 0, completed.stderr[-2000:]
     result = json.loads(completed.stdout.strip().splitlines()[-1])
     assert result["graph"] == "changed" and result["external"]
-    assert result["peak"] < 400 * 2**20 < WEIGHT_BYTES / 5, result
+    assert result["peak"] < 300 * 2**20 < WEIGHT_BYTES / 8, result  # imports alone: ~90 MB
     written = onnx.load(target, load_external_data=False)
     assert [t.external_data[0].value for t in written.graph.initializer] == ["model.onnx.data"] * 3
