@@ -19,8 +19,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
 from graphpass import PassError, PassManager, PipelineError
-from graphpass.plugins.manager import build_registry
-from graphpass.verify import make_inputs, run_model
+from graphpass.framework.plugin_loading import build_registry
+from graphpass.framework.verify import make_inputs, run_model
 
 FLOAT = TensorProto.FLOAT
 
@@ -44,7 +44,7 @@ def _common_pass_classes() -> dict[str, type]:
 
 
 @pytest.fixture(scope="module")
-def registry() -> graphpass.registry.Registry:
+def registry() -> graphpass.framework.Registry:
     return build_registry()
 
 

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
 from graphpass import PassError, PassManager
-from graphpass.plugins.manager import build_registry
+from graphpass.framework.plugin_loading import build_registry
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SOURCE = (REPO / "tests" / "plugins" / "graphpass-rewrite-plugin" / "src"
@@ -33,7 +33,7 @@ def site(install_plugin: Callable[[str], Path]) -> Path:
 
 
 @pytest.fixture
-def registry(site: Path, monkeypatch: pytest.MonkeyPatch) -> graphpass.registry.Registry:
+def registry(site: Path, monkeypatch: pytest.MonkeyPatch) -> graphpass.framework.Registry:
     monkeypatch.delenv("GRAPHPASS_DISABLE_PLUGINS", raising=False)
     monkeypatch.syspath_prepend(str(site))
     return build_registry()

@@ -15,8 +15,8 @@ import functools
 import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from graphpass.onnx_ir_pass import OnnxIRPass
-from graphpass.pass_base import PassContext
+from graphpass.framework.onnx_ir_pass import OnnxIRPass
+from graphpass.framework.pass_base import PassContext
 from graphpass.plugins.ecosystem._options import argument_docs, options_from_signature
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 :class:`OnnxIRPass` runs code written for ``onnx_ir`` (its own passes, onnxscript's
 optimizer and rewriter, a plugin's) inside a graphpass pipeline, with graphpass's
 planning, options, findings, ``--verify`` and reports. The model is converted with
-:class:`graphpass.onnx_ir_bridge.OnnxIRConversion` (weights are not read, what the
+:class:`graphpass.files.onnx_ir_bridge.OnnxIRConversion` (weights are not read, what the
 pass leaves alone is written back as it was), changed in place by
 :meth:`OnnxIRPass.run_onnx_ir`, and written back only when something changed::
 
@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from graphpass.errors import GraphpassError, PassError, PluginError, first_line
 from graphpass.findings import Finding, Severity
-from graphpass.onnx_ir_bridge import OnnxIRConversion, count_nodes
-from graphpass.pass_base import Pass, PassContext, PassResult
+from graphpass.files.onnx_ir_bridge import OnnxIRConversion, count_nodes
+from graphpass.framework.pass_base import Pass, PassContext, PassResult
 
 if TYPE_CHECKING:
     import onnx_ir as ir

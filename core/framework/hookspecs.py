@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from graphpass.onnx_ir_pass import RewriteRules
-    from graphpass.pass_base import Pass
+    from graphpass.framework.onnx_ir_pass import RewriteRules
+    from graphpass.framework.pass_base import Pass
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
 
@@ -44,12 +44,12 @@ def graphpass_checkpoint_loaders() -> Iterable[Any]:  # type: ignore[empty-body]
 
 @hookspec
 def graphpass_gradient_rules() -> Iterable[Any]:  # type: ignore[empty-body]
-    """Return gradient rule sets (:class:`graphpass.gradients.GradientRules` objects)."""
+    """Return gradient rule sets (:class:`graphpass.GradientRules` objects)."""
 
 
 @hookspec
 def graphpass_pipelines() -> Iterable[Any]:  # type: ignore[empty-body]
-    """Return named pipeline presets (:class:`graphpass.pipeline.Pipeline` objects)."""
+    """Return named pipeline presets (:class:`graphpass.Pipeline` objects)."""
 
 
 @hookspec
