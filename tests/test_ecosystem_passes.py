@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnx_ir.passes
-import onnx_ir.passes.common as common
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnx_ir.passes import common
 
 import graphpass
 from graphpass import PassError, PassManager, PipelineError
@@ -77,7 +77,7 @@ def test_constructor_arguments_become_typed_options_with_their_docs(registry) ->
     assert cse({"size-limit": 3}).options.size_limit == 3
     assert "The maximum size of the tensor to be csed" in (cse.Options.__doc__ or "")
     assert "``criteria``" in (registry.pass_class("onnx-ir-inline").__doc__ or "")
-    with pytest.raises(PipelineError, match="'size-limit' of pass .* must be integer"):
+    with pytest.raises(PipelineError, match=r"'size-limit' of pass .* must be integer"):
         cse({"size-limit": "many"})
     with pytest.raises(PipelineError, match="did you mean 'size-limit'"):
         cse({"size-limits": 3})
@@ -92,7 +92,8 @@ def test_onnxscript_optimize_takes_the_keyword_arguments_of_optimize(registry) -
                 if p.name != "model"}
     options = registry.pass_class("onnxscript-optimize")().options
     assert vars(options) == keywords
-    assert registry.pass_class("onnxscript-optimize")({"num-iterations": 1}).options.num_iterations == 1
+    once = registry.pass_class("onnxscript-optimize")({"num-iterations": 1})
+    assert once.options.num_iterations == 1
 
 
 def test_the_checker_is_an_analysis_and_its_verdict_a_pass_error_naming_pass_and_plugin(

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnx_ir as ir
-import onnx_ir.passes.common as common
 import onnxruntime
 import pytest
 import test_roundtrip_edge_cases as edge
 from onnx import TensorProto, helper, numpy_helper
+from onnx_ir.passes import common
 from test_files_big import WEIGHT_BYTES, write_big_model
 
 import graphpass
@@ -318,6 +318,6 @@ def test_weights_in_a_data_file_are_never_read_into_memory(tmp_path: Path) -> No
     assert completed.returncode == 0, completed.stderr[-2000:]
     result = json.loads(completed.stdout.strip().splitlines()[-1])
     assert result["graph"] == "changed" and result["external"]
-    assert result["peak"] < 300 * 2**20 < WEIGHT_BYTES / 8, result  # imports alone: ~90 MB
+    assert result["peak"] < 300 * 2**20 < WEIGHT_BYTES / 4, result  # imports alone: ~90 MB
     written = onnx.load(target, load_external_data=False)
     assert [t.external_data[0].value for t in written.graph.initializer] == ["model.onnx.data"] * 3

@@ -48,10 +48,10 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from graphpass.errors import InvalidModelError
+from graphpass.files.proto import model_from_proto, model_to_proto
 from graphpass.ir import Graph, Model, Node, Tensor
 from graphpass.ir._gc import paused_gc
 from graphpass.ir._model import UNKNOWN_FIELDS
-from graphpass.files.proto import model_from_proto, model_to_proto
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -166,7 +166,7 @@ class _GraphOrigin:
     graph: Graph
     proto: onnx.GraphProto
     state: tuple[Any, ...]
-    values: dict[str, Any]  # name -> ir.Value, as converted
+    values: dict[str | None, Any]  # name -> ir.Value, as converted
     inputs: tuple[Any, ...]
     outputs: tuple[Any, ...]
 
@@ -176,7 +176,7 @@ class _FunctionOrigin:
     extra: Mapping[str, Any] | None
     proto: onnx.FunctionProto
     state: tuple[Any, ...]
-    values: dict[str, Any]
+    values: dict[str | None, Any]
     keep: tuple[Any, ...]
 
 
@@ -357,8 +357,9 @@ class OnnxIRConversion:
             for value in graph.initializers.values():
                 tensor = value.const_value
                 if tensor is not None and id(tensor) in self._tensors:
+                    original = self._tensors[id(tensor)][1]
                     value.const_value = ir.ExternalTensor(
-                        _STAND_IN, None, None, tensor.dtype, shape=tensor.shape,
+                        _STAND_IN, None, None, tensor.dtype, shape=ir.Shape(original.shape),
                         name=value.name or "")
                     swapped.append((value, tensor))
         return swapped
@@ -465,14 +466,14 @@ class OnnxIRConversion:
         attributes = []
         for ir_attribute, attribute in zip(ir_node.attributes.values(), proto.attribute,
                                            strict=True):
-            name = converted.get(id(ir_attribute))
-            if name is None:
+            original_name = converted.get(id(ir_attribute))
+            if original_name is None:
                 attributes.append(attribute)  # new or changed: as onnx_ir writes it
             elif attribute.type not in _GRAPH_TYPES:
-                attributes.append(originals[name])
+                attributes.append(originals[original_name])
             else:  # the original attribute's own fields, around the merged graphs
                 merged = onnx.AttributeProto()
-                merged.CopyFrom(origin.node.attributes[name].proto)
+                merged.CopyFrom(origin.node.attributes[original_name].proto)
                 if attribute.HasField("g"):
                     merged.g.CopyFrom(attribute.g)
                 merged.graphs.extend(attribute.graphs)
@@ -486,7 +487,7 @@ class OnnxIRConversion:
     def _merge_declarations(self, target: Any, values: Iterable[ir.Value],
                             converted: tuple[Any, ...], originals: Any) -> None:
         """Graph inputs or outputs: an unchanged value keeps its original declaration."""
-        position = {}
+        position: dict[int, int] = {}
         for index, value in enumerate(converted):
             position.setdefault(id(value), index)
         for index, value in enumerate(values):
@@ -497,8 +498,8 @@ class OnnxIRConversion:
             if original_index is not None and self._values.get(id(value)) == _value_state(value):
                 target[index].CopyFrom(originals[original_index])
 
-    def _merge_value_info(self, target: Any, originals: Any, scope: Mapping[str, Any],
-                          converted: Mapping[str, Any]) -> None:
+    def _merge_value_info(self, target: Any, originals: Any, scope: Mapping[str | None, Any],
+                          converted: Mapping[str | None, Any]) -> None:
         """``value_info``: the original entries of unchanged values, in their order.
 
         Entries of values the pass removed go; entries for names no value had when the
@@ -519,7 +520,7 @@ class OnnxIRConversion:
                 if before is None:
                     entries.append(entry)  # declared a name nothing defined: verbatim
                 continue
-            if value is before and values.get(id(value)) == _value_state(value):
+            if values.get(id(value)) == _value_state(value) and value is before:
                 entries.append(entry)
                 taken.add(name)
             elif name not in taken and name in written:
@@ -531,7 +532,7 @@ class OnnxIRConversion:
             value = scope.get(name)
             if value is None:
                 continue  # onnx_ir's own bookkeeping (function value info before IR 10)
-            if converted.get(name) is value and values.get(id(value)) == _value_state(value):
+            if values.get(id(value)) == _value_state(value) and converted.get(name) is value:
                 continue
             entries.append(entry)
         if entries != list(target):

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from graphpass.errors import GraphpassError, PassError, PluginError, first_line
-from graphpass.findings import Finding, Severity
 from graphpass.files.onnx_ir_bridge import OnnxIRConversion, count_nodes
+from graphpass.findings import Finding, Severity
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 
 if TYPE_CHECKING:

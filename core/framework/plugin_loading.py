@@ -245,16 +245,17 @@ def _checked_items(kind: str, hook_name: str, returned: Any,
                              "ignored")
         return []
     items: list[tuple[str, str, Any]] = []
-    for item in list(returned):
+    for given in list(returned):
+        item = given
         if hook_name == "graphpass_rewrite_rules":
-            if not isinstance(item, RewriteRules):
-                info.warnings.append(f"{hook_name} gave {_short_repr(item)}: not a "
+            if not isinstance(given, RewriteRules):
+                info.warnings.append(f"{hook_name} gave {_short_repr(given)}: not a "
                                      "graphpass.RewriteRules; skipped")
                 continue
             try:
-                item = item.as_pass()
+                item = given.as_pass()
             except PluginError as error:
-                info.warnings.append(f"{hook_name} gave rewrite rules {item.name!r} that "
+                info.warnings.append(f"{hook_name} gave rewrite rules {given.name!r} that "
                                      f"cannot be used: {error.message}; skipped")
                 continue
         problem = _item_problem(kind, item)

@@ -54,7 +54,7 @@ class OnnxIRCommonPass(OnnxIRPass):
 def onnx_ir_passes() -> tuple[type[OnnxIRCommonPass], ...]:
     """One graphpass pass class per pass class in ``onnx_ir.passes.common``."""
     import onnx_ir.passes
-    import onnx_ir.passes.common as common
+    from onnx_ir.passes import common
 
     names = getattr(common, "__all__", None) or dir(common)
     found = []
@@ -75,7 +75,8 @@ def _wrap(ir_pass: type[Any]) -> type[OnnxIRCommonPass]:
     own_doc = ir_pass.__dict__.get("__doc__") or ""
     summary = own_doc.strip().splitlines()[0].strip() if own_doc.strip() else (
         f"Run onnx_ir's {ir_pass.__name__}.")
-    doc = f"{own_doc.strip() or summary}\n\nThis is onnx_ir's ``{ir_pass.__module__}.{ir_pass.__name__}``."
+    doc = (f"{own_doc.strip() or summary}\n\n"
+           f"This is onnx_ir's ``{ir_pass.__module__}.{ir_pass.__name__}``.")
     if left_out:
         doc += (" Not available as options (a pipeline file cannot write their values): "
                 + ", ".join(f"``{name}``" for name in left_out) + ".")

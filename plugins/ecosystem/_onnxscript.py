@@ -1,4 +1,4 @@
-"""onnxscript's optimizer and default rewrite rules, as ``onnxscript-optimize`` and ``onnxscript-rewrite``."""
+"""onnxscript's optimizer and default rewrites: ``onnxscript-optimize``, ``onnxscript-rewrite``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Two pattern rewrites, each a graphpass pass: ``fold-double-negation``, ``drop-multiply-by-one``."""
+"""Two pattern rewrites, each a pass: ``fold-double-negation``, ``drop-multiply-by-one``."""
 
 from collections.abc import Iterable
 
