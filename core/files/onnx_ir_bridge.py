@@ -40,7 +40,9 @@ back exactly as graphpass had it, so the round trip keeps graphpass's guarantees
 
 from __future__ import annotations
 
+import collections
 import functools
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -87,29 +89,51 @@ def count_nodes(model: ir.Model) -> dict[str, int]:
 
 
 # ============================================================== remembered state
-def _items(mapping: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
-    return tuple(mapping.items()) if mapping else ()
+# A state is one flat tuple (counts keep it unambiguous): a model of 100k nodes is
+# remembered in a few hundred thousand objects, which the garbage collector scans too.
+def _flat_items(mapping: Mapping[str, str] | None) -> tuple[Any, ...]:
+    if not mapping:
+        return (0,)
+    return (len(mapping), *itertools.chain.from_iterable(mapping.items()))
 
 
-def _shape(value: ir.Value) -> tuple[Any, ...] | None:
-    shape = value.shape
-    return None if shape is None else tuple(shape)
+def _metadata(owner: Any) -> Mapping[str, str] | None:
+    """``metadata_props`` without the empty dict onnx_ir makes on first access.
+
+    Reading the property of every node and value of a large model would allocate
+    that many dicts (and make the collector scan them); the attribute behind it is
+    read when it exists.
+    """
+    try:
+        return owner._metadata_props  # type: ignore[no-any-return]
+    except AttributeError:  # another onnx_ir: the public property
+        return owner.metadata_props  # type: ignore[no-any-return]
+
+
+def _attributes(node: Any) -> Mapping[str, Any]:
+    """A node's attributes as a plain dict (onnx_ir's ``Attributes`` is a ``UserDict``)."""
+    attributes = node.attributes
+    return attributes.data if isinstance(attributes, collections.UserDict) else attributes
 
 
 def _value_state(value: ir.Value) -> tuple[Any, ...]:
-    return (value.name, value.type, _shape(value), value.doc_string,
-            _items(value.metadata_props), id(value.const_value))
+    shape = value.shape
+    dims: tuple[Any, ...] = (-1,) if shape is None else (len(shape), *shape)
+    return (value.name, value.type, value.doc_string, id(value.const_value), *dims,
+            *_flat_items(_metadata(value)))
 
 
 def _node_state(node: ir.Node) -> tuple[Any, ...]:
+    inputs, outputs = node.inputs, node.outputs
+    attributes = _attributes(node)
     return (node.op_type, node.domain, node.overload, node.name, node.doc_string,
-            tuple(None if v is None else v.name for v in node.inputs),
-            tuple(v.name for v in node.outputs),
-            tuple(map(id, node.attributes.values())), _items(node.metadata_props))
+            len(inputs), *[None if v is None else v.name for v in inputs],
+            len(outputs), *[v.name for v in outputs],
+            len(attributes), *map(id, attributes.values()), *_flat_items(_metadata(node)))
 
 
 def _graph_state(graph: ir.Graph) -> tuple[Any, ...]:
-    return (graph.name, graph.doc_string, _items(graph.metadata_props),
+    return (graph.name, graph.doc_string, _flat_items(graph.metadata_props),
             tuple(map(id, graph.inputs)), tuple(map(id, graph.outputs)),
             tuple((name, id(v)) for name, v in graph.initializers.items()),
             tuple(map(id, graph)))
@@ -117,7 +141,7 @@ def _graph_state(graph: ir.Graph) -> tuple[Any, ...]:
 
 def _function_state(function: ir.Function) -> tuple[Any, ...]:
     return (function.domain, function.name, function.overload, function.doc_string,
-            _items(function.metadata_props), tuple(sorted(function.opset_imports.items())),
+            _flat_items(function.metadata_props), tuple(sorted(function.opset_imports.items())),
             tuple(map(id, function.attributes.values())),
             tuple(map(id, function.inputs)), tuple(map(id, function.outputs)),
             tuple(map(id, function)))
@@ -125,9 +149,18 @@ def _function_state(function: ir.Function) -> tuple[Any, ...]:
 
 def _model_state(model: ir.Model) -> tuple[Any, ...]:
     return (model.ir_version, model.producer_name, model.producer_version, model.domain,
-            model.model_version, model.doc_string, _items(model.metadata_props),
+            model.model_version, model.doc_string, _flat_items(model.metadata_props),
             tuple(sorted(model.opset_imports.items())), id(model.graph),
             tuple((key, id(f)) for key, f in model.functions.items()))
+
+
+def _same_entries(mapping: Mapping[str, str] | None, entries: Any) -> bool:
+    """Whether ``metadata_props`` read as a dict still are what the original entries say."""
+    return dict(mapping or {}) == {entry.key: entry.value for entry in entries}
+
+
+def _same_opsets(opsets: Mapping[str, int], entries: Any) -> bool:
+    return dict(opsets) == {entry.domain: entry.version for entry in entries}
 
 
 def _graph_values(graph: Any) -> Iterator[ir.Value]:
@@ -140,28 +173,26 @@ def _graph_values(graph: Any) -> Iterator[ir.Value]:
         yield from node.outputs
 
 
-def _subgraphs(node: ir.Node) -> Iterator[tuple[str, list[ir.Graph]]]:
-    """The graph-valued attributes of a node: name and graphs."""
-    import onnx_ir as ir
-
-    for name, attribute in node.attributes.items():
-        if attribute.is_ref():
-            continue
-        if attribute.type == ir.AttributeType.GRAPH:
-            yield name, [attribute.value]
-        elif attribute.type == ir.AttributeType.GRAPHS:
-            yield name, list(attribute.value)
+def _subgraphs(node: ir.Node) -> list[tuple[str, list[ir.Graph]]]:
+    """The graph-valued attributes of a node: name and graphs (usually none)."""
+    found = []
+    for name, attribute in _attributes(node).items():
+        kind = int(attribute.type)  # onnx_ir's AttributeType has ONNX's numbers
+        if kind in _GRAPH_TYPES and not attribute.is_ref():
+            value = attribute.value
+            found.append((name, [value] if kind == onnx.AttributeProto.GRAPH else list(value)))
+    return found
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _NodeOrigin:
     node: Node
     proto: onnx.NodeProto
     state: tuple[Any, ...]
-    keep: tuple[Any, ...]  # the converted Attr objects, so their ids stay theirs
+    attributes: tuple[Any, ...]  # the converted Attr objects, kept so that their ids stay theirs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _GraphOrigin:
     graph: Graph
     proto: onnx.GraphProto
@@ -171,7 +202,7 @@ class _GraphOrigin:
     outputs: tuple[Any, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _FunctionOrigin:
     extra: Mapping[str, Any] | None
     proto: onnx.FunctionProto
@@ -213,7 +244,7 @@ class OnnxIRConversion:
             self._graphs: dict[int, _GraphOrigin] = {}
             self._functions: dict[int, _FunctionOrigin] = {}
             self._values: dict[int, tuple[Any, ...]] = {}
-            self._tensors: dict[int, tuple[Any, Tensor]] = {}
+            self._tensors: dict[int, Tensor] = {}  # id of the onnx_ir tensor made for each
             self._keep: list[Any] = []  # every converted object, so that ids stay unique
             self._remember_graph(model.graph, self.ir_model.graph, self._proto.graph)
             for function, ir_function, proto in zip(
@@ -229,7 +260,8 @@ class OnnxIRConversion:
             ir_value = ir_graph.initializers[name]
             ir_tensor = _ir_tensor(tensor)
             ir_value.const_value = ir_tensor
-            self._tensors[id(ir_tensor)] = (ir_tensor, tensor)
+            self._tensors[id(ir_tensor)] = tensor
+            self._keep.append(ir_tensor)
         self._remember_nodes(graph, ir_graph, proto.node)
         values = {}
         for value in _graph_values(ir_graph):
@@ -251,9 +283,9 @@ class OnnxIRConversion:
                 for subgraph, ir_subgraph, subgraph_proto in zip(graphs, ir_graphs, graph_protos,
                                                                  strict=True):
                     self._remember_graph(subgraph, ir_subgraph, subgraph_proto)
-            attributes = tuple(ir_node.attributes.values())
+            self._keep.append(ir_node)
             self._nodes[id(ir_node)] = _NodeOrigin(node, proto, _node_state(ir_node),
-                                                   (ir_node, attributes))
+                                                   tuple(ir_node.attributes.values()))
 
     def _remember_function(self, function: Any, ir_function: ir.Function,
                            proto: onnx.FunctionProto) -> None:
@@ -357,7 +389,7 @@ class OnnxIRConversion:
             for value in graph.initializers.values():
                 tensor = value.const_value
                 if tensor is not None and id(tensor) in self._tensors:
-                    original = self._tensors[id(tensor)][1]
+                    original = self._tensors[id(tensor)]
                     value.const_value = ir.ExternalTensor(
                         _STAND_IN, None, None, tensor.dtype, shape=ir.Shape(original.shape),
                         name=value.name or "")
@@ -367,9 +399,8 @@ class OnnxIRConversion:
     def _restore_tensors(self, ir_graph: Any, graph: Graph) -> None:
         """Put the graphpass tensors back on the initializers that still hold them."""
         for name, value in getattr(ir_graph, "initializers", {}).items():
-            known = self._tensors.get(id(value.const_value))
-            if known is not None:
-                tensor = known[1]
+            tensor = self._tensors.get(id(value.const_value))
+            if tensor is not None:
                 graph.set_initializer(tensor if tensor.name == name else tensor.with_name(name))
         for ir_node, node in zip(ir_graph, graph, strict=True):
             for name, ir_subgraphs in _subgraphs(ir_node):
@@ -381,10 +412,9 @@ class OnnxIRConversion:
     def _merge_model(self, proto: onnx.ModelProto) -> None:
         original, ir_model = self._proto, self.ir_model
         _keep_presence(proto, original, _MODEL_SCALARS)
-        before = self._model_state
-        if tuple(sorted(ir_model.opset_imports.items())) == before[7]:
+        if _same_opsets(ir_model.opset_imports, original.opset_import):
             _replace(proto.opset_import, original.opset_import)
-        if _items(ir_model.metadata_props) == before[6]:
+        if _same_entries(ir_model.metadata_props, original.metadata_props):
             _replace(proto.metadata_props, original.metadata_props)
         self._merge_graph(ir_model.graph, proto.graph)
         for ir_function, function_proto in zip(ir_model.functions.values(), proto.functions,
@@ -409,7 +439,7 @@ class OnnxIRConversion:
             return
         original = origin.proto
         _keep_presence(proto, original, ("name", "doc_string"))
-        if _items(ir_graph.metadata_props) == origin.state[2]:
+        if _same_entries(ir_graph.metadata_props, original.metadata_props):
             _replace(proto.metadata_props, original.metadata_props)
         self._merge_declarations(proto.input, ir_graph.inputs, origin.inputs, original.input)
         self._merge_declarations(proto.output, ir_graph.outputs, origin.outputs, original.output)
@@ -430,9 +460,9 @@ class OnnxIRConversion:
             return
         original = origin.proto
         _keep_presence(proto, original, _FUNCTION_SCALARS)
-        if _items(ir_function.metadata_props) == origin.state[4]:
+        if _same_entries(ir_function.metadata_props, original.metadata_props):
             _replace(proto.metadata_props, original.metadata_props)
-        if tuple(sorted(ir_function.opset_imports.items())) == origin.state[5]:
+        if _same_opsets(ir_function.opset_imports, original.opset_import):
             _replace(proto.opset_import, original.opset_import)
         if tuple(map(id, ir_function.attributes.values())) == origin.state[6]:
             _replace(proto.attribute, original.attribute)
@@ -461,7 +491,7 @@ class OnnxIRConversion:
         written = list(proto.output)
         if written == _without_trailing_empty(original.output):
             _replace(proto.output, original.output)
-        converted = dict(zip(origin.state[7], (a.name for a in origin.keep[1]), strict=True))
+        converted = {id(a): a.name for a in origin.attributes}
         originals = {a.name: a for a in original.attribute}
         attributes = []
         for ir_attribute, attribute in zip(ir_node.attributes.values(), proto.attribute,
@@ -480,7 +510,7 @@ class OnnxIRConversion:
                 attributes.append(merged)
         if attributes != list(proto.attribute):
             _replace(proto.attribute, attributes)
-        if state[8] == origin.state[8]:
+        if _same_entries(ir_node.metadata_props, original.metadata_props):
             _replace(proto.metadata_props, original.metadata_props)
         _restore_unknown(proto, origin.node._extra)
 
