@@ -82,10 +82,8 @@ def test_the_packages_import_from_the_installed_wheel(installed: Path) -> None:
 def test_graphpass_passes_lists_the_built_in_plugins_passes(installed: Path) -> None:
     done = _run(installed, "graphpass", "passes", "--format", "json")
     assert done.returncode == 0, done.stderr[-3000:]
-    listed = json.loads(done.stdout)
-    entries = listed["passes"] if isinstance(listed, dict) else listed
     by_plugin: dict[str, set[str]] = {}
-    for entry in entries:
+    for entry in json.loads(done.stdout)["passes"]:
         by_plugin.setdefault(entry["plugin"], set()).add(entry["name"])
     assert {"inline-functions", "reconcile-initializers", "detect-missing-buffers",
             "lint-gradients"} <= by_plugin["builtin"]
