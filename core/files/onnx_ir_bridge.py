@@ -187,9 +187,15 @@ def _subgraphs(node: ir.Node) -> list[tuple[str, list[ir.Graph]]]:
 @dataclass(frozen=True, slots=True)
 class _NodeOrigin:
     node: Node
-    proto: onnx.NodeProto
+    protos: Any  # the original repeated field of nodes, and the node's place in it
+    index: int
     state: tuple[Any, ...]
     attributes: tuple[Any, ...]  # the converted Attr objects, kept so that their ids stay theirs
+
+    @property
+    def proto(self) -> onnx.NodeProto:
+        """The node as graphpass wrote it (a message wrapper made on each call)."""
+        return self.protos[self.index]  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,10 +279,10 @@ class OnnxIRConversion:
             tuple(ir_graph.outputs))
         self._keep.append(ir_graph)
 
-    def _remember_nodes(self, graph: Graph, ir_nodes: Iterable[ir.Node],
-                        protos: Iterable[onnx.NodeProto]) -> None:
-        for node, ir_node, proto in zip(graph, ir_nodes, protos, strict=True):
+    def _remember_nodes(self, graph: Graph, ir_nodes: Iterable[ir.Node], protos: Any) -> None:
+        for index, (node, ir_node) in enumerate(zip(graph, ir_nodes, strict=True)):
             for name, ir_graphs in _subgraphs(ir_node):
+                proto = protos[index]
                 graphs = node.attributes[name].graphs or []
                 attribute = next(a for a in proto.attribute if a.name == name)
                 graph_protos = [attribute.g] if attribute.HasField("g") else list(attribute.graphs)
@@ -284,8 +290,8 @@ class OnnxIRConversion:
                                                                  strict=True):
                     self._remember_graph(subgraph, ir_subgraph, subgraph_proto)
             self._keep.append(ir_node)
-            self._nodes[id(ir_node)] = _NodeOrigin(node, proto, _node_state(ir_node),
-                                                   tuple(ir_node.attributes.values()))
+            self._nodes[id(ir_node)] = _NodeOrigin(node, protos, index, _node_state(ir_node),
+                                                   tuple(_attributes(ir_node).values()))
 
     def _remember_function(self, function: Any, ir_function: ir.Function,
                            proto: onnx.FunctionProto) -> None:
