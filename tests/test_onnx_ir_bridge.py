@@ -321,3 +321,18 @@ def test_weights_in_a_data_file_are_never_read_into_memory(tmp_path: Path) -> No
     assert result["peak"] < 300 * 2**20 < WEIGHT_BYTES / 4, result  # imports alone: ~90 MB
     written = onnx.load(target, load_external_data=False)
     assert [t.external_data[0].value for t in written.graph.initializer] == ["model.onnx.data"] * 3
+
+
+def test_types_a_pass_gives_to_values_of_untouched_nodes_are_declared() -> None:
+    """Shape inference changes no node, only what is known about their outputs."""
+    proto = edge._model([helper.make_node("Relu", ["x"], ["a"], name="relu"),
+                         helper.make_node("Neg", ["a"], ["b"], name="neg"),
+                         helper.make_node("Abs", ["b"], ["y"], name="abs")],
+                        [edge._vi("x", [2, 3])], [edge._vi("y", [2, 3])])
+    model = graphpass.Model.from_proto(proto)
+    conversion = OnnxIRConversion(model)
+    common.ShapeInferencePass()(conversion.ir_model)
+    written = conversion.to_model().to_proto()
+    assert list(written.graph.node) == list(proto.graph.node)
+    assert [(v.name, [d.dim_value for d in v.type.tensor_type.shape.dim])
+            for v in written.graph.value_info] == [("a", [2, 3]), ("b", [2, 3])]

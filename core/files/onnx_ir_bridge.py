@@ -43,6 +43,7 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
+import types
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -354,13 +355,23 @@ class OnnxIRConversion:
         with paused_gc():
             if not self._changed():
                 return self.model
+            kept = self._kept_nodes(self.ir_model.graph)
+            graph = self.ir_model.graph
+            # onnx_ir writes the main graph's changed nodes only (a view of them); the
+            # others are copied from the original.
+            view = ir.GraphView(
+                graph.inputs, graph.outputs,
+                nodes=[node for node, origin in zip(graph, kept, strict=True) if origin is None],
+                initializers=list(graph.initializers.values()), doc_string=graph.doc_string,
+                opset_imports=graph.opset_imports, name=graph.name,
+                metadata_props=graph.metadata_props)
             swapped = self._swap_original_tensors()
             try:
-                proto = ir.serde.serialize_model(self.ir_model)
+                proto = ir.serde.serialize_model(_model_with_graph(self.ir_model, view))
             finally:
                 for value, tensor in swapped:
                     value.const_value = tensor
-            self._merge_model(proto)
+            self._merge_model(proto, kept)
             model = model_from_proto(proto, self.model.base_dir)
             self._restore_tensors(self.ir_model.graph, model.graph)
             for ir_function, function in zip(self.ir_model.functions.values(),
@@ -415,14 +426,26 @@ class OnnxIRConversion:
                     self._restore_tensors(ir_subgraph, subgraph)
 
     # ------------------------------------------------------------- merging
-    def _merge_model(self, proto: onnx.ModelProto) -> None:
+    def _kept_nodes(self, graph: ir.Graph) -> list[_NodeOrigin | None]:
+        """Per node: its origin when it is as converted (and has no subgraphs), else None."""
+        kept: list[_NodeOrigin | None] = []
+        nodes = self._nodes
+        for node in graph:
+            origin = nodes.get(id(node))
+            if origin is not None and _node_state(node) == origin.state and not _subgraphs(node):
+                kept.append(origin)
+            else:
+                kept.append(None)
+        return kept
+
+    def _merge_model(self, proto: onnx.ModelProto, kept: list[_NodeOrigin | None]) -> None:
         original, ir_model = self._proto, self.ir_model
         _keep_presence(proto, original, _MODEL_SCALARS)
         if _same_opsets(ir_model.opset_imports, original.opset_import):
             _replace(proto.opset_import, original.opset_import)
         if _same_entries(ir_model.metadata_props, original.metadata_props):
             _replace(proto.metadata_props, original.metadata_props)
-        self._merge_graph(ir_model.graph, proto.graph)
+        self._merge_graph(ir_model.graph, proto.graph, kept)
         for ir_function, function_proto in zip(ir_model.functions.values(), proto.functions,
                                                strict=True):
             self._merge_function(ir_function, function_proto)
@@ -431,9 +454,14 @@ class OnnxIRConversion:
                 _copy_field(proto, field, value)
         _restore_unknown(proto, self.model._extra)
 
-    def _merge_graph(self, ir_graph: ir.Graph, proto: onnx.GraphProto) -> None:
-        for ir_node, node_proto in zip(ir_graph, proto.node, strict=True):
-            self._merge_node(ir_node, node_proto)
+    def _merge_graph(self, ir_graph: ir.Graph, proto: onnx.GraphProto,
+                     kept: list[_NodeOrigin | None] | None = None) -> None:
+        """Write back what did not change; ``kept``: ``proto`` has only the other nodes."""
+        if kept is None:
+            for ir_node, node_proto in zip(ir_graph, proto.node, strict=True):
+                self._merge_node(ir_node, node_proto)
+        else:
+            self._assemble_nodes(ir_graph, proto, kept)
         for tensor_proto in proto.initializer:
             if (tensor_proto.data_location == onnx.TensorProto.EXTERNAL
                     and tensor_proto.external_data and
@@ -457,6 +485,32 @@ class OnnxIRConversion:
                 a.SerializeToString() for a in original.quantization_annotation):
             _replace(proto.quantization_annotation, original.quantization_annotation)
         _restore_unknown(proto, origin.graph._extra)
+
+    def _assemble_nodes(self, ir_graph: ir.Graph, proto: onnx.GraphProto,
+                        kept: list[_NodeOrigin | None]) -> None:
+        """The node list: the original's nodes where kept, onnx_ir's (merged) elsewhere.
+
+        onnx_ir declared the outputs of the nodes it wrote; an output of a kept node
+        whose type or shape a pass changed (shape inference) is declared here.
+        """
+        import onnx_ir as ir
+
+        written = iter(list(proto.node))
+        nodes = []
+        values = self._values
+        for ir_node, origin in zip(ir_graph, kept, strict=True):
+            if origin is None:
+                node_proto = next(written)
+                self._merge_node(ir_node, node_proto)
+                nodes.append(node_proto)
+                continue
+            nodes.append(origin.proto)
+            for value in ir_node.outputs:
+                if (values.get(id(value)) != _value_state(value) and _declared(value)
+                        and not value.is_graph_output()):
+                    ir.serde.serialize_value_into(proto.value_info.add(), value)
+        del proto.node[:]
+        proto.node.extend(nodes)
 
     def _merge_function(self, ir_function: ir.Function, proto: onnx.FunctionProto) -> None:
         for ir_node, node_proto in zip(ir_function, proto.node, strict=True):
@@ -576,6 +630,24 @@ class OnnxIRConversion:
 
 
 # ================================================================== helpers
+_MODEL_ATTRIBUTES = ("ir_version", "producer_name", "producer_version", "domain",
+                     "model_version", "doc_string", "opset_imports", "metadata_props",
+                     "functions")
+
+
+def _model_with_graph(model: ir.Model, graph: Any) -> Any:
+    """``model`` as onnx_ir's writer reads it (its ``ModelProtocol``), with another main graph."""
+    fields = {name: getattr(model, name) for name in _MODEL_ATTRIBUTES}
+    fields["device_configurations"] = getattr(model, "device_configurations", ())
+    return types.SimpleNamespace(**fields, graph=graph)
+
+
+def _declared(value: ir.Value) -> bool:
+    """Whether onnx_ir writes a ``value_info`` entry for ``value`` (it has something to say)."""
+    return bool(value.name) and (value.shape is not None or value.type is not None
+                                 or bool(_metadata(value)) or bool(value.doc_string))
+
+
 def _placeholder(tensor: Tensor) -> onnx.TensorProto:
     """What the conversion writes for an initializer: name, type and shape, no data."""
     return onnx.TensorProto(name=tensor.name, data_type=tensor.dtype, dims=tensor.shape)
