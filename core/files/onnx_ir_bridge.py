@@ -359,12 +359,15 @@ class OnnxIRConversion:
             graph = self.ir_model.graph
             # onnx_ir writes the main graph's changed nodes only (a view of them); the
             # others are copied from the original.
+            # So are its initializers that still hold the original tensors.
+            tensors = self._tensors
             view = ir.GraphView(
                 graph.inputs, graph.outputs,
                 nodes=[node for node, origin in zip(graph, kept, strict=True) if origin is None],
-                initializers=list(graph.initializers.values()), doc_string=graph.doc_string,
-                opset_imports=graph.opset_imports, name=graph.name,
-                metadata_props=graph.metadata_props)
+                initializers=[value for value in graph.initializers.values()
+                              if id(value.const_value) not in tensors],
+                doc_string=graph.doc_string, opset_imports=graph.opset_imports,
+                name=graph.name, metadata_props=graph.metadata_props)
             swapped = self._swap_original_tensors()
             try:
                 proto = ir.serde.serialize_model(_model_with_graph(self.ir_model, view))
@@ -403,6 +406,8 @@ class OnnxIRConversion:
 
         swapped = []
         for graph in _all_graphs(self.ir_model):
+            if graph is self.ir_model.graph:
+                continue  # written from a view without them
             for value in graph.initializers.values():
                 tensor = value.const_value
                 if tensor is not None and id(tensor) in self._tensors:
@@ -462,6 +467,7 @@ class OnnxIRConversion:
                 self._merge_node(ir_node, node_proto)
         else:
             self._assemble_nodes(ir_graph, proto, kept)
+            self._assemble_initializers(ir_graph, proto)
         for tensor_proto in proto.initializer:
             if (tensor_proto.data_location == onnx.TensorProto.EXTERNAL
                     and tensor_proto.external_data and
@@ -511,6 +517,22 @@ class OnnxIRConversion:
                     ir.serde.serialize_value_into(proto.value_info.add(), value)
         del proto.node[:]
         proto.node.extend(nodes)
+
+    def _assemble_initializers(self, ir_graph: ir.Graph, proto: onnx.GraphProto) -> None:
+        """The initializers in order: placeholders for original tensors, onnx_ir's for new ones.
+
+        :meth:`_restore_tensors` puts the original tensors back in place of the placeholders.
+        """
+        written = {tensor.name: tensor for tensor in proto.initializer}
+        entries = []
+        for name, value in ir_graph.initializers.items():
+            original = self._tensors.get(id(value.const_value))
+            if original is not None:
+                entries.append(onnx.TensorProto(name=name, data_type=original.dtype,
+                                                dims=original.shape))
+            elif name in written:  # onnx_ir skips an initializer without a value
+                entries.append(written[name])
+        _replace(proto.initializer, entries)
 
     def _merge_function(self, ir_function: ir.Function, proto: onnx.FunctionProto) -> None:
         for ir_node, node_proto in zip(ir_function, proto.node, strict=True):
