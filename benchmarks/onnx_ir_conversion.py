@@ -116,8 +116,9 @@ def write_docs(summary: str) -> None:
         "way back writes the nodes and initializers a pass changed with onnx_ir's writer (the "
         "others are copied from the original), merges declarations, and reads the result "
         "with graphpass's reader. Python's collector scans the objects each way makes once "
-        "(about a third of the time at 100k nodes). Weights are not part of it: the conversion hands them over "
-        "as lazy tensors and keeps graphpass's own on the way back. A pass that changes "
+        "(about a third of the time at 100k nodes). Weights are not part of it: the "
+        "conversion hands them over as lazy tensors and keeps graphpass's own on the way "
+        "back. A pass that changes "
         "nothing pays the way there and one comparison of states.",
     ])
 
