@@ -77,8 +77,10 @@ def test_constructor_arguments_become_typed_options_with_their_docs(registry) ->
     assert cse({"size-limit": 3}).options.size_limit == 3
     assert "The maximum size of the tensor to be csed" in (cse.Options.__doc__ or "")
     assert "``criteria``" in (registry.pass_class("onnx-ir-inline").__doc__ or "")
-    with pytest.raises(PipelineError, match=r"'size-limit' of pass .* must be integer"):
+    with pytest.raises(PipelineError, match=r"'size-limit' of pass .* must be an integer"):
         cse({"size-limit": "many"})
+    with pytest.raises(PipelineError, match=r"'lift-all-constants' of pass .* must be"):
+        registry.pass_class("onnx-ir-lift-constants-to-initializers")({"lift-all-constants": 1})
     with pytest.raises(PipelineError, match="did you mean 'size-limit'"):
         cse({"size-limits": 3})
     lift = registry.pass_class("onnx-ir-lift-constants-to-initializers")().options
