@@ -11,11 +11,11 @@ The model itself is not changed. The weights it trains are those ``lint-gradient
 would judge (same ``trainable``/``frozen`` options, same default: torch's parameters
 when the export records them, else every float initializer).
 
-Findings: ``GP800`` (info) the directory was written; ``GP801`` (error) a node
-cannot be differentiated (the message names it); ``GP802`` (error) no trainable
-weight; ``GP803`` (warning) trainable weights no gradient reaches, left frozen;
-``GP804`` (warning) a ``trainable``/``frozen`` pattern that matches nothing, or a
-requested weight that is not a float initializer; ``GP805`` (error) the directory
+Findings: ``GP850`` (info) the directory was written; ``GP851`` (error) a node
+cannot be differentiated (the message names it); ``GP852`` (error) no trainable
+weight; ``GP853`` (warning) trainable weights no gradient reaches, left frozen;
+``GP854`` (warning) a ``trainable``/``frozen`` pattern that matches nothing, or a
+requested weight that is not a float initializer; ``GP855`` (error) the directory
 cannot be written.
 """
 
@@ -38,12 +38,12 @@ from graphpass.training.table import registered_builders
 __all__ = ["CODES", "BuildTrainingGraph"]
 
 CODES = {
-    "wrote": "GP800",
-    "not-differentiable": "GP801",
-    "no-trainable": "GP802",
-    "unreached": "GP803",
-    "selection": "GP804",
-    "write": "GP805",
+    "wrote": "GP850",
+    "not-differentiable": "GP851",
+    "no-trainable": "GP852",
+    "unreached": "GP853",
+    "selection": "GP854",
+    "write": "GP855",
 }
 """The finding codes of ``build-training-graph`` (stable)."""
 
@@ -58,12 +58,12 @@ class BuildTrainingGraph(Pass):
     after = ("reconcile-initializers", "detect-missing-buffers", "fix-training-ops",
              "lint-gradients", "remove-unused", "check")
     codes: ClassVar[dict[str, str]] = {
-        "GP800": "training-graph directory written",
-        "GP801": "a node on the gradient path cannot be differentiated",
-        "GP802": "no trainable weight",
-        "GP803": "trainable weights no gradient reaches (left frozen)",
-        "GP804": "a trainable/frozen pattern matches nothing, or names a non-float weight",
-        "GP805": "the directory cannot be written",
+        "GP850": "training-graph directory written",
+        "GP851": "a node on the gradient path cannot be differentiated",
+        "GP852": "no trainable weight",
+        "GP853": "trainable weights no gradient reaches (left frozen)",
+        "GP854": "a trainable/frozen pattern matches nothing, or names a non-float weight",
+        "GP855": "the directory cannot be written",
     }
 
     @dataclass

@@ -47,7 +47,7 @@ def _io(path: Path) -> tuple[list[str], list[str]]:
 
 def test_directory_follows_the_contract(tmp_path: Path) -> None:
     result = _run(graphpass.Model.from_proto(_model()), tmp_path / "train")
-    assert [f.code for f in result.findings] == ["GP800"]
+    assert [f.code for f in result.findings] == ["GP850"]
     train = tmp_path / "train"
     assert sorted(p.name for p in train.iterdir()) == [
         "eval.onnx", "gradient.onnx", "manifest.json", "optimizer_state.safetensors",
@@ -105,7 +105,7 @@ def test_a_failed_write_leaves_no_directory(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     _failing_check(monkeypatch, "eval.onnx")  # after every file was written
     result = _run(graphpass.Model.from_proto(_model()), tmp_path / "train")
-    assert [f.code for f in result.findings] == ["GP805"]
+    assert [f.code for f in result.findings] == ["GP855"]
     assert not (tmp_path / "train").exists()
     assert _leftovers(tmp_path) == []
 
@@ -118,7 +118,7 @@ def test_an_earlier_directory_is_replaced_only_when_the_new_one_is_complete(
     with monkeypatch.context() as patch:
         _failing_check(patch, "step.onnx")
         result = _run(graphpass.Model.from_proto(_model()), train)
-    assert [f.code for f in result.findings] == ["GP805"]
+    assert [f.code for f in result.findings] == ["GP855"]
     assert {p.name: p.read_bytes() for p in train.iterdir()} == before
     assert _leftovers(tmp_path) == []
     _run(graphpass.Model.from_proto(_model()), train)  # adamw this time
@@ -131,7 +131,7 @@ def test_a_folder_that_is_not_a_training_directory_is_never_touched(tmp_path: Pa
     folder.mkdir()
     (folder / "notes.txt").write_text("keep me")
     result = _run(graphpass.Model.from_proto(_model()), folder)
-    assert [f.code for f in result.findings] == ["GP805"]
+    assert [f.code for f in result.findings] == ["GP855"]
     assert [p.name for p in folder.iterdir()] == ["notes.txt"]
 
 
@@ -167,7 +167,7 @@ def test_cli_writes_the_directory_and_names_what_it_cannot_differentiate(
                        "--emit-training-graph", tmp_path / "train")
     assert code == 0, out
     assert (tmp_path / "train" / "step.onnx").exists()
-    assert "GP800" in out
+    assert "GP850" in out
 
     broken = _model()
     broken.graph.node[2].op_type = "Hardmax"  # no builder: on the path of w and b
@@ -187,7 +187,7 @@ def test_a_model_that_computes_its_loss_trains_with_loss_none(tmp_path: Path) ->
     proto.graph.output.append(helper.make_tensor_value_info("loss", TensorProto.FLOAT, []))
     result = _run(graphpass.Model.from_proto(proto), tmp_path / "train", loss="none",
                   **{"loss-inputs": ["loss"]})
-    assert [f.code for f in result.findings] == ["GP800"]
+    assert [f.code for f in result.findings] == ["GP850"]
     assert _io(tmp_path / "train" / "gradient.onnx") == (["x", "w", "b"],
                                                          ["loss", "w.grad", "b.grad"])
     from safetensors.numpy import load_file

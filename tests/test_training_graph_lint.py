@@ -39,8 +39,8 @@ def _verdicts(proto: onnx.ModelProto, directory: Path) -> tuple[set[str], set[st
     build = graphpass.PassManager(["build-training-graph"], options={
         "build-training-graph": {"directory": str(directory), "loss": "mse"}},
         stop_on_error=False).run(model)
-    refused = next((f for f in build.findings if f.code == "GP801"), None)
-    frozen = next((set(f.data["weights"]) for f in build.findings if f.code == "GP803"), set())
+    refused = next((f for f in build.findings if f.code == "GP851"), None)
+    frozen = next((set(f.data["weights"]) for f in build.findings if f.code == "GP853"), set())
     return errors, unreached, (refused.node if refused else None), frozen
 
 

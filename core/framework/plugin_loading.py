@@ -40,6 +40,7 @@ import pluggy
 
 from graphpass.errors import PluginError
 from graphpass.framework import hookspecs
+from graphpass.framework.onnx_ir_pass import RewriteRules
 from graphpass.framework.pass_base import Pass
 from graphpass.framework.pipeline import Pipeline
 from graphpass.framework.registry import PluginInfo, Registry
@@ -62,6 +63,7 @@ _KINDS = {
     "graphpass_gradient_rules": "gradient_rules",
     "graphpass_gradient_builders": "gradient_builders",
     "graphpass_pipelines": "pipelines",
+    "graphpass_rewrite_rules": "passes",  # each RewriteRules becomes a pass
 }
 _PASS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -275,7 +277,19 @@ def _checked_items(kind: str, hook_name: str, returned: Any,
                              "ignored")
         return []
     items: list[tuple[str, str, Any]] = []
-    for item in list(returned):
+    for given in list(returned):
+        item = given
+        if hook_name == "graphpass_rewrite_rules":
+            if not isinstance(given, RewriteRules):
+                info.warnings.append(f"{hook_name} gave {_short_repr(given)}: not a "
+                                     "graphpass.RewriteRules; skipped")
+                continue
+            try:
+                item = given.as_pass()
+            except PluginError as error:
+                info.warnings.append(f"{hook_name} gave rewrite rules {given.name!r} that "
+                                     f"cannot be used: {error.message}; skipped")
+                continue
         problem = _item_problem(kind, item)
         if problem is not None:
             info.warnings.append(f"{hook_name} gave {_short_repr(item)}: {problem}; skipped")
