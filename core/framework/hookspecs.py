@@ -48,6 +48,11 @@ def graphpass_gradient_rules() -> Iterable[Any]:  # type: ignore[empty-body]
 
 
 @hookspec
+def graphpass_gradient_builders() -> Iterable[Any]:  # type: ignore[empty-body]
+    """Return gradient builders (:class:`graphpass.training.GradientBuilder` objects)."""
+
+
+@hookspec
 def graphpass_pipelines() -> Iterable[Any]:  # type: ignore[empty-body]
     """Return named pipeline presets (:class:`graphpass.Pipeline` objects)."""
 

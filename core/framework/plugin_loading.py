@@ -61,6 +61,7 @@ _KINDS = {
     "graphpass_passes": "passes",
     "graphpass_checkpoint_loaders": "checkpoint_loaders",
     "graphpass_gradient_rules": "gradient_rules",
+    "graphpass_gradient_builders": "gradient_builders",
     "graphpass_pipelines": "pipelines",
     "graphpass_rewrite_rules": "passes",  # each RewriteRules becomes a pass
 }
@@ -328,6 +329,12 @@ def _item_problem(kind: str, item: Any) -> str | None:
         options = getattr(item, "Options", None)
         if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
             return "`Options` must be a dataclass (graphpass.framework.NoOptions for none)"
+        return None
+    if kind == "gradient_builders":  # graphpass.training.GradientBuilder (a layer above)
+        if not (isinstance(getattr(item, "op_type", None), str)
+                and callable(getattr(item, "build", None))
+                and callable(getattr(item, "covers", None))):
+            return "not a graphpass.training.GradientBuilder"
         return None
     if kind == "pipelines":
         if not isinstance(item, Pipeline):
