@@ -452,8 +452,10 @@ def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) ->
                     else:
                         use(input_name, node, slot)
         node._inputs = tuple(inputs)
-        if node._captures:
-            for captured in node._captures:
+        # Loading the attributes may have set the captures (mypy sees only the None above).
+        captures: dict[str, int] | None = getattr(node, "_captures")  # noqa: B009
+        if captures:
+            for captured in captures:
                 known = values.get(captured)
                 if known is not None and known._producer is node:
                     in_order = False  # a subgraph reads its holder's output: a cycle

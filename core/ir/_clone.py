@@ -92,8 +92,13 @@ def _clone_graph(graph: Graph) -> Graph:
         copy._value_for(name)
     for name in copy._sparse_initializers:
         copy._value_for(name)
-    for node in graph:
-        copy.append(clone_node(node))
+    attach, link = copy._attach, copy._link
+    previous = None
+    for node in graph:  # fresh copies, in order: appended without the checks of append()
+        cloned = clone_node(node)
+        attach(cloned, touch=False)
+        link(cloned, previous, None)
+        previous = cloned
     copy.set_outputs([value.name for value in graph._outputs])
     for value in graph._values.values():
         if value._info is not None or value._alt_info is not None:

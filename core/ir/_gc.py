@@ -17,8 +17,8 @@ activity caused one: loading and dropping models in a loop grew without bound.
 copy or a graph names it (:attr:`Block.owner`); the account holds a weak reference
 to it, so it knows which large blocks died with their owner. Objects of blocks
 whose owner is gone, or that named none, may be garbage; once they outnumber the
-objects that are known to be alive (and at least :data:`_MIN_BATCH`), it runs one
-full collection. Each object is scanned about once by those collections, memory
+objects found alive by the last full collection (and at least :data:`_MIN_BATCH`),
+it runs one. Each object is scanned about once by those collections, memory
 held by dropped models stays within about twice what is alive, and a model that
 stays alive (loaded, copied by the pass manager, saved) is never scanned at all.
 """
@@ -132,13 +132,11 @@ def _move_to_oldest_generation(owner: object | None) -> None:
     else:
         account.moved_since_collection += moved
     maybe_garbage = account.moved_since_collection
-    alive = account.alive_after_collection
     for reference, count in account.owned:
         if reference() is None:
             maybe_garbage += count
-        else:
-            alive += count
-    if maybe_garbage > max(_MIN_BATCH, alive) and not account.sparing:
+    if maybe_garbage > max(_MIN_BATCH, account.alive_after_collection) \
+            and not account.sparing:
         found = gc.collect()
         account.owned = [(r, count) for r, count in account.owned if r() is not None]
         account.alive_after_collection = max(

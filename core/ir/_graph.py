@@ -32,7 +32,7 @@ from graphpass.ir._tensor import Tensor
 from graphpass.ir._value import CAPTURE, Use, Value
 
 if TYPE_CHECKING:
-    import networkx as nx
+    import networkx
 
     # Nodes hold attributes, which hold graphs: at run time the graph needs no Node.
     from graphpass.ir._function import Function
@@ -83,7 +83,7 @@ class Graph(LazyMetadata):
         self._initializers: dict[str, Tensor] = {}
         self._sparse_initializers: dict[str, onnx.SparseTensorProto] = {}
         self._free: dict[str, int] = {}
-        self._nx: nx.MultiDiGraph | None = None  # built on first use (see ``nx``)
+        self._nx: networkx.MultiDiGraph | None = None  # built on first use (see ``nx``)
         self._head: Node | None = None
         self._tail: Node | None = None
         self._count = 0
@@ -354,8 +354,8 @@ class Graph(LazyMetadata):
                         self._define_output(name, node, index)
         except InvalidModelError:
             for name in node._outputs:
-                value = self._values.get(name) if name else None
-                if value is not None and value._producer is node:
+                defined = self._values.get(name) if name else None
+                if defined is not None and defined._producer is node:
                     self._undefine_output(name, node)
             if self._nx is not None:
                 self._nx.remove_node(node)
@@ -364,10 +364,13 @@ class Graph(LazyMetadata):
             raise
         for slot, name in enumerate(node._inputs):
             if name:
-                value = values.get(name)
-                if view is None and value is not None and (
-                        value._producer is not None or self._is_defined(name)):
-                    uses = value._uses  # defined here: nothing else to update
+                used = values.get(name)
+                if view is None and used is not None and (
+                        used._producer is not None or self._is_defined(name)):
+                    uses = used._uses  # defined here: nothing else to update
+                    if not uses:
+                        used._uses = [(node, slot)]
+                        continue
                     if type(uses) is dict:
                         uses[(node, slot)] = None
                         continue
@@ -879,7 +882,7 @@ class Graph(LazyMetadata):
 
     # ================================================================= walking
     @property
-    def nx(self) -> nx.MultiDiGraph:
+    def nx(self) -> networkx.MultiDiGraph:
         """The networkx view: nodes are :class:`Node`, edges are value uses.
 
         Edge keys are ``(value name, input slot)``; slot :data:`~graphpass.ir.CAPTURE`
@@ -891,12 +894,12 @@ class Graph(LazyMetadata):
             view = self._nx = self._build_nx()
         return view
 
-    def _build_nx(self) -> nx.MultiDiGraph:
+    def _build_nx(self) -> networkx.MultiDiGraph:
         import networkx  # imported on first use: loading and saving need none of it
 
         view = networkx.MultiDiGraph()
         view.add_nodes_from(self)
-        edges = []
+        edges: list[tuple[Node, Node, tuple[str, int], dict[str, object]]] = []
         append = edges.append
         values = self._values
         for node in self:

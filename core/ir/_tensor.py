@@ -85,10 +85,7 @@ def dtype_size(elem_type: int) -> float:
 
 
 def _element_count(shape: Sequence[int]) -> int:
-    count = 1
-    for dim in shape:
-        count *= int(dim)
-    return count
+    return math.prod(map(int, shape))
 
 
 def _storage_bytes(count: int, elem_type: int) -> int:
