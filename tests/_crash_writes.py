@@ -56,6 +56,16 @@ OLD = {name: np.arange(size, dtype=np.float32) for name, size in zip(NAMES, SIZE
 NEW = {name: -2.0 - np.arange(size, dtype=np.float32) for name, size in zip(NAMES, SIZES,
                                                                             strict=True)}
 LAYOUTS = ("stream", "copy", "reference", "in-place", "fresh")
+
+
+def set_scale(scale: int) -> None:
+    """Make the weights ``scale`` times larger (longer writes, for random kills)."""
+    global SIZES, OLD, NEW
+    SIZES = tuple(size * scale for size in (4096, 300_000, 7))
+    OLD = {name: np.arange(size, dtype=np.float32) for name, size in zip(NAMES, SIZES,
+                                                                          strict=True)}
+    NEW = {name: -2.0 - np.arange(size, dtype=np.float32) for name, size in zip(NAMES, SIZES,
+                                                                                strict=True)}
 HIDDEN = (".graphpass-tmp", ".graphpass-lock")
 
 
@@ -406,11 +416,14 @@ class _Flipper:
         return verdict
 
 
-def concurrent_writers(scratch: Path, rounds: int, *, same_output: bool = True) -> Tally:
+def concurrent_writers(scratch: Path, rounds: int, *, same_output: bool = True,
+                       readers: bool = False) -> Tally:
     """Two writers at once, ``rounds`` times: each ends well, the result is one whole model.
 
     With ``same_output`` both write ``out/m.onnx`` (one from the OLD weights, one from
-    the NEW); otherwise they write ``m1.onnx`` and ``m2.onnx`` in the same folder.
+    the NEW); otherwise they write ``m1.onnx`` and ``m2.onnx`` in the same folder. With
+    ``readers``, a third process opens the output with ``onnx.load`` again and again
+    meanwhile; what it finds is counted under ``reads``.
     """
     tally = Tally()
     root = scratch / "concurrent"
@@ -420,7 +433,12 @@ def concurrent_writers(scratch: Path, rounds: int, *, same_output: bool = True) 
     out_dir = root / "out"
     out_dir.mkdir(parents=True)
     outputs = (["m.onnx", "m.onnx"] if same_output else ["m1.onnx", "m2.onnx"])
+    stop, counts_file = scratch / "stop-reading", scratch / "reads.json"
+    stop.unlink(missing_ok=True)
+    reader = None
     for index in range(rounds):
+        if readers and index == 1:  # once there is an output to read
+            reader = _start_reader(out_dir / outputs[0], stop, counts_file)
         read_end, write_end = os.pipe()
         pids = [start(["run", str(root / "in" / source), "-o", str(out_dir / output),
                        "-p", "topological-sort"], {}, scratch / f"log{n}.txt", gate=read_end)
@@ -445,7 +463,28 @@ def concurrent_writers(scratch: Path, rounds: int, *, same_output: bool = True) 
                                   f"{sorted(extra)}: {logs}")
         else:
             tally.recovered += 1
+    if reader is not None:
+        stop.touch()
+        os.waitpid(reader, 0)
+        tally.reached.update({f"read: {k}": v for k, v in
+                              json.loads(counts_file.read_text()).items()})
     return tally
+
+
+def _start_reader(out: Path, stop: Path, counts_file: Path) -> int:
+    """Fork a process that reads ``out`` until ``stop`` exists, then writes its counts."""
+    pid = os.fork()
+    if pid:
+        return pid
+    counts: Counter[str] = Counter()
+    try:
+        while not stop.exists():
+            verdict = classify(out, fresh=True)
+            verdict = "no model yet" if verdict == "none" else verdict
+            counts[re.sub(r"/\S*/", ".../", verdict)[:200]] += 1  # (folders left out)
+        counts_file.write_text(json.dumps(counts))
+    finally:
+        os._exit(0)
 
 
 # ======================================================================= strace
@@ -614,14 +653,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layouts", default=",".join(LAYOUTS))
     parser.add_argument("--random", type=int, default=0, help="random kills per layout")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-sweep", action="store_true", help="no kill at every step")
     parser.add_argument("--double", action="store_true",
                         help="after each kill, kill the next run at every step too")
     parser.add_argument("--strace", action="store_true",
                         help="also kill the real command before each system call (strace)")
     parser.add_argument("--concurrent", type=int, default=0,
                         help="rounds of two writers at once (same output, then two outputs)")
+    parser.add_argument("--readers", action="store_true",
+                        help="with --concurrent, a reader opens the output meanwhile")
+    parser.add_argument("--scale", type=int, default=1, help="weights this many times larger")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    set_scale(args.scale)
     import graphpass.cli  # noqa: F401  (imported once, before forking)
     from graphpass.framework.plugin_loading import default_registry
 
@@ -631,8 +675,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="graphpass-crash-") as scratch_name:
         scratch = Path(scratch_name)
         for layout in _layouts(scratch, tuple(args.layouts.split(","))):
-            entry: dict[str, object] = {"sweep": sweep(layout, scratch,
-                                                       double=args.double).as_dict()}
+            entry: dict[str, object] = {}
+            if not args.no_sweep:
+                entry["sweep"] = sweep(layout, scratch, double=args.double).as_dict()
             if args.strace and strace_works():
                 entry["strace"] = strace_sweep(layout, scratch).as_dict()
             if args.random:
@@ -641,7 +686,7 @@ def main(argv: list[str] | None = None) -> int:
             results[layout.name] = entry
         if args.concurrent:
             results["concurrent same output"] = concurrent_writers(
-                scratch, args.concurrent).as_dict()
+                scratch, args.concurrent, readers=args.readers).as_dict()
             results["concurrent two outputs"] = concurrent_writers(
                 scratch, args.concurrent, same_output=False).as_dict()
     results["seconds"] = round(time.perf_counter() - started, 1)
