@@ -33,7 +33,7 @@ from graphpass.files._commit import KILL_AT_ENV, STEPS_ENV, name_variant
 DRIVER = Path(__file__).resolve().parent / "_crash_writes.py"
 RANDOM = 8  # random kills per layout (benchmarks/crash_writes.py runs hundreds)
 ROUNDS = 8  # rounds of two writers at once
-KILL_POINTS = {"stream": 11, "copy": 11, "reference": 7, "in-place": 11, "fresh": 10}
+KILL_POINTS = {"stream": 12, "copy": 12, "reference": 7, "in-place": 12, "fresh": 11}
 
 
 @pytest.fixture(scope="module")

@@ -210,6 +210,7 @@ class Transaction:
 
     def add_data(self, tmp: Path, final: Path) -> None:
         """Hand over a written data file (from :meth:`new_file`): synced now, named at commit."""
+        crash_point("data written")
         _sync_file(tmp)
         self._data.append((tmp, final))
         crash_point("data synced")
@@ -409,12 +410,34 @@ class _Neighbours:
         return None
 
 
+_SEEN: dict[tuple[int, ...], set[Path]] = {}
+"""What model files referenced, by their identity, size and times (one process reads a
+file once while it does not change: batch runs save many models into one folder)."""
+
+
 def _references(model_path: Path) -> set[_Identity]:
     """The identities of the existing files a model file references as external data.
 
     A file that is not a model (or not there) references nothing. A model without the
-    bytes ``location`` has no external data and is not parsed.
+    bytes ``location`` has no external data and is not parsed. Reading a model costs
+    about a second per gigabyte (once per process while the file does not change).
     """
+    try:
+        status = model_path.stat()
+    except (OSError, ValueError):
+        return set()
+    key = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns,
+           status.st_ctime_ns)
+    if key not in _SEEN:
+        if len(_SEEN) > 4096:
+            _SEEN.clear()
+        _SEEN[key] = _read_locations(model_path)
+    # The files at those paths now (they may have been replaced since).
+    return {i for i in map(_identity, _SEEN[key]) if i is not None}
+
+
+def _read_locations(model_path: Path) -> set[Path]:
+    """The paths of the files a model file's external data locations name."""
     try:
         if not model_path.is_file() or model_path.stat().st_size == 0:
             return set()
@@ -428,11 +451,11 @@ def _references(model_path: Path) -> set[_Identity]:
         return set()
     # onnx resolves locations next to the path it was given, graphpass next to the file
     # a link leads to: a model reached through a link references both.
-    return set().union(*(_references_in(data, folder) for folder in folders))
+    return {folder / location for location in _locations_in(data) for folder in folders}
 
 
-def _references_in(model_bytes: bytes, folder: Path) -> set[_Identity]:
-    """The identities of the existing files the serialized model references."""
+def _locations_in(model_bytes: bytes) -> set[str]:
+    """The external data locations of a serialized model (none if it does not parse)."""
     if b"location" not in model_bytes:
         return set()
     proto = onnx.ModelProto()
@@ -440,14 +463,14 @@ def _references_in(model_bytes: bytes, folder: Path) -> set[_Identity]:
         proto.ParseFromString(model_bytes)
     except (DecodeError, RuntimeError, ValueError, RecursionError):
         return set()
-    found = set()
-    for tensor in _external_tensors(proto):
-        location = _location(tensor)
-        if location and "\0" not in location:
-            identity = _identity(folder / location)
-            if identity is not None:
-                found.add(identity)
-    return found
+    return {location for tensor in _external_tensors(proto)
+            if (location := _location(tensor)) and "\0" not in location}
+
+
+def _references_in(model_bytes: bytes, folder: Path) -> set[_Identity]:
+    """The identities of the existing files the serialized model references."""
+    return {i for i in (_identity(folder / location) for location in _locations_in(model_bytes))
+            if i is not None}
 
 
 def _external_tensors(proto: Message) -> Iterator[onnx.TensorProto]:

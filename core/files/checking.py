@@ -194,6 +194,7 @@ class _Worker:
 
     def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = None
+        self._owner = 0  # the process that started the worker (a fork must start its own)
         self._lock = threading.Lock()
 
     @property
@@ -227,7 +228,10 @@ class _Worker:
                else RuntimeError(f"{name}: {message}"))
 
     def _started(self) -> subprocess.Popen[bytes]:
+        if self._owner != os.getpid():
+            self._process = None  # inherited through fork: the parent's, not ours to use
         if self._process is None or self._process.poll() is not None:
+            self._owner = os.getpid()
             script = Path(_worker.__file__)
             # Not ``python script.py``: that would put this package's folder first on the path.
             bootstrap = ("import runpy, sys; sys.path.pop(0); "
