@@ -74,6 +74,8 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+TRAINING_GRAPH_PASS = "build-training-graph"
+"""The pass ``--emit-training-graph`` adds."""
 
 
 class UsageError(Exception):
@@ -257,6 +259,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--emit-training-artifacts", metavar="DIR",
                      help="also write onnxruntime-training artifacts to DIR (needs "
                           "onnxruntime-training; options: -O emit-training-artifacts.loss=...)")
+    run.add_argument("--emit-training-graph", metavar="DIR",
+                     help="also write graphpass's own training graphs to DIR (standard ONNX, "
+                          "stock onnxruntime runs them; options: -O build-training-graph."
+                          "loss=...)")
     run.add_argument("--keep-going", action="store_true",
                      help="run every pass even after error findings (still writes nothing)")
     run.set_defaults(handler=_run)
@@ -340,7 +346,8 @@ def _check_many(args: argparse.Namespace, settings: Settings, config: PipelineFi
     for flag, given in (("--dump-after", settings.dump_after),
                         ("--verify-inputs", getattr(args, "verify_inputs", None)),
                         ("--emit-training-artifacts",
-                         getattr(args, "emit_training_artifacts", None))):
+                         getattr(args, "emit_training_artifacts", None)),
+                        ("--emit-training-graph", getattr(args, "emit_training_graph", None))):
         if given:
             raise UsageError(f"{flag} takes one model; give one model, or leave {flag} out",
                              name)
@@ -516,6 +523,10 @@ def _settings(args: argparse.Namespace, command: Command, config: PipelineFile |
                 "graphpass run")
         extra_passes["emit-training-artifacts"] = {
             "directory": str(Path(args.emit_training_artifacts).absolute())}
+    if getattr(args, "emit_training_graph", None):
+        extra_passes[TRAINING_GRAPH_PASS] = {
+            "directory": str(Path(args.emit_training_graph).absolute())}
+        _training_graph_defaults(options, config)
     instruments = config.instruments if config else None
     verify = (_verify_options(args, instruments.verify if instruments else None)
               if command == "run" and hasattr(args, "verify") else None)
@@ -534,6 +545,24 @@ def _settings(args: argparse.Namespace, command: Command, config: PipelineFile |
         keep_going=getattr(args, "keep_going", False),
         in_place=getattr(args, "in_place", False),
         base_dir=str(Path.cwd()))
+
+
+def _training_graph_defaults(options: dict[str, dict[str, Any]],
+                             config: PipelineFile | None) -> None:
+    """With ``--emit-training-graph``: lint by graphpass's rules, train what the lint judged.
+
+    ``lint-gradients`` then reports every node ``build-training-graph`` cannot
+    differentiate, and both passes pick the same weights, unless the options (``-O`` or
+    the pipeline file) say otherwise.
+    """
+    given = config.options if config else {}
+    lint = {**given.get("lint-gradients", {}), **options.get("lint-gradients", {})}
+    training = {**given.get(TRAINING_GRAPH_PASS, {}), **options.get(TRAINING_GRAPH_PASS, {})}
+    if "rules" not in lint:
+        options.setdefault("lint-gradients", {})["rules"] = "graphpass"
+    for key in ("trainable", "frozen"):
+        if key in lint and key not in training:
+            options.setdefault(TRAINING_GRAPH_PASS, {})[key] = lint[key]
 
 
 def _parse_option(text: str) -> tuple[str, str, Any]:

@@ -10,7 +10,12 @@ an equivalent form trains fine:
   which has no gradient builder. ``CastLike`` only reads ``x``'s element type, so
   when that type is known the pass writes ``Cast(value, to=<type>)`` instead.
 
-Both rewrites compute exactly the same values, so ``--verify`` has nothing to find.
+* ``torch.chunk``/``torch.split`` export (without the exporter's optimizer) as
+  ``SplitToSequence`` read by ``SequenceAt`` at constant positions. A sequence is not
+  a tensor, so trainers drop the gradient that flows through it (onnxruntime-training
+  silently). The pass writes ``Split`` instead (:mod:`graphpass.training.sequences`).
+
+The rewrites compute exactly the same values, so ``--verify`` has nothing to find.
 """
 
 from __future__ import annotations
@@ -21,12 +26,14 @@ from typing import ClassVar
 from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Attribute, Graph, Model, Node
+from graphpass.training.sequences import split_sequences
 from graphpass.training.value_types import ModelTypes
 
 __all__ = ["FixTrainingOps"]
 
 LAYER_NORM_CODE = "GP530"
 CAST_LIKE_CODE = "GP531"
+SEQUENCE_CODE = "GP532"
 _SHOWN = 4
 
 
@@ -41,6 +48,7 @@ class FixTrainingOps(Pass):
     codes: ClassVar[dict[str, str]] = {
         LAYER_NORM_CODE: "LayerNormalization nodes given their Mean and InvStdDev outputs",
         CAST_LIKE_CODE: "CastLike nodes with a known target type written as Cast",
+        SEQUENCE_CODE: "SplitToSequence read by constant SequenceAt written as Split",
     }
 
     @dataclass
@@ -52,17 +60,23 @@ class FixTrainingOps(Pass):
                 ``InvStdDev`` outputs.
             cast_like: Write ``CastLike`` nodes whose target element type is known as
                 ``Cast``.
+            sequences: Write ``SplitToSequence`` read by constant ``SequenceAt`` as
+                ``Split``.
         """
 
         layer_norm: bool = True
         cast_like: bool = True
+        sequences: bool = True
 
     def run(self, model: Model, context: PassContext) -> PassResult:
         """Rewrite every graph: main, subgraphs, function bodies."""
         types = ModelTypes(model) if self.options.cast_like else None
         layer_norms: list[str] = []
         cast_likes: list[str] = []
+        sequences = 0
         for graph in list(model.graphs()):
+            if self.options.sequences:
+                sequences += split_sequences(graph)
             for node in list(graph):
                 if node.domain not in ("", "ai.onnx"):
                     continue
@@ -91,8 +105,16 @@ class FixTrainingOps(Pass):
                 f"wrote {len(cast_likes)} CastLike node{'s' * (len(cast_likes) != 1)} as Cast "
                 f"(CastLike has no gradient builder; its target type was known): "
                 f"{shortened_list(cast_likes, _SHOWN, quote=True)}", data={"nodes": cast_likes}))
-        return PassResult(changed=bool(layer_norms or cast_likes), findings=findings,
-                          stats={"layer norms": len(layer_norms), "cast-likes": len(cast_likes)})
+        if sequences:
+            findings.append(Finding(
+                SEQUENCE_CODE, Severity.INFO,
+                f"wrote {sequences} SplitToSequence node{'s' * (sequences != 1)} read by "
+                "constant SequenceAt as Split (gradients do not flow through sequences)",
+                data={"count": sequences}))
+        return PassResult(changed=bool(layer_norms or cast_likes or sequences),
+                          findings=findings,
+                          stats={"layer norms": len(layer_norms), "cast-likes": len(cast_likes),
+                                 "sequences": sequences})
 
 
 def _add_statistics(graph: Graph, node: Node) -> bool:

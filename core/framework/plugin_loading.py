@@ -40,6 +40,7 @@ import pluggy
 
 from graphpass.errors import PluginError
 from graphpass.framework import hookspecs
+from graphpass.framework.onnx_ir_pass import RewriteRules
 from graphpass.framework.pass_base import Pass
 from graphpass.framework.pipeline import Pipeline
 from graphpass.framework.registry import PluginInfo, Registry
@@ -60,7 +61,9 @@ _KINDS = {
     "graphpass_passes": "passes",
     "graphpass_checkpoint_loaders": "checkpoint_loaders",
     "graphpass_gradient_rules": "gradient_rules",
+    "graphpass_gradient_builders": "gradient_builders",
     "graphpass_pipelines": "pipelines",
+    "graphpass_rewrite_rules": "passes",  # each RewriteRules becomes a pass
 }
 _PASS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -274,7 +277,19 @@ def _checked_items(kind: str, hook_name: str, returned: Any,
                              "ignored")
         return []
     items: list[tuple[str, str, Any]] = []
-    for item in list(returned):
+    for given in list(returned):
+        item = given
+        if hook_name == "graphpass_rewrite_rules":
+            if not isinstance(given, RewriteRules):
+                info.warnings.append(f"{hook_name} gave {_short_repr(given)}: not a "
+                                     "graphpass.RewriteRules; skipped")
+                continue
+            try:
+                item = given.as_pass()
+            except PluginError as error:
+                info.warnings.append(f"{hook_name} gave rewrite rules {given.name!r} that "
+                                     f"cannot be used: {error.message}; skipped")
+                continue
         problem = _item_problem(kind, item)
         if problem is not None:
             info.warnings.append(f"{hook_name} gave {_short_repr(item)}: {problem}; skipped")
@@ -314,6 +329,12 @@ def _item_problem(kind: str, item: Any) -> str | None:
         options = getattr(item, "Options", None)
         if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
             return "`Options` must be a dataclass (graphpass.framework.NoOptions for none)"
+        return None
+    if kind == "gradient_builders":  # graphpass.training.GradientBuilder (a layer above)
+        if not (isinstance(getattr(item, "op_type", None), str)
+                and callable(getattr(item, "build", None))
+                and callable(getattr(item, "covers", None))):
+            return "not a graphpass.training.GradientBuilder"
         return None
     if kind == "pipelines":
         if not isinstance(item, Pipeline):

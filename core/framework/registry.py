@@ -82,6 +82,8 @@ class Registry:
         passes: Pass classes by pass name.
         checkpoint_loaders: Checkpoint loaders by loader name.
         gradient_rules: Gradient rule sets by name.
+        gradient_builders: Gradient builders by name (``Softmax``, ``my.domain::Op``,
+            ``Gather@16+``).
         pipelines: Pipeline presets by name.
         plugins: Every plugin seen, with its status.
         warnings: Problems not tied to one plugin (disabling a plugin that does not
@@ -95,6 +97,7 @@ class Registry:
         self.passes: dict[str, Registered[type[Pass]]] = {}
         self.checkpoint_loaders: dict[str, Registered[Any]] = {}
         self.gradient_rules: dict[str, Registered[Any]] = {}
+        self.gradient_builders: dict[str, Registered[Any]] = {}
         self.pipelines: dict[str, Registered[Any]] = {}
         self.plugins: list[PluginInfo] = []
         self.warnings: list[str] = []
