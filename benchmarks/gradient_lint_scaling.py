@@ -33,7 +33,8 @@ sys.path.insert(0, str(REPO / "tests"))
 from ort_training import gradient_corpus as corpus  # noqa: E402
 
 import graphpass  # noqa: E402
-from graphpass.pass_base import PassContext  # noqa: E402
+from graphpass.framework.pass_base import PassContext  # noqa: E402
+from graphpass.framework.plugin_loading import default_registry  # noqa: E402
 from graphpass.passes.lint_gradients import LintGradients  # noqa: E402
 
 WIDTH = 8
@@ -64,7 +65,8 @@ def time_lint(proto: onnx.ModelProto, repeats: int = 3) -> float:
     for _ in range(repeats):
         model = graphpass.Model.from_proto(proto)
         begin = time.perf_counter()
-        result = LintGradients({"loss": ["loss"]}).run(model, PassContext())
+        result = LintGradients({"loss": ["loss"]}).run(
+            model, PassContext(registry=default_registry()))
         best = min(best, time.perf_counter() - begin)
         assert not result.findings, result.findings
     return best

@@ -47,7 +47,8 @@ from onnx import helper, numpy_helper
 from onnx_ir.passes.common import InlinePass
 
 import graphpass
-from graphpass.pass_base import PassContext
+from graphpass.framework.pass_base import PassContext
+from graphpass.framework.plugin_loading import default_registry
 from graphpass.passes.inline_functions import InlineFunctions
 
 FUNCTIONS = 20
@@ -109,7 +110,7 @@ class Tool:
 
 
 def _graphpass_inline(model: graphpass.Model) -> graphpass.Model:
-    InlineFunctions().run(model, PassContext())
+    InlineFunctions().run(model, PassContext(registry=default_registry()))
     return model
 
 

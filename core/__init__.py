@@ -9,6 +9,7 @@ graphpass.save(result.model, "out.onnx")
 ```
 """
 
+from graphpass import _moved
 from graphpass.checkpoint import Checkpoint, CheckpointLoader, open_checkpoint
 from graphpass.errors import (
     CheckpointError,
@@ -24,9 +25,13 @@ from graphpass.errors import (
     PluginError,
 )
 from graphpass.files import load, save
+from graphpass.files.validate import validate
 from graphpass.findings import Finding, Severity
-from graphpass.gradients import GradientRules
-from graphpass.instruments import Instrument
+from graphpass.framework.instruments import Instrument
+from graphpass.framework.manager import PassManager
+from graphpass.framework.pass_base import AnalysisPass, Pass, PassContext, PassResult
+from graphpass.framework.pipeline import Pipeline, PipelineStep
+from graphpass.framework.results import PassRecord, RunResult
 from graphpass.ir import (
     Attribute,
     Function,
@@ -38,11 +43,7 @@ from graphpass.ir import (
     Use,
     Value,
 )
-from graphpass.manager import PassManager
-from graphpass.pass_base import AnalysisPass, Pass, PassContext, PassResult
-from graphpass.pipeline import Pipeline, PipelineStep
-from graphpass.results import PassRecord, RunResult
-from graphpass.validate import validate
+from graphpass.training.gradient_rules import GradientRules
 
 __all__ = [
     "AnalysisPass",
@@ -85,3 +86,5 @@ __all__ = [
     "save",
     "validate",
 ]
+
+_moved.install()  # the module paths of 0.1 keep working until 0.3, with a warning

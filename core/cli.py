@@ -26,10 +26,16 @@ from typing import Any, NoReturn
 
 from rich.console import Console
 
-from graphpass.config import PipelineFile, load_pipeline_file, parse_value
 from graphpass.errors import GraphpassError
 from graphpass.files import load, save
-from graphpass.listings import (
+from graphpass.framework.config import PipelineFile, load_pipeline_file, parse_value
+from graphpass.framework.manager import PassManager
+from graphpass.framework.pipeline import Pipeline
+from graphpass.framework.plugin_loading import default_registry
+from graphpass.framework.registry import Registry
+from graphpass.framework.results import RunResult
+from graphpass.framework.verify import VerifyOptions, VerifySemantics
+from graphpass.reporting.listings import (
     passes_data,
     pipelines_data,
     plan_data,
@@ -38,14 +44,9 @@ from graphpass.listings import (
     print_plan,
     print_plugins,
 )
-from graphpass.manager import PassManager
-from graphpass.pipeline import Pipeline
-from graphpass.progress import PassProgress, loading
-from graphpass.registry import Registry, default_registry
-from graphpass.render import ReportInfo, render_json, render_sarif, render_text
-from graphpass.results import RunResult
-from graphpass.summary import model_summary, render_summary
-from graphpass.verify import VerifyOptions, VerifySemantics
+from graphpass.reporting.progress import PassProgress, loading
+from graphpass.reporting.render import ReportInfo, render_json, render_sarif, render_text
+from graphpass.reporting.summary import model_summary, render_summary
 
 __all__ = ["main"]
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from graphpass.gradients import GradientRules, NodeSite
 from graphpass.ir import CAPTURE, Graph, Node
-from graphpass.value_types import TypeInfo
+from graphpass.training.gradient_rules import GradientRules, NodeSite
+from graphpass.training.value_types import TypeInfo
 
 __all__ = ["Region", "differentiable_region", "names_of", "weight_bits"]
 

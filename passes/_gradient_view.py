@@ -22,7 +22,7 @@ import onnx
 
 from graphpass.errors import GraphpassError
 from graphpass.ir import Graph, Model, Node
-from graphpass.value_types import ModelTypes, TypeInfo
+from graphpass.training.value_types import ModelTypes, TypeInfo
 
 __all__ = ["resolve_constant_ifs"]
 
@@ -89,7 +89,7 @@ class _Constants:
                   name: str) -> np.ndarray | None:
         from onnx.reference import ReferenceEvaluator
 
-        from graphpass.proto import node_to_proto
+        from graphpass.files.proto import node_to_proto
 
         feeds = {}
         graph_inputs = []

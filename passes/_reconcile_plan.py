@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from graphpass.ir import dtype_name
 from graphpass.passes._reconcile_names import canonical_forms, ends_with_leaf, leaf
-from graphpass.torch_export import (
+from graphpass.torch.export_record import (
     fx_arguments,
     fx_target,
     is_placeholder_name,

@@ -13,8 +13,8 @@ from collections.abc import Collection
 
 import onnx
 
+from graphpass.files.proto import model_to_proto
 from graphpass.ir import Model, Tensor
-from graphpass.proto import model_to_proto
 
 __all__ = ["undeclared_shape_problems"]
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from graphpass.torch_export import ORIGINAL_NAME, folded_from, input_spec_kind
+from graphpass.torch.export_record import ORIGINAL_NAME, folded_from, input_spec_kind
 
 if TYPE_CHECKING:
     from graphpass.ir import Graph

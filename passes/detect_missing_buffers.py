@@ -29,8 +29,8 @@ from typing import Any, Final
 
 from graphpass.checkpoint import open_checkpoint
 from graphpass.findings import Finding, Severity
+from graphpass.framework.pass_base import AnalysisPass, PassContext, PassResult
 from graphpass.ir import Model
-from graphpass.pass_base import AnalysisPass, PassContext, PassResult
 from graphpass.passes._missing_gaps import Gap, find_gaps
 from graphpass.passes._missing_kinds import (
     STATE_KINDS,
@@ -38,7 +38,7 @@ from graphpass.passes._missing_kinds import (
     Classification,
     classify,
 )
-from graphpass.torch_export import INPUT_KIND
+from graphpass.torch.export_record import INPUT_KIND
 
 __all__ = ["DetectMissingBuffers"]
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from graphpass.findings import Finding, Severity, shortened_list
+from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Attribute, Graph, Model, Node
-from graphpass.pass_base import Pass, PassContext, PassResult
-from graphpass.value_types import ModelTypes
+from graphpass.training.value_types import ModelTypes
 
 __all__ = ["FixTrainingOps"]
 

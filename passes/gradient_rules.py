@@ -1,7 +1,7 @@
 """The built-in gradient rules: onnxruntime-training.
 
 The facts live in ``data/onnxruntime_training.toml`` (a
-:meth:`graphpass.gradients.GradientRules.from_toml` file): which operators ORT can
+:meth:`graphpass.GradientRules.from_toml` file): which operators ORT can
 differentiate, its stop edges, and the conditions under which it still fails, each
 one checked against the runtime (``benchmarks/gradient_agreement.py``).
 """
@@ -14,8 +14,8 @@ from typing import Any
 
 import onnx
 
-from graphpass.gradients import Check, GradientRules, NodeSite
 from graphpass.ir import Graph
+from graphpass.training.gradient_rules import Check, GradientRules, NodeSite
 
 __all__ = ["CHECKS", "ORT_TRAINING", "builtin_rule_sets", "onnxruntime_training_rules"]
 

@@ -33,9 +33,9 @@ import onnx
 
 from graphpass.errors import PipelineError
 from graphpass.findings import Finding, Severity
+from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Attribute, Function, FunctionId, Model, format_function_id
 from graphpass.ir._gc import paused_gc
-from graphpass.pass_base import Pass, PassContext, PassResult
 from graphpass.passes._inline_body import PROVENANCE_KEY, Body, Fallbacks
 from graphpass.passes._inline_callgraph import (
     CallGraph,

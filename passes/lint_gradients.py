@@ -5,7 +5,7 @@ time (``The gradient builder has not been registered: M for node M_1``). This pa
 computes the region gradients flow through (forward from the trainable weights,
 backward from the loss, through float edges that are not stop edges: see
 :mod:`graphpass.passes._gradient_region`) and judges every node in it against a
-:class:`~graphpass.gradients.GradientRules` (default: onnxruntime-training).
+:class:`~graphpass.GradientRules` (default: onnxruntime-training).
 
 Findings, in the order the trainer meets the problems (the first error is the one
 the trainer reports):
@@ -38,15 +38,8 @@ from typing import Any, Final
 
 from graphpass.errors import PassError, PluginError
 from graphpass.findings import Finding, Severity, shortened_list
-from graphpass.gradients import (
-    GradientRules,
-    NodeSite,
-    TrainerFailureKind,
-    normalize_domain,
-    select_weights,
-)
+from graphpass.framework.pass_base import AnalysisPass, PassContext, PassResult
 from graphpass.ir import CAPTURE, Function, Graph, Model, Node, dtype_name
-from graphpass.pass_base import AnalysisPass, PassContext, PassResult
 from graphpass.passes._gradient_region import (
     Region,
     differentiable_region,
@@ -54,8 +47,15 @@ from graphpass.passes._gradient_region import (
     weight_bits,
 )
 from graphpass.passes._gradient_view import resolve_constant_ifs
-from graphpass.torch_export import INPUT_KIND
-from graphpass.value_types import FunctionTypes, ModelTypes, TypeInfo
+from graphpass.torch.export_record import INPUT_KIND
+from graphpass.training.gradient_rules import (
+    GradientRules,
+    NodeSite,
+    TrainerFailureKind,
+    normalize_domain,
+    select_weights,
+)
+from graphpass.training.value_types import FunctionTypes, ModelTypes, TypeInfo
 
 __all__ = ["CODES", "LintGradients"]
 
@@ -205,7 +205,7 @@ class LintGradients(AnalysisPass):
         if not isinstance(rules, GradientRules):
             raise PluginError(
                 f"gradient rule set {getattr(rules, 'name', rules)!r} is a "
-                f"{type(rules).__name__}, not a graphpass.gradients.GradientRules",
+                f"{type(rules).__name__}, not a graphpass.GradientRules",
                 hint="a plugin's graphpass_gradient_rules hook must return GradientRules objects")
         return rules
 

@@ -9,7 +9,7 @@ differentiate::
 
 from __future__ import annotations
 
-from graphpass.pipeline import Pipeline, PipelineStep
+from graphpass.framework.pipeline import Pipeline, PipelineStep
 
 __all__ = ["TRAIN_READY", "builtin_pipelines"]
 

@@ -41,14 +41,14 @@ import onnx
 
 from graphpass.checkpoint import Checkpoint, open_checkpoint
 from graphpass.errors import CheckpointError, PipelineError
+from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Graph, Model, Node
-from graphpass.pass_base import Pass, PassContext, PassResult
 from graphpass.passes._reconcile_match import match_names
 from graphpass.passes._reconcile_plan import Fill, Plan, plan_fills
 from graphpass.passes._reconcile_report import build_report
 from graphpass.passes._reconcile_shapes import undeclared_shape_problems
 from graphpass.passes._reconcile_targets import Target, collect_targets
-from graphpass.torch_export import (
+from graphpass.torch.export_record import (
     fx_arguments,
     graph_signature,
     is_placeholder_name,

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from graphpass.findings import Finding, Severity
+from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import FunctionId, Graph, Model, Node
-from graphpass.pass_base import Pass, PassContext, PassResult
 
 __all__ = ["RemoveUnused"]
 

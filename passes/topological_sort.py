@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Model
-from graphpass.pass_base import Pass, PassContext, PassResult
 
 __all__ = ["TopologicalSort"]
 

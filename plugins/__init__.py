@@ -1,6 +1,8 @@
-"""graphpass plugins: hook specifications, the plugin manager, built-in registrations.
+"""graphpass plugins: the built-in registrations and the plugins shipped with graphpass.
 
-Plugin authors need one name from here::
+The hooks and the plugin loading are part of the framework
+(:mod:`graphpass.framework.hookspecs`, :mod:`graphpass.framework.plugin_loading`);
+plugin authors need one name, re-exported here::
 
     from graphpass.plugins import hookimpl
 
@@ -9,6 +11,6 @@ Plugin authors need one name from here::
         return [MyPass]
 """
 
-from graphpass.plugins.hookspecs import PROJECT_NAME, hookimpl, hookspec
+from graphpass.framework.hookspecs import PROJECT_NAME, hookimpl, hookspec
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]

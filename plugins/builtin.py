@@ -1,7 +1,9 @@
 """The built-in plugin: graphpass's own passes, loaders, rules and pipelines.
 
-They register through the same hooks as any third-party plugin. Imports happen
-inside the hooks so that starting the command line stays fast.
+They register through the same hooks as any third-party plugin, and are found the
+same way: through graphpass's entry point ``builtin = "graphpass.plugins.builtin"``
+(``pyproject.toml``), loaded before every other plugin. Imports happen inside the
+hooks so that starting the command line stays fast.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from graphpass.plugins.hookspecs import hookimpl
+from graphpass.framework.hookspecs import hookimpl
 
 __all__ = [
     "graphpass_checkpoint_loaders",

@@ -32,13 +32,13 @@ from typing import Any, ClassVar, Literal
 
 import onnx
 
+from graphpass.files.proto import model_to_proto
 from graphpass.findings import Finding, Severity
-from graphpass.gradients import select_weights
+from graphpass.framework.hookspecs import hookimpl
+from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Model
-from graphpass.pass_base import Pass, PassContext, PassResult
-from graphpass.plugins.hookspecs import hookimpl
-from graphpass.proto import model_to_proto
-from graphpass.torch_export import TRAINABLE_TYPES
+from graphpass.torch.export_record import TRAINABLE_TYPES
+from graphpass.training.gradient_rules import select_weights
 
 __all__ = ["EmitTrainingArtifacts", "graphpass_passes", "training_available"]
 

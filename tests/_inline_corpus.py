@@ -30,7 +30,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 import graphpass
-from graphpass.pass_base import PassContext
+from graphpass.framework.pass_base import PassContext
+from graphpass.framework.plugin_loading import default_registry
 from graphpass.passes.inline_functions import InlineFunctions
 
 DOMAIN = "wrap"
@@ -323,7 +324,7 @@ def check_variant(case: Any, variant: str) -> Outcome:
     try:
         wrapped = wrap(case.model, variant)
         model = graphpass.Model.from_proto(wrapped)
-        InlineFunctions().run(model, PassContext())
+        InlineFunctions().run(model, PassContext(registry=default_registry()))
         inlined = model.to_proto()
     except Exception as error:
         return Outcome(case.name, variant, "failed", f"inlining raised {error!r}"[:300])

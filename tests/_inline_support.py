@@ -10,7 +10,8 @@ import onnx
 from onnx import helper
 
 import graphpass
-from graphpass.pass_base import PassContext, PassResult
+from graphpass.framework.pass_base import PassContext, PassResult
+from graphpass.framework.plugin_loading import default_registry
 from graphpass.passes.inline_functions import InlineFunctions
 
 FLOAT = onnx.TensorProto.FLOAT
@@ -22,7 +23,7 @@ def inline(proto: onnx.ModelProto, **options: Any) -> tuple[onnx.ModelProto, Pas
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
     model = graphpass.Model.from_proto(copy)
-    result = InlineFunctions(options or None).run(model, PassContext())
+    result = InlineFunctions(options or None).run(model, PassContext(registry=default_registry()))
     return model.to_proto(), result
 
 

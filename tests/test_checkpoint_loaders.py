@@ -26,7 +26,8 @@ from graphpass.checkpoint import (
     builtin_loaders,
     open_checkpoint,
 )
-from graphpass.registry import default_registry
+from graphpass.framework.plugin_loading import default_registry
+from graphpass.framework.registry import Registry
 
 torch = pytest.importorskip("torch")
 from safetensors.torch import save_file as save_torch  # noqa: E402
@@ -416,3 +417,19 @@ def test_zip_that_is_neither_torch_nor_numpy(tmp_path):
         archive.writestr("readme.txt", "hello")
     with pytest.raises(graphpass.CheckpointError, match="unknown checkpoint format"):
         open_checkpoint(path)
+
+
+def test_a_sharded_index_opens_its_shards_with_the_loaders_it_was_handed(tmp_path):
+    (tmp_path / "a.vec").write_text("VEC\nbias: 1 2 3\n")
+    (tmp_path / "b.vec").write_text("VEC\nscale: 4 5\n")
+    index = tmp_path / "vectors.index.json"
+    index.write_text(json.dumps({"weight_map": {"bias": "a.vec", "scale": "b.vec"}}))
+    with pytest.raises(graphpass.CheckpointError, match="unknown checkpoint format"):
+        open_checkpoint(index)  # the registry's loaders do not read *.vec shards
+    checkpoint = open_checkpoint(index, [*builtin_loaders(), _TextLoader()])
+    assert checkpoint.format == "sharded text-vectors"
+    np.testing.assert_array_equal(checkpoint["scale"].numpy(), [4, 5])
+    registry = Registry()
+    for loader in [ShardedLoader(), _TextLoader()]:
+        registry.add("checkpoint_loaders", loader.name, loader, "tests")
+    assert open_checkpoint(index, registry=registry).keys() == checkpoint.keys()

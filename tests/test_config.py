@@ -9,9 +9,9 @@ from typing import Literal
 import pytest
 
 from graphpass import ConfigError, Pass, PassContext, PassManager, PassResult, Pipeline
-from graphpass.config import load_pipeline_file, parse_value
+from graphpass.framework.config import load_pipeline_file, parse_value
+from graphpass.framework.registry import Registry
 from graphpass.ir import Model
-from graphpass.registry import Registry
 
 
 class _Tunable(Pass):

@@ -24,6 +24,7 @@ from ort_training import gradient_corpus as corpus
 
 import graphpass
 from graphpass import PassContext, Severity
+from graphpass.framework.plugin_loading import default_registry
 from graphpass.passes.gradient_rules import onnxruntime_training_rules
 from graphpass.passes.lint_gradients import LintGradients
 
@@ -119,7 +120,8 @@ def test_the_function_export_fails_at_the_call_with_an_inline_hint(blocks_case):
     model = graphpass.Model.from_proto(blocks_case.model)
     assert model.functions  # export_modules_as_functions made Block a local function
     findings = LintGradients({"trainable": blocks_case.trainable,
-                              "loss": blocks_case.loss}).run(model, PassContext()).findings
+                              "loss": blocks_case.loss}).run(
+        model, PassContext(registry=default_registry())).findings
     calls = [f for f in findings if f.code == "GP410"]
     assert [f.data["op_type"] for f in calls] == ["Block", "Block"]
     assert all(f.severity is Severity.ERROR for f in calls)
@@ -156,9 +158,10 @@ def test_after_inline_functions_the_lint_is_silent_and_ort_trains(blocks_case,
 def test_by_default_exporter_constants_are_trainable_and_named_as_such():
     (case,), _ = corpus.torch_cases(CACHE, ["torch_rmsnorm[dynamo]"])
     model = graphpass.Model.from_proto(case.model)
-    default = LintGradients({"loss": case.loss}).run(model, PassContext()).findings
+    default = LintGradients({"loss": case.loss}).run(
+        model, PassContext(registry=default_registry())).findings
     constants = [f for f in default if f.code == "GP404"]
     assert constants and all("an exporter constant" in f.message for f in constants)
     chosen = LintGradients({"loss": case.loss, "trainable": case.trainable}).run(
-        model, PassContext()).findings
+        model, PassContext(registry=default_registry())).findings
     assert chosen == []

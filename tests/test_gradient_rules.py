@@ -9,7 +9,10 @@ import onnx
 import pytest
 
 import graphpass
-from graphpass.gradients import (
+from graphpass.framework.plugin_loading import default_registry
+from graphpass.framework.registry import Registry
+from graphpass.passes.gradient_rules import builtin_rule_sets, onnxruntime_training_rules
+from graphpass.training.gradient_rules import (
     AttributeIn,
     AttributeMissing,
     AttributeNotIn,
@@ -22,8 +25,6 @@ from graphpass.gradients import (
     OutputsFewerThan,
     normalize_domain,
 )
-from graphpass.passes.gradient_rules import builtin_rule_sets, onnxruntime_training_rules
-from graphpass.registry import Registry, default_registry
 
 ORT = onnxruntime_training_rules()
 

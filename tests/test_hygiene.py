@@ -337,7 +337,7 @@ def test_check_works_on_large_weights_without_embedding_them() -> None:
         [helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [_info("x", [1, 256])],
         [_info("y", [1, 256])], [numpy_helper.from_array(weight, "w")])
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    from graphpass.checking import structural_proto
+    from graphpass.files.checking import structural_proto
 
     light = structural_proto(Model.from_proto(proto))
     assert not light.graph.initializer and [i.name for i in light.graph.input] == ["x", "w"]
@@ -355,7 +355,7 @@ def test_check_handles_many_large_weights_from_memory_and_files() -> None:
                                                opset_imports=[helper.make_opsetid("", 18)]))
     for name, value in weights.items():
         model.graph.set_initializer(graphpass.Tensor.from_array(name, value))
-    from graphpass.checking import structural_proto
+    from graphpass.files.checking import structural_proto
 
     light = structural_proto(model)
     assert not light.graph.initializer

@@ -23,7 +23,8 @@ from _inline_support import (
 from onnx import helper, numpy_helper
 
 import graphpass
-from graphpass.pass_base import PassContext
+from graphpass.framework.pass_base import PassContext
+from graphpass.framework.plugin_loading import default_registry
 from graphpass.passes.inline_functions import InlineFunctions
 
 X = np.array([-2.0, -0.5, 3.0], dtype=np.float32)
@@ -141,7 +142,7 @@ def test_everything_else_is_kept(tmp_path: Path) -> None:
     onnx.save(original, source, save_as_external_data=True, size_threshold=0,
               location="in.data")
     loaded = graphpass.load(source)
-    InlineFunctions().run(loaded, PassContext())
+    InlineFunctions().run(loaded, PassContext(registry=default_registry()))
     target = tmp_path / "out" / "inlined.onnx"
     target.parent.mkdir()
     graphpass.save(loaded, target)

@@ -22,7 +22,8 @@ import pytest
 from _inline_support import PROVENANCE, check, run_ort
 
 import graphpass
-from graphpass.pass_base import PassContext, PassResult
+from graphpass.framework.pass_base import PassContext, PassResult
+from graphpass.framework.plugin_loading import default_registry
 from graphpass.passes.inline_functions import InlineFunctions
 
 torch = pytest.importorskip("torch")
@@ -75,7 +76,7 @@ def seed(tmp_path_factory: pytest.TempPathFactory) -> Seed:
                           export_modules_as_functions={Block}, input_names=["x"],
                           output_names=["y"])
     model = graphpass.load(before)
-    result = InlineFunctions().run(model, PassContext())
+    result = InlineFunctions().run(model, PassContext(registry=default_registry()))
     after = folder / "inlined.onnx"
     graphpass.save(model, after)
     with torch.no_grad():
@@ -195,7 +196,7 @@ def test_nested_module_functions(tmp_path: Path) -> None:
     layer = next(f for f in exported.functions if f.name == "Layer")
     assert {n.op_type for n in layer.node} == {"Attention", "MLP", "Add"}
     model = graphpass.Model.from_proto(exported)
-    result = InlineFunctions().run(model, PassContext())
+    result = InlineFunctions().run(model, PassContext(registry=default_registry()))
     inlined = model.to_proto()
     check(inlined)
     assert not inlined.functions
@@ -220,5 +221,5 @@ def test_dynamo_export_has_no_local_functions() -> None:
     proto = program.model_proto
     assert not proto.functions
     model = graphpass.Model.from_proto(proto)
-    result = InlineFunctions().run(model, PassContext())
+    result = InlineFunctions().run(model, PassContext(registry=default_registry()))
     assert not result.changed

@@ -32,7 +32,8 @@ from onnx import helper
 
 import graphpass
 from graphpass.errors import GraphpassError, PipelineError
-from graphpass.pass_base import PassContext
+from graphpass.framework.pass_base import PassContext
+from graphpass.framework.plugin_loading import default_registry
 from graphpass.passes.inline_functions import InlineFunctions
 
 AFLOAT = onnx.AttributeProto.FLOAT
@@ -420,7 +421,7 @@ def test_recursion_is_an_error_naming_the_cycle(edges: dict[str, list[str]], cyc
     graph_model = graphpass.Model.from_proto(original)
     before = graph_model.to_proto()
     with pytest.raises(GraphpassError) as error:
-        InlineFunctions().run(graph_model, PassContext())
+        InlineFunctions().run(graph_model, PassContext(registry=default_registry()))
     assert error.value.message.startswith("GP120 ")
     assert cycle in str(error.value)
     assert graph_model.to_proto() == before  # nothing changed
@@ -564,7 +565,7 @@ def test_unconvertible_body_is_a_clear_error() -> None:
                      [tensor("y")], [fn], opset=11)
     graph_model = graphpass.Model.from_proto(original)
     with pytest.raises(GraphpassError) as error:
-        InlineFunctions().run(graph_model, PassContext())
+        InlineFunctions().run(graph_model, PassContext(registry=default_registry()))
     assert "GP123 cannot convert function local::Sum from opset 13 to 11" in str(error.value)
     assert graph_model.to_proto() == original
 

@@ -16,10 +16,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
 from graphpass import Finding, PassContext, Severity
-from graphpass.gradients import Check, GradientRules
+from graphpass.framework.plugin_loading import default_registry
+from graphpass.framework.registry import Registry
 from graphpass.passes.gradient_rules import onnxruntime_training_rules
 from graphpass.passes.lint_gradients import CODES, LintGradients
-from graphpass.registry import Registry
+from graphpass.training.gradient_rules import Check, GradientRules
 
 F = TensorProto.FLOAT
 
@@ -46,7 +47,7 @@ def build(nodes, initializers=(), inputs=("x",), outputs=("y",), *, opset=17, fu
 
 
 def lint(model: graphpass.Model, **options) -> list[Finding]:
-    result = LintGradients(options).run(model, PassContext())
+    result = LintGradients(options).run(model, PassContext(registry=default_registry()))
     assert not result.changed
     return result.findings
 
@@ -336,7 +337,7 @@ def test_rules_option_picks_another_trainers_rules_from_the_registry():
     registry.add("gradient_rules", lenient.name, lenient, "a-plugin")
     model = build([mul("x", "W", "a"), helper.make_node("Sum", ["a", "x"], ["s"], name="sum"),
                    loss("s")], [weight("W")])
-    context = PassContext(_registry=registry)
+    context = PassContext(registry=registry)
     assert LintGradients({"rules": "lenient"}).run(model, context).findings == []
     assert [f.code for f in LintGradients().run(model, context).findings] == ["GP401"]
     with pytest.raises(graphpass.PipelineError, match="unknown gradient rule set"):
@@ -357,7 +358,7 @@ def test_a_trainer_that_differentiates_control_flow_gets_its_bodies_judged():
                    helper.make_node("If", ["c"], ["o"], name="if", then_branch=then,
                                     else_branch=other), loss("o")],
                   [weight("W")], inputs=["x", tensor("c", [], TensorProto.BOOL)])
-    found = LintGradients({"rules": "with-if"}).run(model, PassContext(_registry=registry))
+    found = LintGradients({"rules": "with-if"}).run(model, PassContext(registry=registry))
     (finding,) = found.findings
     assert (finding.code, finding.node) == ("GP401", "inner_sum")
     assert finding.graph == "main > If 'if' > then_branch"
@@ -380,7 +381,7 @@ def test_checks_in_plugin_rules_see_the_node_and_its_gradient_needs():
     registry = Registry()
     registry.add("gradient_rules", rules.name, rules, "p")
     model = build([mul("x", "W", "a"), loss("a")], [weight("W")])
-    found = LintGradients({"rules": "picky"}).run(model, PassContext(_registry=registry))
+    found = LintGradients({"rules": "picky"}).run(model, PassContext(registry=registry))
     assert [f.code for f in found.findings] == ["GP403"]
     assert seen == [("Mul", [1], (2, 2))]
 
@@ -414,6 +415,6 @@ def test_a_long_chain_is_linted(tmp_path: Path):
                                name=f"n{i}") for i in range(4000)]
     nodes += [helper.make_node("Sum", ["v4000", "x"], ["s"], name="end_sum"), loss("s")]
     model = build(nodes, [weight("W")])
-    result = LintGradients().run(model, PassContext())
+    result = LintGradients().run(model, PassContext(registry=default_registry()))
     assert summary(result.findings) == [("GP401", "end_sum")]
     assert result.stats["nodes on the gradient path"] == 4003

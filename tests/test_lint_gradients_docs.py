@@ -13,9 +13,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
 from graphpass import PassContext
+from graphpass.framework.plugin_loading import default_registry
+from graphpass.framework.registry import Registry
 from graphpass.passes.gradient_rules import onnxruntime_training_rules
 from graphpass.passes.lint_gradients import LintGradients
-from graphpass.registry import Registry, default_registry
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "passes" / "lint-gradients.md"
 
@@ -51,7 +52,7 @@ def test_the_documented_plugin_rules_load_and_judge(plugin_rules):
     registry.add("gradient_rules", "onnxruntime-training", onnxruntime_training_rules(),
                  "builtin")
     registry.add("gradient_rules", rules.name, rules, "mytrainer")
-    context = PassContext(_registry=registry)
+    context = PassContext(registry=registry)
     pads = numpy_helper.from_array(np.zeros(8, np.int64), "pads")
     weight = numpy_helper.from_array(np.ones((1, 2, 3, 3), np.float32), "W")
 
@@ -81,7 +82,7 @@ def test_the_documented_pipeline_snippet_is_valid(tmp_path: Path):
     snippet = block_after(text, "So freezing is also how you tell the lint", "toml")
     config = tmp_path / "pipeline.toml"
     config.write_text('[pipeline]\npasses = ["lint-gradients"]\n\n' + snippet)
-    from graphpass.config import load_pipeline_file
+    from graphpass.framework.config import load_pipeline_file
 
     pipeline = load_pipeline_file(config)
     pipeline.check(default_registry())  # the options exist and have the right types

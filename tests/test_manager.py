@@ -23,8 +23,8 @@ from graphpass import (
     PipelineStep,
     Severity,
 )
+from graphpass.framework.registry import Registry
 from graphpass.ir import Model, Node
-from graphpass.registry import Registry
 
 
 def _model() -> Model:

@@ -11,7 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
 from graphpass.findings import Severity
-from graphpass.pass_base import PassContext
+from graphpass.framework.pass_base import PassContext
+from graphpass.framework.plugin_loading import default_registry
 from graphpass.passes.detect_missing_buffers import DetectMissingBuffers
 
 FLOAT = TensorProto.FLOAT
@@ -20,7 +21,8 @@ FLOAT = TensorProto.FLOAT
 def run_pass(model: graphpass.Model | onnx.ModelProto, **options: object):
     if isinstance(model, onnx.ModelProto):
         model = graphpass.Model.from_proto(model)
-    return DetectMissingBuffers(options or None).run(model, PassContext())
+    return DetectMissingBuffers(options or None).run(
+        model, PassContext(registry=default_registry()))
 
 
 def tensor_input(name: str, shape: list[int | str]) -> onnx.ValueInfoProto:

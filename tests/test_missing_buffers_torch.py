@@ -31,7 +31,8 @@ ort = pytest.importorskip("onnxruntime")
 
 import graphpass  # noqa: E402
 import graphpass.torch as gp_torch  # noqa: E402
-from graphpass.pass_base import PassContext  # noqa: E402
+from graphpass.framework.pass_base import PassContext  # noqa: E402
+from graphpass.framework.plugin_loading import default_registry  # noqa: E402
 from graphpass.passes.detect_missing_buffers import DetectMissingBuffers  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -211,7 +212,8 @@ def reconcile(model: graphpass.Model, state: Mapping[str, Any], tmp_path: Path,
 
 
 def missing(model: graphpass.Model, **options: Any) -> dict[str, Any]:
-    result = DetectMissingBuffers(options or None).run(model, PassContext())
+    result = DetectMissingBuffers(options or None).run(
+        model, PassContext(registry=default_registry()))
     assert result.changed is False
     return {finding.value: finding for finding in result.findings}
 

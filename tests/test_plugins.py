@@ -8,6 +8,10 @@ other test), and made visible by putting that folder on ``sys.path`` (in process
 
 from __future__ import annotations
 
+import shutil
+import site
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +21,7 @@ from onnx import TensorProto, helper
 
 import graphpass
 from graphpass import PluginError
-from graphpass.plugins.manager import build_registry
+from graphpass.framework.plugin_loading import build_registry
 
 NAMES = ("example", "broken", "misspelled", "duplicate")
 
@@ -206,3 +210,26 @@ def test_cli_duplicate_pass_name_fails_naming_both(plugin_sites: dict[str, Path]
     fixed = graphpass_process("passes", "--disable-plugin", "duplicate", cwd=tmp_path,
                               sites=sites)
     assert fixed.returncode == 0, fixed.stderr
+
+
+def test_without_its_builtin_entry_point_graphpass_says_to_install_it(tmp_path: Path) -> None:
+    """graphpass run from a copy of the source, not installed: its entry points are absent."""
+    repo = Path(__file__).resolve().parent.parent
+    ignore = shutil.ignore_patterns("__pycache__")
+    package = tmp_path / "src" / "graphpass"
+    shutil.copytree(repo / "core", package, ignore=ignore)
+    shutil.copytree(repo / "passes", package / "passes", ignore=ignore)
+    shutil.copytree(repo / "plugins", package / "plugins", ignore=ignore)
+    libraries = tmp_path / "site"  # the venv's packages, but graphpass's installation
+    libraries.mkdir()
+    for entry in Path(site.getsitepackages()[0]).iterdir():
+        if not entry.name.lower().replace("-", "_").startswith(("graphpass", "__editable__")):
+            (libraries / entry.name).symlink_to(entry)
+    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; "
+            "from graphpass.cli import main; sys.exit(main(['passes']))")
+    done = subprocess.run([sys.executable, "-S", "-c", code, str(package.parent), str(libraries)],
+                          capture_output=True, text=True, check=False, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout
+    assert "Traceback" not in done.stderr
+    assert "built-in plugin is not registered" in done.stderr
+    assert "install graphpass" in done.stderr

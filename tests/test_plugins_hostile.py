@@ -31,8 +31,7 @@ from onnx import TensorProto, helper
 
 import graphpass
 from graphpass import PassError, PipelineError, PluginError
-from graphpass.plugins.manager import build_registry
-from graphpass.registry import reset_default_registry
+from graphpass.framework.plugin_loading import build_registry, reset_default_registry
 
 RUNTIME = "hostile-runtime"
 

@@ -14,6 +14,7 @@ from safetensors.numpy import save_file
 import graphpass
 from graphpass import PassContext
 from graphpass.cli import main
+from graphpass.framework.plugin_loading import default_registry
 from graphpass.passes.reconcile_initializers import ReconcileInitializers
 
 W = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
@@ -51,7 +52,8 @@ def _checkpoint(tmp_path: Path, tensors: dict[str, np.ndarray], name: str = "w.s
 
 def _run_pass(model_path: Path, checkpoint: Path | None = None, **options):
     model = graphpass.load(model_path)
-    context = PassContext(checkpoints=(checkpoint,) if checkpoint else ())
+    context = PassContext(registry=default_registry(),
+                          checkpoints=(checkpoint,) if checkpoint else ())
     result = ReconcileInitializers(options).run(model, context)
     return model, result
 
@@ -98,7 +100,7 @@ def test_options_paths_are_relative_to_the_base_dir(tmp_path):
     _checkpoint(tmp_path, {"encoder.weight": W, "encoder.bias": B})
     model = graphpass.load(model_path)
     result = ReconcileInitializers({"checkpoint": "w.safetensors"}).run(
-        model, PassContext(base_dir=tmp_path))
+        model, PassContext(registry=default_registry(), base_dir=tmp_path))
     assert result.stats["filled"] == 2
 
 

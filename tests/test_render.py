@@ -13,10 +13,16 @@ from rich.console import Console
 
 from graphpass import AnalysisPass, Finding, PassContext, PassManager, PassResult, Severity
 from graphpass.findings import shortened_list
+from graphpass.framework.registry import Registry
 from graphpass.ir import Model
-from graphpass.progress import PassProgress, loading
-from graphpass.registry import Registry
-from graphpass.render import ReportInfo, render_json, render_sarif, render_text, sarif_dict
+from graphpass.reporting.progress import PassProgress, loading
+from graphpass.reporting.render import (
+    ReportInfo,
+    render_json,
+    render_sarif,
+    render_text,
+    sarif_dict,
+)
 
 
 class _Reporter(AnalysisPass):

@@ -18,7 +18,8 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 import graphpass  # noqa: E402
 import graphpass.torch as gp_torch  # noqa: E402
 from graphpass.checkpoint import open_checkpoint  # noqa: E402
-from graphpass.pass_base import PassContext  # noqa: E402
+from graphpass.framework.pass_base import PassContext  # noqa: E402
+from graphpass.framework.plugin_loading import default_registry  # noqa: E402
 from graphpass.passes.detect_missing_buffers import DetectMissingBuffers  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -167,7 +168,8 @@ def test_fake_mode_export_filled_with_capture_state_is_complete(fake_program, tm
     path = tmp_path / "filled.onnx"
     program.save(str(path))
     model = graphpass.load(path)
-    assert DetectMissingBuffers().run(model, PassContext()).findings == []
+    assert DetectMissingBuffers().run(
+        model, PassContext(registry=default_registry())).findings == []
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

@@ -4,7 +4,9 @@ A loader is any object with a ``name``, a one-line ``description``, ``can_load(p
 (which looks at the content: magic bytes, a header, a JSON index) and
 ``load(path) -> Checkpoint``. Plugins give loaders through the
 ``graphpass_checkpoint_loaders`` hook; :class:`CheckpointLoader` is a convenient
-base class::
+base class. A loader that opens other files with the other loaders (the sharded
+loader opens each shard) sets ``uses_loaders = True``; :func:`open_checkpoint` then
+calls ``load(path, loaders)`` with the loaders it is trying::
 
     class MyLoader(graphpass.checkpoint.CheckpointLoader):
         name = "my-format"
@@ -22,10 +24,14 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from graphpass.checkpoint._checkpoint import Checkpoint
 from graphpass.errors import CheckpointError, GraphpassError
+from graphpass.framework.plugin_loading import default_registry
+
+if TYPE_CHECKING:
+    from graphpass.framework.registry import Registry
 
 __all__ = ["CheckpointLoader", "open_checkpoint", "read_magic"]
 
@@ -36,10 +42,13 @@ class CheckpointLoader:
     Attributes:
         name: The loader's name (``safetensors``, ``torch`` ...), unique in the registry.
         description: One line: the format and the usual file names.
+        uses_loaders: Whether :meth:`load` takes a second argument, the loaders
+            :func:`open_checkpoint` is trying (for a format made of other files).
     """
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    uses_loaders: ClassVar[bool] = False
 
     def can_load(self, path: Path) -> bool:
         """Whether this loader reads ``path``. Must be cheap and must not raise."""
@@ -72,8 +81,8 @@ def read_magic(path: Path, size: int) -> bytes:
         return b""
 
 
-def open_checkpoint(path: str | os.PathLike[str],
-                    loaders: Sequence[Any] | None = None) -> Checkpoint:
+def open_checkpoint(path: str | os.PathLike[str], loaders: Sequence[Any] | None = None, *,
+                    registry: Registry | None = None) -> Checkpoint:
     """Open a checkpoint with the loader that recognises its content.
 
     Nothing but headers is read: entries reference their bytes until used.
@@ -81,9 +90,10 @@ def open_checkpoint(path: str | os.PathLike[str],
     Args:
         path: A checkpoint file (``.safetensors``, ``.pt``/``.pth``/``.bin``,
             ``.npz``), a sharded checkpoint's index JSON, or a folder of shards.
-        loaders: The loaders to try, in order; by default the registry's
-            (``graphpass.registry.default_registry().loaders()``: the built-ins and
-            every plugin's).
+        loaders: The loaders to try, in order; by default ``registry``'s.
+        registry: Whose loaders to try when ``loaders`` is not given; by default the
+            one of the built-in and installed plugins
+            (:func:`~graphpass.framework.plugin_loading.default_registry`).
 
     Returns:
         The checkpoint: a read-only mapping of keys to
@@ -101,9 +111,7 @@ def open_checkpoint(path: str | os.PathLike[str],
                               hint="check the path (relative paths in a pipeline file are "
                                    "relative to that file)")
     if loaders is None:
-        from graphpass.registry import default_registry
-
-        loaders = default_registry().loaders()
+        loaders = (registry if registry is not None else default_registry()).loaders()
     for loader in loaders:
         try:
             recognised = bool(loader.can_load(file_path))
@@ -112,7 +120,10 @@ def open_checkpoint(path: str | os.PathLike[str],
         if not recognised:
             continue
         try:
-            checkpoint = loader.load(file_path)
+            if getattr(loader, "uses_loaders", False):
+                checkpoint = loader.load(file_path, loaders)
+            else:
+                checkpoint = loader.load(file_path)
         except GraphpassError as error:
             raise CheckpointError(error.message, where=error.where or where,
                                   hint=error.hint) from None

@@ -2,7 +2,8 @@
 
 The index (``model.safetensors.index.json``, ``pytorch_model.bin.index.json``) is a
 JSON object whose ``weight_map`` says which shard holds each key; every shard is opened
-with the loader that recognises its content, and the shards are joined into one
+with the loader that recognises its content (among the loaders
+:func:`~graphpass.checkpoint.open_checkpoint` is trying), and the shards are joined into one
 :class:`~graphpass.checkpoint.Checkpoint` (a key in two shards is an error). A
 folder is read through its index when it has one; otherwise all its shards of one
 format are joined (safetensors first, then torch files, then ``.npz``).
@@ -17,6 +18,9 @@ from typing import Any, Final
 
 from graphpass.checkpoint._checkpoint import Checkpoint, CheckpointEntry
 from graphpass.checkpoint._loader import CheckpointLoader, open_checkpoint, read_magic
+from graphpass.checkpoint._numpy import NumpyLoader
+from graphpass.checkpoint._safetensors import SafetensorsLoader
+from graphpass.checkpoint._torch import TorchLoader
 from graphpass.errors import CheckpointError
 
 __all__ = ["ShardedLoader"]
@@ -33,12 +37,14 @@ class ShardedLoader(CheckpointLoader):
     description = ("sharded checkpoints: an index JSON with a weight_map "
                    "(model.safetensors.index.json, pytorch_model.bin.index.json) or a folder "
                    "of shards")
+    uses_loaders = True
 
     def __init__(self, shard_loaders: Sequence[Any] | None = None):
         """Create the loader.
 
         Args:
-            shard_loaders: The loaders for the shards; by default the registry's.
+            shard_loaders: The loaders for the shards; by default the ones
+                :func:`~graphpass.checkpoint.open_checkpoint` is trying.
         """
         self.shard_loaders = shard_loaders
 
@@ -50,13 +56,25 @@ class ShardedLoader(CheckpointLoader):
             return False
         return b'"weight_map"' in read_magic(path, _MAX_INDEX)
 
-    def load(self, path: Path) -> Checkpoint:
-        """Open every shard and join them."""
-        if path.is_dir():
-            return self._load_folder(path)
-        return self._load_index(path)
+    def load(self, path: Path, loaders: Sequence[Any] | None = None) -> Checkpoint:
+        """Open every shard and join them.
 
-    def _load_index(self, path: Path) -> Checkpoint:
+        Args:
+            path: The index JSON, or the folder.
+            loaders: The loaders :func:`~graphpass.checkpoint.open_checkpoint` is
+                trying; the shards are opened with them (but this one) unless the loader
+                was made with its own ``shard_loaders``. Called without either, the
+                built-in safetensors, torch and numpy loaders.
+        """
+        chosen = self.shard_loaders if self.shard_loaders is not None else loaders
+        if chosen is None:
+            chosen = [SafetensorsLoader(), TorchLoader(), NumpyLoader()]
+        shard_loaders = [loader for loader in chosen if not isinstance(loader, ShardedLoader)]
+        if path.is_dir():
+            return self._load_folder(path, shard_loaders)
+        return self._load_index(path, shard_loaders)
+
+    def _load_index(self, path: Path, shard_loaders: Sequence[Any]) -> Checkpoint:
         where = str(path)
         try:
             if path.stat().st_size > _MAX_INDEX:
@@ -85,7 +103,7 @@ class ShardedLoader(CheckpointLoader):
                 raise CheckpointError(f"shard {shard!r} named by the index is missing",
                                       where=where, hint="download or copy every shard next to "
                                                         "the index")
-            part = self._open_shard(shard_path)
+            part = open_checkpoint(shard_path, shard_loaders)
             parts.append(part)
             for key in keys:
                 if key not in part:
@@ -99,28 +117,19 @@ class ShardedLoader(CheckpointLoader):
                           files=combined.files, metadata={**combined.metadata, **metadata},
                           skipped=combined.skipped)
 
-    def _load_folder(self, path: Path) -> Checkpoint:
+    def _load_folder(self, path: Path, shard_loaders: Sequence[Any]) -> Checkpoint:
         for name in _INDEX_PREFERENCE:
             if (path / name).is_file():
-                return self._load_index(path / name)
+                return self._load_index(path / name, shard_loaders)
         indexes = sorted(path.glob("*.index.json"))
         if indexes:
-            return self._load_index(indexes[0])
+            return self._load_index(indexes[0], shard_loaders)
         for patterns in _SHARD_PATTERNS:
             shards = sorted({p for pattern in patterns for p in path.glob(pattern) if p.is_file()})
             if shards:
-                parts = [self._open_shard(shard) for shard in shards]
+                parts = [open_checkpoint(shard, shard_loaders) for shard in shards]
                 formats = "+".join(sorted({part.format for part in parts}))
                 return Checkpoint.combine(parts, path=path, format=f"sharded {formats}")
         raise CheckpointError("the folder holds no checkpoint shards or index", where=str(path),
                               hint="expected *.safetensors, *.bin/*.pt/*.pth or *.npz files, "
                                    "or a *.index.json")
-
-    def _open_shard(self, shard: Path) -> Checkpoint:
-        loaders = self.shard_loaders
-        if loaders is None:
-            from graphpass.registry import default_registry
-
-            loaders = default_registry().loaders()
-        return open_checkpoint(shard, [loader for loader in loaders
-                                       if not isinstance(loader, ShardedLoader)])

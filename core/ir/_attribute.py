@@ -10,12 +10,11 @@ can walk and change subgraphs like any other graph.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import onnx
 
-if TYPE_CHECKING:
-    from graphpass.ir._graph import Graph
+from graphpass.ir._graph import Graph
 
 __all__ = ["Attribute", "AttributeType"]
 
@@ -57,8 +56,6 @@ class Attribute:
 
         Graph values (a :class:`~graphpass.Graph` or a list of them) become nested graphs.
         """
-        from graphpass.ir._graph import Graph
-
         if isinstance(value, Graph):
             proto = onnx.AttributeProto(name=name, type=_GRAPH)
             return cls(name, _GRAPH, proto, [value])

@@ -3,16 +3,23 @@
 Tensors and non-graph attribute protos are immutable and shared between the copy
 and the original; everything structural (graphs, nodes, values, declarations) is
 new, so changing the copy never changes the original.
+
+A copy is made with ``type(original)``, so this module needs none of the IR classes
+at run time and each of them can import it for its ``copy()``.
 """
 
 from __future__ import annotations
 
-from graphpass.ir._attribute import Attribute
-from graphpass.ir._function import Function
+from typing import TYPE_CHECKING
+
 from graphpass.ir._gc import paused_gc
-from graphpass.ir._graph import Graph
-from graphpass.ir._model import Model
-from graphpass.ir._node import Node
+
+if TYPE_CHECKING:
+    from graphpass.ir._attribute import Attribute
+    from graphpass.ir._function import Function
+    from graphpass.ir._graph import Graph
+    from graphpass.ir._model import Model
+    from graphpass.ir._node import Node
 
 __all__ = ["clone_function", "clone_graph", "clone_model", "clone_node"]
 
@@ -21,13 +28,14 @@ def clone_attribute(attribute: Attribute) -> Attribute:
     """Copy an attribute; graph values are deep-copied, other values shared."""
     if not attribute.graphs:
         return attribute
-    return Attribute(attribute.name, attribute.type, attribute._proto,
-                     [clone_graph(g) for g in attribute.graphs], attribute.ref_attr_name)
+    return type(attribute)(attribute.name, attribute.type, attribute._proto,
+                           [clone_graph(g) for g in attribute.graphs], attribute.ref_attr_name)
 
 
 def clone_node(node: Node) -> Node:
     """Return a detached copy of ``node`` (subgraphs copied)."""
-    copy = Node.__new__(Node)
+    node_type = type(node)
+    copy = node_type.__new__(node_type)
     copy.op_type = node.op_type
     copy.domain = node.domain
     copy.overload = node.overload
@@ -58,7 +66,7 @@ def clone_graph(graph: Graph) -> Graph:
 
 
 def _clone_graph(graph: Graph) -> Graph:
-    copy = Graph(graph.name, doc_string=graph.doc_string)
+    copy = type(graph)(graph.name, doc_string=graph.doc_string)
     for value in graph._inputs:
         new_value = copy._value_for(value.name)
         new_value._info = value._info
@@ -88,7 +96,7 @@ def _clone_graph(graph: Graph) -> Graph:
 
 def clone_function(function: Function) -> Function:
     """Return a deep copy of ``function``, detached from any model."""
-    copy = Function(
+    copy = type(function)(
         function.domain,
         function.name,
         clone_graph(function.graph),
@@ -113,7 +121,7 @@ def clone_model(model: Model) -> Model:
 
 
 def _clone_model(model: Model) -> Model:
-    copy = Model(
+    copy = type(model)(
         clone_graph(model.graph),
         ir_version=model.ir_version,
         opset_imports=model.opset_imports,

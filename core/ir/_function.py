@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from graphpass.ir._attribute import Attribute
+from graphpass.ir._clone import clone_function
 from graphpass.ir._graph import Graph
 
 if TYPE_CHECKING:
@@ -105,8 +106,6 @@ class Function:
 
     def copy(self) -> Function:
         """Return a deep copy, detached from any model."""
-        from graphpass.ir._clone import clone_function
-
         return clone_function(self)
 
     def __repr__(self) -> str:

@@ -23,14 +23,17 @@ import networkx as nx
 import onnx
 
 from graphpass.errors import CycleError, InvalidModelError
+from graphpass.ir._clone import clone_graph
+from graphpass.ir._describe import describe_node
 from graphpass.ir._metadata import LazyMetadata
-from graphpass.ir._node import Node, describe_node
 from graphpass.ir._tensor import Tensor
 from graphpass.ir._value import CAPTURE, Use, Value
 
 if TYPE_CHECKING:
+    # Nodes hold attributes, which hold graphs: at run time the graph needs no Node.
     from graphpass.ir._function import Function
     from graphpass.ir._model import Model
+    from graphpass.ir._node import Node
 
 __all__ = ["Graph"]
 
@@ -888,8 +891,6 @@ class Graph(LazyMetadata):
 
     def copy(self) -> Graph:
         """Return a deep copy (tensors are shared; they are immutable)."""
-        from graphpass.ir._clone import clone_graph
-
         return clone_graph(self)
 
     def __repr__(self) -> str:
@@ -898,7 +899,7 @@ class Graph(LazyMetadata):
 
 
 def _as_list(nodes: Node | Iterable[Node]) -> list[Node]:
-    return [nodes] if isinstance(nodes, Node) else list(nodes)
+    return list(nodes) if isinstance(nodes, Iterable) else [nodes]  # a Node is not iterable
 
 
 def _same_domain(a: str, b: str) -> bool:

@@ -10,6 +10,7 @@ from typing import Any
 import onnx
 
 from graphpass.errors import InvalidModelError
+from graphpass.ir._clone import clone_model
 from graphpass.ir._function import Function, FunctionId, format_function_id
 from graphpass.ir._graph import Graph
 from graphpass.ir._node import Node
@@ -166,7 +167,8 @@ class Model:
         Raises:
             InvalidModelError: The proto cannot be represented (a name defined twice ...).
         """
-        from graphpass.proto import model_from_proto
+        # Conversion stands on the IR (graphpass.files.proto); imported when asked for.
+        from graphpass.files.proto import model_from_proto
 
         return model_from_proto(proto, base_dir)
 
@@ -176,14 +178,13 @@ class Model:
         External data stays external (the protos keep their references); in-memory
         tensors are embedded.
         """
-        from graphpass.proto import model_to_proto
+        # Conversion stands on the IR (graphpass.files.proto); imported when asked for.
+        from graphpass.files.proto import model_to_proto
 
         return model_to_proto(self)
 
     def copy(self) -> Model:
         """Return a deep copy. Tensors are shared: they are immutable."""
-        from graphpass.ir._clone import clone_model
-
         return clone_model(self)
 
     def function_label(self, function_id: FunctionId) -> str:

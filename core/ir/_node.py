@@ -13,12 +13,13 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from graphpass.ir._attribute import Attribute
+from graphpass.ir._clone import clone_node
 from graphpass.ir._metadata import LazyMetadata
 
 if TYPE_CHECKING:
     from graphpass.ir._graph import Graph
 
-__all__ = ["Node", "describe_node"]
+__all__ = ["Node"]
 
 
 class Node(LazyMetadata):
@@ -227,8 +228,6 @@ class Node(LazyMetadata):
 
     def copy(self) -> Node:
         """Return a detached copy; subgraphs are copied too."""
-        from graphpass.ir._clone import clone_node
-
         return clone_node(self)
 
     def _touch(self) -> None:
@@ -289,9 +288,3 @@ class Node(LazyMetadata):
         op = f"{self.domain}::{self.op_type}" if self.domain else self.op_type
         return f"Node({op}, name={self.name!r}, inputs={list(self._inputs)}, " \
                f"outputs={list(self._outputs)})"
-
-
-def describe_node(node: Node) -> str:
-    """Name a node in a message: ``'name' (domain::Op)``, or ``<unnamed domain::Op>``."""
-    op = f"{node.domain}::{node.op_type}" if node.domain else node.op_type
-    return f"{node.name!r} ({op})" if node.name else f"<unnamed {op}>"

@@ -38,7 +38,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from graphpass.torch_export import TRAINABLE_TYPES
+from graphpass.framework.plugin_loading import default_registry
+from graphpass.torch.export_record import TRAINABLE_TYPES
 
 MAX_OPSET = 21
 MAX_IR = 10
@@ -228,7 +229,7 @@ def ort_verdict(result: Mapping[str, Any], rules: Any) -> str:
 
     Args:
         result: One JSON object from ``oracle.py``.
-        rules: The :class:`graphpass.gradients.GradientRules` (its ``trainer_message``
+        rules: The :class:`graphpass.GradientRules` (its ``trainer_message``
             patterns attribute a builder failure to an operator).
     """
     if result.get("ok"):
@@ -339,7 +340,8 @@ def lint_findings(case: Case) -> list[Any]:
 
     model = graphpass.Model.from_proto(case.model)
     options = {"trainable": case.trainable, "frozen": case.frozen, "loss": case.loss}
-    return LintGradients(options).run(model, graphpass.PassContext()).findings
+    context = graphpass.PassContext(registry=default_registry())
+    return LintGradients(options).run(model, context).findings
 
 
 def run_oracle(python: str, jobs: Iterable[Mapping[str, Any]], folder: Path, *,

@@ -46,7 +46,7 @@ from typing import Any
 from gradient_corpus import MAX_IR
 
 from graphpass.plugins.ort_training import _cap_ir_versions
-from graphpass.torch_export import TRAINABLE_TYPES
+from graphpass.torch.export_record import TRAINABLE_TYPES
 
 _MISSING = re.compile(r"The gradient builder has not been registered: ?(\S+) for node (\S*)")
 _UNREACHABLE = (

@@ -14,12 +14,12 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from graphpass.findings import Finding
-from graphpass.instruments import Instrument
+from graphpass.framework.instruments import Instrument
+from graphpass.framework.pass_base import PassContext
+from graphpass.framework.planning import PlannedPass
+from graphpass.framework.results import PassRecord, RunResult
 from graphpass.ir import Model
-from graphpass.pass_base import PassContext
-from graphpass.planning import PlannedPass
-from graphpass.results import PassRecord, RunResult
-from graphpass.summary import format_bytes
+from graphpass.reporting.summary import format_bytes
 
 __all__ = ["PassProgress", "loading"]
 

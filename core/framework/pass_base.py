@@ -38,8 +38,8 @@ from graphpass.errors import PipelineError
 from graphpass.findings import Finding
 
 if TYPE_CHECKING:
+    from graphpass.framework.registry import Registry
     from graphpass.ir import Model
-    from graphpass.registry import Registry
 
 __all__ = ["AnalysisPass", "NoOptions", "Pass", "PassContext", "PassResult", "resolve_path",
            "validate_options"]
@@ -69,7 +69,13 @@ class PassResult:
 class PassContext:
     """What a pass can use besides the model.
 
+    :class:`~graphpass.PassManager` makes one per run. To run a pass on its own, give
+    it a registry: ``PassContext(registry=default_registry())`` (from
+    :mod:`graphpass.framework.plugin_loading`).
+
     Attributes:
+        registry: The passes, checkpoint loaders, gradient rules and pipelines of this
+            run (required, keyword only).
         base_dir: The folder relative paths in options are resolved against (the
             pipeline file's folder, or the current folder).
         checkpoints: Checkpoints given on the command line (``--checkpoint``).
@@ -78,21 +84,12 @@ class PassContext:
         log: A logger for progress messages.
     """
 
+    registry: Registry = field(kw_only=True)
     base_dir: Path = field(default_factory=Path.cwd)
     checkpoints: tuple[Path, ...] = ()
     plan: tuple[str, ...] = ()
     results: dict[str, PassResult] = field(default_factory=dict)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("graphpass"))
-    _registry: Registry | None = None
-
-    @property
-    def registry(self) -> Registry:
-        """The registry of passes, checkpoint loaders, gradient rules and pipelines."""
-        if self._registry is None:
-            from graphpass.registry import default_registry
-
-            self._registry = default_registry()
-        return self._registry
 
     def resolve_path(self, path: str | os.PathLike[str]) -> Path:
         """Resolve a path from an option against :attr:`base_dir`."""

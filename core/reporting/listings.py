@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from graphpass.pass_base import Pass, describe_type, option_fields
-from graphpass.planning import PlannedPass
-from graphpass.registry import Registry
+from graphpass.framework.pass_base import Pass, describe_type, option_fields
+from graphpass.framework.planning import PlannedPass
+from graphpass.framework.registry import Registry
 
 __all__ = ["describe_options", "passes_data", "pipelines_data", "plan_data", "plugins_data",
            "print_passes", "print_plan", "print_plugins"]

@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any, get_args
 
 from graphpass.errors import ConfigError, PipelineError
-from graphpass.pass_base import resolve_path, validate_options
-from graphpass.pipeline import Pipeline, PipelineStep, StepCondition
-from graphpass.registry import Registry
-from graphpass.verify import VerifyOptions
+from graphpass.framework.pass_base import resolve_path, validate_options
+from graphpass.framework.pipeline import Pipeline, PipelineStep, StepCondition
+from graphpass.framework.registry import Registry
+from graphpass.framework.verify import VerifyOptions
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -17,8 +17,8 @@ from typing import Final
 
 import onnx
 
+from graphpass.files.proto import model_to_proto, subgraph_protos
 from graphpass.ir import Model, Tensor
-from graphpass.proto import model_to_proto, subgraph_protos
 
 __all__ = ["CheckerProblem", "run_checker", "structural_proto"]
 

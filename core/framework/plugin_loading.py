@@ -1,7 +1,9 @@
-"""The plugin manager: finds plugins, calls their hooks, builds the registry.
+"""Plugin loading: finds plugins, calls their hooks, builds the registry.
 
-Plugins are the built-in plugin (:mod:`graphpass.plugins.builtin`) and every entry
-point in the ``graphpass`` group. Each is loaded and asked separately, so one bad
+Plugins are the entry points in the ``graphpass`` group, the built-in plugin
+(``builtin = "graphpass.plugins.builtin"``, graphpass's own entry point) first. The
+framework finds the built-in plugin like any other, so it never imports
+:mod:`graphpass.plugins`. Each plugin is loaded and asked separately, so one bad
 plugin never takes the others down:
 
 * a plugin that fails to import, fails pluggy's validation, or raises in a hook is
@@ -31,18 +33,22 @@ from typing import Any
 import pluggy
 
 from graphpass.errors import PluginError
-from graphpass.pass_base import Pass
-from graphpass.pipeline import Pipeline
-from graphpass.plugins import builtin, hookspecs
-from graphpass.registry import PluginInfo, Registry
+from graphpass.framework import hookspecs
+from graphpass.framework.pass_base import Pass
+from graphpass.framework.pipeline import Pipeline
+from graphpass.framework.registry import PluginInfo, Registry
 
-__all__ = ["DISABLE_ENV", "build_registry", "disabled_plugins"]
+__all__ = ["BUILTIN", "DISABLE_ENV", "build_registry", "default_registry", "disabled_plugins",
+           "reset_default_registry"]
 
 DISABLE_ENV = "GRAPHPASS_DISABLE_PLUGINS"
 """Environment variable: comma-separated plugin names to switch off."""
 
 BUILTIN = "builtin"
 """The name of the plugin that registers graphpass's own passes."""
+
+_BUILTIN_MODULE = "graphpass.plugins.builtin"
+"""What graphpass's own ``builtin`` entry point points at (pyproject.toml)."""
 
 _KINDS = {
     "graphpass_passes": "passes",
@@ -90,9 +96,7 @@ def build_registry(*, disable: Iterable[str] = (), strict: bool = False) -> Regi
     manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     manager.add_hookspecs(hookspecs)
     registry = Registry()
-    candidates = [_Candidate(PluginInfo(BUILTIN, _version("graphpass"),
-                                        distribution="graphpass"), lambda: builtin)]
-    candidates.extend(_entry_point_candidates())
+    candidates = _entry_point_candidates()
     seen_names = {c.info.name for c in candidates}
     for name in sorted(disabled - seen_names):
         close = difflib.get_close_matches(name, sorted(seen_names), n=1)
@@ -135,6 +139,8 @@ def _check_strict(info: PluginInfo, strict: bool) -> None:
 
 
 def _entry_point_candidates() -> list[_Candidate]:
+    """Every plugin's entry point, graphpass's own built-in plugin first."""
+    builtin: _Candidate | None = None
     candidates: list[_Candidate] = []
     by_name: dict[str, str] = {BUILTIN: "graphpass"}
     seen: set[tuple[str, str]] = set()
@@ -142,6 +148,10 @@ def _entry_point_candidates() -> list[_Candidate]:
         if (entry_point.name, entry_point.value) in seen:
             continue  # the same distribution found twice on sys.path
         seen.add((entry_point.name, entry_point.value))
+        if entry_point.name == BUILTIN and entry_point.value == _BUILTIN_MODULE:
+            builtin = _Candidate(PluginInfo(BUILTIN, _version("graphpass"),
+                                            distribution="graphpass"), entry_point.load)
+            continue
         dist = entry_point.dist
         info = PluginInfo(entry_point.name, dist.version if dist else "",
                           distribution=dist.name if dist else "")
@@ -151,7 +161,13 @@ def _entry_point_candidates() -> list[_Candidate]:
                           f"(from {by_name[entry_point.name]!r})")
         by_name.setdefault(entry_point.name, info.distribution)
         candidates.append(_Candidate(info, entry_point.load))
-    return candidates
+    if builtin is None:
+        raise PluginError(
+            f"graphpass's built-in plugin is not registered (no entry point {BUILTIN!r} = "
+            f"{_BUILTIN_MODULE!r} in the {hookspecs.PROJECT_NAME!r} group)",
+            hint="install graphpass (pip install graphpass, or pip install -e . in a "
+                 "checkout) rather than running it from the source folder")
+    return [builtin, *candidates]
 
 
 def _collect(manager: pluggy.PluginManager, candidate: _Candidate) -> list[tuple[str, str, Any]]:
@@ -253,7 +269,7 @@ def _item_problem(kind: str, item: Any) -> str | None:
             return "`description` must be a string"
         options = getattr(item, "Options", None)
         if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
-            return "`Options` must be a dataclass (graphpass.pass_base.NoOptions for none)"
+            return "`Options` must be a dataclass (graphpass.framework.NoOptions for none)"
         return None
     if kind == "pipelines":
         if not isinstance(item, Pipeline):
@@ -275,3 +291,37 @@ def _version(distribution: str) -> str:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return ""
+
+
+_DEFAULT: Registry | None = None
+
+
+def default_registry(*, disable: Iterable[str] = (), strict: bool = False,
+                     reload: bool = False) -> Registry:
+    """Return the registry built from the built-in plugin and installed plugins.
+
+    Built once and kept (unless ``disable`` or ``strict`` ask for another one).
+
+    Args:
+        disable: Plugin names to switch off (added to ``GRAPHPASS_DISABLE_PLUGINS``).
+        strict: Make a plugin that fails to load an error instead of a skipped plugin.
+        reload: Build it again even if it was built before (with these arguments).
+
+    Raises:
+        PluginError: With ``strict``, a plugin that fails; always, two plugins that give
+            the same name.
+    """
+    global _DEFAULT
+    disable = tuple(disable)
+    if _DEFAULT is None or reload or disable or strict:
+        registry = build_registry(disable=disable, strict=strict)
+        if not (disable or strict) or reload:
+            _DEFAULT = registry
+        return registry
+    return _DEFAULT
+
+
+def reset_default_registry() -> None:
+    """Forget the cached default registry (plugins are loaded again on next use)."""
+    global _DEFAULT
+    _DEFAULT = None

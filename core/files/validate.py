@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 
 from graphpass.errors import CycleError, InvalidModelError
 from graphpass.ir import Function, Graph, Model
-from graphpass.ir._node import describe_node
+from graphpass.ir._describe import describe_node
 
 __all__ = ["find_problems", "validate"]
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from graphpass.checking import run_checker
 from graphpass.files import save
+from graphpass.files.checking import run_checker
 from graphpass.findings import Finding, Severity
+from graphpass.framework.pass_base import PassContext
+from graphpass.framework.planning import PlannedPass
+from graphpass.framework.results import PassRecord, RunResult
 from graphpass.ir import Model
-from graphpass.pass_base import PassContext
-from graphpass.planning import PlannedPass
-from graphpass.results import PassRecord, RunResult
 
 __all__ = ["DumpAfter", "Instrument", "VerifyEach"]
 

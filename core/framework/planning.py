@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import networkx as nx
 
 from graphpass.errors import PipelineError
-from graphpass.pass_base import Pass
-from graphpass.pipeline import Pipeline
+from graphpass.framework.pass_base import Pass
+from graphpass.framework.pipeline import Pipeline
 
 if TYPE_CHECKING:
-    from graphpass.registry import Registry
+    from graphpass.framework.registry import Registry
 
 __all__ = ["PassSpec", "PlannedPass", "plan_passes"]
 

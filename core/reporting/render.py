@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from graphpass.findings import Finding, Severity, count_by_severity
-from graphpass.results import RunResult
+from graphpass.framework.results import RunResult
 
 __all__ = [
     "FRAMEWORK_CODES",

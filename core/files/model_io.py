@@ -31,15 +31,15 @@ from graphpass.errors import (
     ModelSaveError,
     first_line,
 )
-from graphpass.ir import Model, Tensor
-from graphpass.proto import (
+from graphpass.files.proto import (
     TENSOR_ATTRIBUTE_TYPES,
     attribute_tensors,
     model_from_proto,
     model_to_proto,
     subgraph_protos,
 )
-from graphpass.validate import validate as validate_model
+from graphpass.files.validate import validate as validate_model
+from graphpass.ir import Model, Tensor
 
 __all__ = ["AUTO_EXTERNAL_BYTES", "load", "same_file", "save"]
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from graphpass.pass_base import Pass
+    from graphpass.framework.pass_base import Pass
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
 
@@ -43,9 +43,9 @@ def graphpass_checkpoint_loaders() -> Iterable[Any]:  # type: ignore[empty-body]
 
 @hookspec
 def graphpass_gradient_rules() -> Iterable[Any]:  # type: ignore[empty-body]
-    """Return gradient rule sets (:class:`graphpass.gradients.GradientRules` objects)."""
+    """Return gradient rule sets (:class:`graphpass.GradientRules` objects)."""
 
 
 @hookspec
 def graphpass_pipelines() -> Iterable[Any]:  # type: ignore[empty-body]
-    """Return named pipeline presets (:class:`graphpass.pipeline.Pipeline` objects)."""
+    """Return named pipeline presets (:class:`graphpass.Pipeline` objects)."""

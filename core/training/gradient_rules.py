@@ -11,7 +11,7 @@ graphpass ships the rules of onnxruntime-training. A plugin gives another traine
 rules through the ``graphpass_gradient_rules`` hook, built in Python or read from a
 TOML file with :meth:`GradientRules.from_toml`::
 
-    from graphpass.gradients import GradientRules
+    from graphpass.training.gradient_rules import GradientRules
     from graphpass.plugins import hookimpl
 
     @hookimpl
@@ -43,7 +43,7 @@ import onnx
 
 from graphpass.errors import PluginError
 from graphpass.ir import Graph, Node
-from graphpass.torch_export import TRAINABLE_TYPES, StateKind, default_trainable
+from graphpass.torch.export_record import TRAINABLE_TYPES, StateKind, default_trainable
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -79,7 +79,7 @@ __all__ = [
 
 DIFFERENTIABLE_TYPES: frozenset[int] = TRAINABLE_TYPES
 """The element types gradients flow through (float, float16, double, bfloat16): the
-types :func:`graphpass.torch_export.default_trainable` takes weights of."""
+types :func:`graphpass.torch.export_record.default_trainable` takes weights of."""
 
 Lookup = Literal["op_type", "domain"]
 """How a trainer finds a node's gradient builder: by ``op_type`` alone (ONNX Runtime),
@@ -678,7 +678,7 @@ class GradientRules:
             raise PluginError(f"cannot read gradient rules from {where}: {error}") from None
         except (KeyError, TypeError, ValueError) as error:
             raise PluginError(f"gradient rules in {where} are malformed: {error}",
-                              hint="see `graphpass.gradients.GradientRules.from_toml` for "
+                              hint="see `graphpass.GradientRules.from_toml` for "
                                    "the format") from None
 
 
@@ -824,7 +824,7 @@ def select_weights(graph: Graph, trainable: Sequence[str] = (),
         graph: The main graph.
         trainable: Initializer (or graph input) names or ``fnmatch`` patterns. None:
             every float initializer except those torch's export record marks as
-            buffers or constants (:func:`graphpass.torch_export.default_trainable`).
+            buffers or constants (:func:`graphpass.torch.export_record.default_trainable`).
         frozen: Names or patterns of weights to leave out.
 
     Returns:

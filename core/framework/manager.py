@@ -13,7 +13,7 @@ result = manager.run(graphpass.load("model.onnx"))
 result.model, result.findings, result.changed, result.records
 ```
 
-Planning happens when the manager is created (see :mod:`graphpass.planning`), so
+Planning happens when the manager is created (see :mod:`graphpass.framework.planning`), so
 an unknown pass, a cycle or a bad option fails before any pass runs. ``run``
 works on ``model.copy()``: the caller's model is never changed, whatever a pass
 does.
@@ -28,12 +28,13 @@ from typing import Any
 
 from graphpass.errors import GraphpassError, PassError, PipelineError
 from graphpass.findings import Finding, Severity
-from graphpass.instruments import DumpAfter, Instrument, VerifyEach
+from graphpass.framework.instruments import DumpAfter, Instrument, VerifyEach
+from graphpass.framework.pass_base import PassContext, PassResult, resolve_path
+from graphpass.framework.planning import PassSpec, PlannedPass, plan_passes
+from graphpass.framework.plugin_loading import default_registry
+from graphpass.framework.registry import Registry
+from graphpass.framework.results import PassRecord, RunResult, unique_findings
 from graphpass.ir import Model
-from graphpass.pass_base import PassContext, PassResult, resolve_path
-from graphpass.planning import PassSpec, PlannedPass, plan_passes
-from graphpass.registry import Registry, default_registry
-from graphpass.results import PassRecord, RunResult, unique_findings
 
 __all__ = ["FIXED_POINT_CODE", "PassManager"]
 
@@ -150,7 +151,7 @@ class PassManager:
         """
         working = model.copy()
         context = PassContext(base_dir=self.base_dir, checkpoints=self.checkpoints,
-                              plan=self.plan_names, _registry=self.registry)
+                              plan=self.plan_names, registry=self.registry)
         result = RunResult(working, plan=self.plan_names)
         for instrument in self.instruments:
             instrument.before_run(self.plan, working, context)

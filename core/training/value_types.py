@@ -4,7 +4,7 @@ A value's type comes from its initializer or its declaration (graph inputs, outp
 ``value_info``), searching enclosing graphs outward; when neither says, from ONNX
 shape inference. Inference runs at most once per :class:`ModelTypes` (and once per
 :class:`FunctionTypes`), lazily, on the model's structure
-(:func:`graphpass.checking.structural_proto`): external weights are never read and
+(:func:`graphpass.files.checking.structural_proto`): external weights are never read and
 large embedded ones never copied.
 
 Element type ``0`` stands for "not a tensor" (a sequence, an optional, a map);
@@ -18,9 +18,9 @@ from typing import NamedTuple
 
 import onnx
 
-from graphpass.checking import structural_proto
+from graphpass.files.checking import structural_proto
+from graphpass.files.proto import function_to_proto
 from graphpass.ir import Function, Graph, Model, Tensor
-from graphpass.proto import function_to_proto
 
 __all__ = ["FunctionTypes", "ModelTypes", "TypeInfo"]
 

@@ -1,9 +1,10 @@
 """The registry: every pass, checkpoint loader, gradient rule set and pipeline, by name.
 
 Each entry is credited to the plugin that gave it (built-ins come from the
-``builtin`` plugin). :func:`default_registry` is the one door from the core to
-the plugin machinery in :mod:`graphpass.plugins`: it loads plugins lazily, the
-first time someone asks for a name.
+``builtin`` plugin). A registry is filled by :mod:`graphpass.framework.plugin_loading`
+and handed down by whoever starts the work (the CLI, :class:`~graphpass.PassManager`,
+:func:`~graphpass.checkpoint.open_checkpoint`); passes reach it through
+:attr:`PassContext.registry <graphpass.PassContext.registry>`.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from graphpass.errors import PipelineError, PluginError
 
 if TYPE_CHECKING:
-    from graphpass.pass_base import Pass
+    from graphpass.framework.pass_base import Pass
 
-__all__ = ["PluginInfo", "Registered", "Registry", "default_registry", "reset_default_registry"]
+__all__ = ["PluginInfo", "Registered", "Registry"]
 
 T = TypeVar("T")
 
@@ -179,37 +180,3 @@ def _suggest(name: str, known: Iterable[str], command: str) -> str:
     if close:
         return f"did you mean {close[0]!r}?"
     return f"see `{command}` for the names available"
-
-
-_DEFAULT: Registry | None = None
-
-
-def default_registry(*, disable: Iterable[str] = (), strict: bool = False,
-                     reload: bool = False) -> Registry:
-    """Return the registry built from the built-in plugin and installed plugins.
-
-    Args:
-        disable: Plugin names to switch off (added to ``GRAPHPASS_DISABLE_PLUGINS``).
-        strict: Make a plugin that fails to load an error instead of a skipped plugin.
-        reload: Build it again even if it was built before (with these arguments).
-
-    Raises:
-        PluginError: With ``strict``, a plugin that fails; always, two plugins that give
-            the same name.
-    """
-    global _DEFAULT
-    disable = tuple(disable)
-    if _DEFAULT is None or reload or disable or strict:
-        from graphpass.plugins.manager import build_registry
-
-        registry: Registry = build_registry(disable=disable, strict=strict)
-        if not (disable or strict) or reload:
-            _DEFAULT = registry
-        return registry
-    return _DEFAULT
-
-
-def reset_default_registry() -> None:
-    """Forget the cached default registry (plugins are loaded again on next use)."""
-    global _DEFAULT
-    _DEFAULT = None

@@ -1,0 +1,298 @@
+"""The architecture, checked: graphpass's imports form layers that point one way.
+
+The import graph is read from the source with ``ast`` (module-level and
+function-level imports; imports under ``if TYPE_CHECKING:`` are for type checkers
+only and do not count). Importing ``a.b.c`` runs ``a/b/__init__`` too, so an
+import also points at each package above its target (except the root package,
+the public facade that Python runs before anything else, and the importer's own
+packages, which are already running). ``docs/architecture.md`` describes the
+layers in words.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+import graphpass
+
+REPO = Path(__file__).resolve().parent.parent
+ROOTS = {"core": "graphpass", "passes": "graphpass.passes", "plugins": "graphpass.plugins"}
+
+# Lowest first. A module belongs to the layer of the longest package that holds it (the
+# root package ``graphpass`` holds only itself); it may import from its own layer and
+# the layers below, never from a layer above.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("graphpass.errors", "graphpass.findings")),
+    ("ir", ("graphpass.ir",)),
+    ("files", ("graphpass.files",)),
+    ("torch", ("graphpass.torch",)),
+    ("framework", ("graphpass.framework",)),
+    ("reporting", ("graphpass.reporting",)),
+    ("checkpoint", ("graphpass.checkpoint",)),
+    ("training", ("graphpass.training",)),
+    ("api", ("graphpass", "graphpass._moved")),
+    ("passes", ("graphpass.passes",)),
+    ("plugins", ("graphpass.plugins",)),
+    ("cli", ("graphpass.cli", "graphpass.__main__")),
+]
+
+# The one import that points up, on purpose: Model.from_proto / Model.to_proto are
+# public API on the IR, and convert through the files layer when called. (Importer,
+# module named in the import statement): the packages it runs are allowed with it.
+ALLOWED_UPWARD = {("graphpass.ir._model", "graphpass.files.proto")}
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for folder, package in ROOTS.items():
+        for path in sorted((REPO / folder).rglob("*.py")):
+            parts = list(path.relative_to(REPO / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join([package, *parts])] = path
+    return modules
+
+
+MODULES = _modules()
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, outside ``if TYPE_CHECKING:`` blocks."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                yield from _imports(ast.Module(body=[child], type_ignores=[]))
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        yield from _imports(node)
+
+
+def _targets(module: str, path: Path, node: ast.Import | ast.ImportFrom) -> Iterator[str]:
+    """The graphpass modules an import statement runs."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            yield alias.name
+        return
+    if node.level:
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        package = package[:len(package) - node.level + 1]
+        base = ".".join(package + ([node.module] if node.module else []))
+    else:
+        base = node.module or ""
+    for alias in node.names:
+        # A submodule (``from pkg import module``), else a name of the package itself.
+        yield f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+
+
+def _with_packages(importer: str, target: str) -> Iterator[str]:
+    """``target`` and the packages Python runs to import it (see the module docstring)."""
+    parts = target.split(".")
+    for end in range(2, len(parts) + 1):
+        name = ".".join(parts[:end])
+        if name == target or not importer.startswith(name + "."):
+            yield name
+
+
+def import_graph() -> nx.DiGraph:
+    graph = nx.DiGraph()
+    for module, path in MODULES.items():
+        graph.add_node(module)
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in _imports(tree):
+            for target in _targets(module, path, node):
+                for name in _with_packages(module, target):
+                    if name in MODULES and name != module:
+                        if not graph.has_edge(module, name):
+                            graph.add_edge(module, name, line=node.lineno, named=set())
+                        graph.edges[module, name]["named"].add(target)
+    return graph
+
+
+GRAPH = import_graph()
+
+
+def _allowed(edge: tuple[str, str]) -> bool:
+    return all((edge[0], named) in ALLOWED_UPWARD for named in GRAPH.edges[edge]["named"])
+
+
+def layer_of(module: str) -> str | None:
+    best: tuple[int, str] | None = None
+    for layer, prefixes in LAYERS:
+        for prefix in prefixes:
+            inside = module.startswith(prefix + ".") and prefix != "graphpass"
+            if (module == prefix or inside) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), layer)
+    return best[1] if best else None
+
+
+RANK = {layer: rank for rank, (layer, _) in enumerate(LAYERS)}
+
+
+def _where(edge: tuple[str, str]) -> str:
+    importer, target = edge
+    line = GRAPH.edges[edge]["line"]
+    return f"{MODULES[importer].relative_to(REPO)}:{line}: {importer} imports {target}"
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    graph = GRAPH.copy()
+    graph.remove_edges_from([edge for edge in GRAPH.edges if _allowed(edge)])
+    try:
+        cycle = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        return
+    components = sorted((sorted(c) for c in nx.strongly_connected_components(graph)
+                         if len(c) > 1), key=len, reverse=True)
+    pytest.fail("the imports form a cycle:\n  " + "\n  ".join(_where(e) for e in cycle)
+                + "\nstrongly connected components: "
+                + "; ".join(f"{len(c)} modules: {', '.join(c)}" for c in components))
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    unassigned = sorted(m for m in MODULES if layer_of(m) is None)
+    assert not unassigned, ("modules in no layer (add them to LAYERS in this test and to "
+                            f"docs/architecture.md): {', '.join(unassigned)}")
+
+
+def test_imports_point_down_the_layers() -> None:
+    upward = []
+    for importer, target in sorted(GRAPH.edges):
+        if _allowed((importer, target)):
+            continue
+        source, destination = layer_of(importer), layer_of(target)
+        if source is None or destination is None:
+            continue  # reported by test_every_module_belongs_to_a_layer
+        if RANK[destination] > RANK[source]:
+            upward.append(f"{_where((importer, target))}: layer {source!r} imports the "
+                          f"higher layer {destination!r}")
+    assert not upward, "imports that point up:\n  " + "\n  ".join(upward)
+
+
+def test_the_allowed_upward_import_is_still_needed() -> None:
+    for edge in ALLOWED_UPWARD:
+        assert GRAPH.has_edge(*edge), f"{edge} is allowed but no longer exists: drop it"
+        assert layer_of(edge[1]) != layer_of(edge[0]), f"{edge} points within a layer: drop it"
+
+
+def test_no_pass_imports_another_pass() -> None:
+    found = []
+    for importer, target in sorted(GRAPH.edges):
+        if not (importer.startswith("graphpass.passes.")
+                and target.startswith("graphpass.passes.")):
+            continue
+        if not target.rsplit(".", 1)[1].startswith("_"):
+            found.append(_where((importer, target)))
+    assert not found, ("a pass names the passes it needs in `requires`; shared code goes in a "
+                       "private passes/_helper module:\n  " + "\n  ".join(found))
+
+
+_HANDED_DOWN = ("graphpass.framework.registry", "graphpass.framework.plugin_loading",
+                "graphpass.plugins")
+
+
+def test_passes_get_the_registry_from_their_context() -> None:
+    found = [_where(edge) for edge in sorted(GRAPH.edges)
+             if edge[0].startswith("graphpass.passes.") and edge[1].startswith(_HANDED_DOWN)]
+    assert not found, ("a pass uses context.registry; it never imports the registry, the "
+                       "plugin loading or the plugins:\n  " + "\n  ".join(found))
+
+
+# ------------------------------------------------------------------ old import paths
+_PYTHON_ROOTS = ("core", "passes", "plugins", "tests", "benchmarks", "examples")
+_OLD_PATH_TEST = REPO / "tests" / "test_old_paths.py"
+_DOC_IMPORT = re.compile(r"^\s*(?:from\s+(graphpass[\w.]*)\s+import|import\s+(graphpass[\w.]*))",
+                         re.MULTILINE)
+
+
+def _python_files() -> Iterator[Path]:
+    for folder in _PYTHON_ROOTS:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if path != _OLD_PATH_TEST and ".cache" not in path.parts:
+                yield path
+
+
+def _imported_names(path: Path) -> Iterator[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.lineno, node.module
+            for alias in node.names:
+                if node.module == "graphpass" and alias.name in graphpass.__all__:
+                    continue  # the public API (graphpass.validate is a function there)
+                yield node.lineno, f"{node.module}.{alias.name}"
+
+
+def test_nothing_imports_an_old_path() -> None:
+    moved = importlib.import_module("graphpass._moved").MOVED
+    found = []
+    for path in _python_files():
+        for line, name in _imported_names(path):
+            if name in moved:
+                found.append(f"{path.relative_to(REPO)}:{line}: {name} -> {moved[name]}")
+    for path in sorted([*(REPO / "docs").rglob("*.md"), REPO / "README.md"]):
+        text = path.read_text(encoding="utf-8")
+        for match in _DOC_IMPORT.finditer(text):
+            name = match.group(1) or match.group(2)
+            if name in moved:
+                line = text.count("\n", 0, match.start()) + 1
+                found.append(f"{path.relative_to(REPO)}:{line}: {name} -> {moved[name]}")
+    assert not found, "old import paths (use the new one):\n  " + "\n  ".join(found)
+
+
+# ------------------------------------------------------------------ the docs page
+_PAGE = REPO / "docs" / "architecture.md"
+_ROW = re.compile(r"^\| (?P<cells>.+) \|$", re.MULTILINE)
+
+
+def _table_after(text: str, heading: str) -> list[list[str]]:
+    section = text[text.index(heading):]
+    rows = []
+    for match in _ROW.finditer(section[:section.find("\n\n", section.index("| ---"))]):
+        cells = [cell.strip() for cell in match.group("cells").split(" | ")]
+        if not set(cells[0]) <= {"-"}:
+            rows.append(cells)
+    return rows[1:]  # without the header
+
+
+def test_the_docs_list_the_layers_of_this_test() -> None:
+    rows = _table_after(_PAGE.read_text(encoding="utf-8"), "## The layers")
+    documented = [(layer, tuple(re.findall(r"`([\w.]+)`", packages)))
+                  for layer, packages, _ in reversed(rows)]
+    assert documented == LAYERS
+
+
+def test_the_docs_list_every_old_path() -> None:
+    moved = importlib.import_module("graphpass._moved").MOVED
+    rows = _table_after(_PAGE.read_text(encoding="utf-8"), "| old path (0.1)")
+    documented = {re.findall(r"`([\w.]+)`", old)[0]: re.findall(r"`([\w.]+)`", new)
+                  for old, new in rows}
+    assert sorted(documented) == sorted(moved)
+    for old, targets in moved.items():
+        assert set(targets) <= set(documented[old]), old
+
+
+def test_the_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from _docs_runner import section_blocks
+
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "tiny_classifier.onnx").write_bytes(
+        (REPO / "examples" / "tiny_classifier.onnx").read_bytes())
+    monkeypatch.chdir(tmp_path)
+    [block] = section_blocks(_PAGE.read_text(encoding="utf-8"), "The layers", "python")
+    exec(compile(block, str(_PAGE), "exec"), {})
