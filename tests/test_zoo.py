@@ -33,7 +33,7 @@ SUBSET: dict[tuple[str, str], str | None] = {
     ("bert", "dynamo"): "class 5: folded transposes and slices train copies",
     ("resnet", "dynamo"): "class 5: BatchNorm folded into Conv",
     ("resnet", "dynamo-full-state"): None,
-    ("mobilenet_v2", "dynamo-full-state"): "class 6: gradients off, nothing refused",
+    ("mobilenet_v2", "dynamo-full-state"): None,
 }
 
 

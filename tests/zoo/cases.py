@@ -230,9 +230,11 @@ CASES: tuple[Case, ...] = (
          (f"{_TM}.resnet.modeling_resnet:ResNetBasicLayer",),
          "Conv + BatchNorm, max pooling, shortcut projections"),
     Case("mobilenet_v2", "cnn", "MobileNetV2ForImageClassification", "MobileNetV2Config",
-         {"image_size": 32, "depth_multiplier": 0.25, "num_labels": 5}, "pixel_values", _IMAGE,
+         {"image_size": 64, "depth_multiplier": 0.25, "num_labels": 5}, "pixel_values",
+         (4, 3, 64, 64),
          (f"{_TM}.mobilenet_v2.modeling_mobilenet_v2:MobileNetV2InvertedResidual",),
-         "depthwise convolutions, ReLU6 as Clip, TensorFlow padding as Pad"),
+         "depthwise convolutions, ReLU6 as Clip, TensorFlow padding as Pad; 64x64 images, "
+         "batch 4: at 32x32 its last BatchNorms see 2 values a channel (see test_zoo.py)"),
     Case("convnext", "cnn", "ConvNextForImageClassification", "ConvNextConfig",
          {"num_channels": 3, "patch_size": 4, "num_stages": 2, "hidden_sizes": [8, 16],
           "depths": [1, 1],

@@ -15,8 +15,9 @@ It writes into ``result``:
 
 * ``report.json``: graphpass's JSON report, and ``run.json``: ``{"exit_code", "stderr",
   "trained": bool, "training_error", "losses", "trainable", "seconds"}``;
-* ``training.npz``: after the first step, ``grad/NAME`` for every parameter the
-  checkpoint state trains (``Parameter.grad``), and after the last step ``weight/NAME``.
+* ``training.npz``: ``grad/NAME``, the first step's gradient of every parameter the
+  checkpoint state trains (``Parameter.grad``), and ``weight/NAME``, its value after
+  the first optimizer step.
 
 onnxruntime-training can abort the process (a failed C++ assertion); the caller then
 finds no ``run.json`` and reports the crash.
@@ -71,7 +72,7 @@ def train(artifacts: Path, batch: dict[str, np.ndarray], steps: int
 
     Returns:
         The losses, the first step's gradient of every trained parameter, and every
-        trained parameter's value after the last step.
+        trained parameter's value after the first optimizer step.
     """
     import onnxruntime
     from onnxruntime.training import api
@@ -86,6 +87,7 @@ def train(artifacts: Path, batch: dict[str, np.ndarray], steps: int
     module.train()
     losses: list[float] = []
     gradients: dict[str, np.ndarray] = {}
+    weights: dict[str, np.ndarray] = {}
     for step in range(steps):
         outputs = module(*feeds)
         loss = outputs[0] if isinstance(outputs, (list, tuple)) else outputs
@@ -96,8 +98,9 @@ def train(artifacts: Path, batch: dict[str, np.ndarray], steps: int
                     gradients[name] = np.array(parameter.grad, copy=True)
         optimizer.step()
         module.lazy_reset_grad()
-    weights = {name: np.array(parameter.data, copy=True)
-               for name, parameter in state.parameters if parameter.requires_grad}
+        if step == 0:
+            weights = {name: np.array(parameter.data, copy=True)
+                       for name, parameter in state.parameters if parameter.requires_grad}
     return losses, gradients, weights
 
 

@@ -6,9 +6,13 @@ its exports give (``model.bert.embeddings.word_embeddings.weight``):
 * ``outputs``: the first output in eval mode (what the exported model computes);
 * ``loss`` and ``gradients``: ``torch.autograd`` of ``mse_loss(output, target)`` on the
   case's batch, in eval mode with every BatchNorm module in train mode (batch
-  statistics: what onnxruntime-training computes for ``BatchNormalization``);
-* ``losses`` and ``weights``: :data:`STEPS` steps of AdamW as onnxruntime-training
-  1.19.2 does them (:func:`adamw_step`), same batch each step.
+  statistics: what onnxruntime-training computes for ``BatchNormalization``), computed
+  in float64 (the model cast to double), so that the float32 rounding of torch and of
+  onnxruntime are measured against the same exact-enough value; ``gradients32`` are
+  torch's own float32 gradients, which show how well-conditioned the case is;
+* ``losses``: :data:`STEPS` steps of AdamW as onnxruntime-training 1.19.2 does them
+  (:func:`adamw_step`), same batch each step; ``initial`` and ``weights``: the
+  parameters before and after the first step.
 
 Parameters are keyed by their canonical name (``named_parameters()``); ``aliases`` maps
 every name a tensor has (tied weights, ALBERT's shared layers are one tensor) to it.
@@ -64,10 +68,12 @@ class Reference:
     Attributes:
         outputs: The first output, eval mode.
         loss: The first step's loss (BatchNorm with batch statistics).
-        gradients: Canonical parameter name -> its first-step gradient (parameters the
-            loss does not reach are absent; see ``unused``).
+        gradients: Canonical parameter name -> its first-step gradient, in float64
+            (parameters the loss does not reach are absent; see ``unused``).
+        gradients32: The same computed by torch in float32.
         losses: The loss at each of the AdamW steps.
-        weights: Canonical parameter name -> its value after the AdamW steps.
+        initial: Canonical parameter name -> its value before training.
+        weights: Canonical parameter name -> its value after the first AdamW step.
         aliases: Every name of every parameter -> the canonical name.
         unused: Parameters that get no gradient from the loss.
         buffers: Every buffer name (all aliases) -> ``persistent`` or ``non-persistent``.
@@ -77,7 +83,9 @@ class Reference:
     outputs: np.ndarray
     loss: float
     gradients: dict[str, np.ndarray]
+    gradients32: dict[str, np.ndarray]
     losses: list[float]
+    initial: dict[str, np.ndarray]
     weights: dict[str, np.ndarray]
     aliases: dict[str, str]
     unused: list[str]
@@ -94,8 +102,10 @@ def torch_reference(case: Case) -> Reference:
         arrays = {name: data[name] for name in data.files}
     return Reference(
         outputs=arrays["outputs"], loss=meta["loss"],
-        gradients={name: arrays[f"grad/{name}"] for name in meta["gradients"]},
+        gradients={name: arrays[f"grad64/{name}"] for name in meta["gradients"]},
+        gradients32={name: arrays[f"grad/{name}"] for name in meta["gradients"]},
         losses=meta["losses"],
+        initial={name: arrays[f"initial/{name}"] for name in meta["parameters"]},
         weights={name: arrays[f"weight/{name}"] for name in meta["parameters"]},
         aliases=meta["aliases"], unused=meta["unused"], buffers=meta["buffers"],
         prefix=meta["prefix"])
@@ -113,10 +123,12 @@ def _compute(case: Case, folder: Path) -> None:
         if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
             module.train()
     parameters = dict(wrapper.named_parameters())
+    initial = {name: p.detach().numpy().copy() for name, p in parameters.items()}
     aliases = _aliases(wrapper)
     states: dict[str, dict[str, Any]] = {name: {} for name in parameters}
     losses: list[float] = []
     gradients: dict[str, Any] = {}
+    weights: dict[str, Any] = {}
     for step in range(1, STEPS + 1):
         for parameter in parameters.values():
             parameter.grad = None
@@ -129,9 +141,13 @@ def _compute(case: Case, folder: Path) -> None:
         for name, parameter in parameters.items():
             if parameter.grad is not None:
                 adamw_step(parameter, states[name], step)
+        if step == 1:
+            weights = {name: p.detach().numpy().copy() for name, p in parameters.items()}
     arrays = {"outputs": outputs.numpy()}
     arrays.update({f"grad/{name}": grad for name, grad in gradients.items()})
-    arrays.update({f"weight/{name}": p.detach().numpy() for name, p in parameters.items()})
+    arrays.update({f"grad64/{name}": grad for name, grad in _gradients64(case).items()})
+    arrays.update({f"weight/{name}": value for name, value in weights.items()})
+    arrays.update({f"initial/{name}": value for name, value in initial.items()})
     np.savez(folder / "reference.npz", **arrays)
     persistent = set(wrapper.state_dict())
     buffers = {name: "persistent" if name in persistent else "non-persistent"
@@ -141,6 +157,23 @@ def _compute(case: Case, folder: Path) -> None:
             "unused": [name for name in parameters if name not in gradients],
             "buffers": buffers, "prefix": "model."}
     (folder / "reference.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def _gradients64(case: Case) -> dict[str, np.ndarray]:
+    """The first-step gradients, computed in float64."""
+    import torch
+
+    wrapper = case.wrapped().double()
+    inputs = [torch.from_numpy(v) for v in case.inputs().values()]
+    inputs = [v.double() if v.is_floating_point() else v for v in inputs]
+    for module in wrapper.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.train()
+    output = wrapper(*inputs)
+    target = torch.from_numpy(case.target(tuple(output.shape))).double()
+    torch.nn.functional.mse_loss(output, target).backward()
+    return {name: p.grad.numpy() for name, p in wrapper.named_parameters()
+            if p.grad is not None}
 
 
 def _aliases(module: Any) -> dict[str, str]:

@@ -48,7 +48,7 @@ class TrainingRun:
         training_error: Why it did not (graphpass said ready, training failed).
         losses: The loss of each step.
         gradients: First-step gradient of every trained tensor, by ONNX name.
-        weights: Every trained tensor after the last step, by ONNX name.
+        weights: Every trained tensor after the first optimizer step, by ONNX name.
         crash: The end of the process's output when it died.
         seconds: Wall seconds of the whole process, and of graphpass alone.
     """
