@@ -194,8 +194,13 @@ def test_running_statistics_marked_trainable_get_no_gradient():
     model = build([helper.make_node("BatchNormalization", ["x", "S", "B", "M", "V"], ["n"],
                                     name="bn"), loss("n")],
                   [weight(n, (3,)) for n in "SBMV"], inputs=[tensor("x", (2, 3, 4))])
-    assert sorted(summary(lint(model))) == [("GP404", "M"), ("GP404", "V")]
-    assert lint(model, frozen=["M", "V"]) == []
+    trained = ["S", "B", "M", "V"]
+    assert sorted(summary(lint(model, trainable=trained))) == [("GP404", "M"), ("GP404", "V")]
+    assert lint(model, trainable=trained, frozen=["M", "V"]) == []
+    # By default they are left out: read only as BatchNormalization's statistics, buffers.
+    [left_out] = lint(model)
+    assert left_out.code == "GP423" and left_out.data["left_out"] == {"M": "buffer",
+                                                                       "V": "buffer"}
 
 
 def test_a_node_reading_a_weight_twice_defines_its_gradient_twice():

@@ -9,7 +9,8 @@ calls it through :func:`zoo.training.train_ready` with one job (a JSON file)::
 ``JOB.json``: ``model``, ``output`` (the model graphpass writes), ``artifacts`` (its
 ``--emit-training-artifacts`` folder), ``checkpoint`` (or null), ``batch`` (an ``.npz``
 holding every training-model input by name: the model's inputs and ``target``),
-``steps``, ``options`` (``-O PASS.OPTION=VALUE`` strings), ``result`` (a folder).
+``steps``, ``options`` (``-O PASS.OPTION=VALUE`` strings), ``arguments`` (more command
+line arguments, such as ``--disable-pass NAME``), ``result`` (a folder).
 
 It writes into ``result``:
 
@@ -46,6 +47,7 @@ def _run_graphpass(job: dict[str, Any]) -> tuple[int, str, str]:
         arguments += ["--checkpoint", job["checkpoint"]]
     for option in job.get("options") or []:
         arguments += ["-O", option]
+    arguments += job.get("arguments") or []
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(arguments)

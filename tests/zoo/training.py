@@ -72,13 +72,15 @@ class TrainingRun:
 
 
 def train_ready(exported: Export, workdir: Path, *, options: tuple[str, ...] = (),
-                steps: int = STEPS, timeout: float = 900) -> TrainingRun:
+                arguments: tuple[str, ...] = (), steps: int = STEPS,
+                timeout: float = 900) -> TrainingRun:
     """``graphpass run -p train-ready --emit-training-artifacts`` on an export, then train.
 
     Args:
         exported: The export (:func:`zoo.export`).
         workdir: An empty folder for graphpass's output, the artifacts and the results.
         options: ``PASS.OPTION=VALUE`` strings given to graphpass as ``-O``.
+        arguments: More arguments for ``graphpass run`` (``--disable-pass NAME``).
         steps: AdamW steps to train when graphpass says ready.
         timeout: Seconds before the process is killed.
 
@@ -93,6 +95,7 @@ def train_ready(exported: Export, workdir: Path, *, options: tuple[str, ...] = (
     job = {"model": str(exported.model), "output": str(output), "artifacts": str(artifacts),
            "checkpoint": str(exported.checkpoint) if exported.checkpoint else None,
            "batch": str(exported.batch), "steps": steps, "options": list(options),
+           "arguments": list(arguments),
            "result": str(result)}
     (workdir / "job.json").write_text(json.dumps(job, indent=1))
     env = {k: v for k, v in os.environ.items() if k != "GRAPHPASS_DISABLE_PLUGINS"}
