@@ -55,10 +55,30 @@ def _dropout_kept(site: NodeSite) -> bool:
     return value is None or float(value) != 0.0
 
 
+def _broadcast_input_needs_gradient(site: NodeSite) -> bool:
+    """Whether an input of the node that needs a gradient is broadcast to the output.
+
+    Only known shapes count: both the input's and the output's must be known, and
+    differ (a dimension both name alike, or both leave unknown, is the same).
+    """
+    output = site.output_shape(0)
+    if output is None:
+        return False
+    for index in site.inputs_needing_gradient:
+        shape = site.input_shape(index)
+        if index > 0 and shape is not None and tuple(shape) != tuple(output):
+            return True
+    return False
+
+
 CHECKS: dict[str, Check] = {
     "dropout-kept": Check("dropout-kept", "ORT's optimizer does not remove it first "
                           "(its output is a graph output, or its ratio is not a constant 0)",
                           _dropout_kept),
+    "broadcast-input-needs-gradient": Check(
+        "broadcast-input-needs-gradient",
+        "an input that needs a gradient has a shape other than the output's (broadcast)",
+        _broadcast_input_needs_gradient),
 }
 """The named conditions the built-in rules refer to (``{ check = "..." }``)."""
 

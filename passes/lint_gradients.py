@@ -22,6 +22,8 @@ the trainer reports):
 * ``GP407`` the loss has an element type the trainer does not accept;
 * ``GP423`` (info) float weights left out of the default trainable set because
   torch's export record marks them as buffers or constants;
+* ``GP424`` (warning) a ``BatchNormalization`` on the gradient path normalises so few
+  values a channel (batch x spatial size) that its float32 gradient is rounding noise;
 * ``GP421`` / ``GP422`` (warnings) a ``trainable``/``frozen`` pattern that matches
   nothing, a requested weight that is not of a float type.
 
@@ -72,11 +74,22 @@ CODES: Final = {
     "no-match": "GP421",
     "not-float": "GP422",
     "not-parameters": "GP423",
+    "few-values": "GP424",
 }
 """The finding codes of ``lint-gradients`` by problem (stable)."""
 
 _SHOWN: Final = 4
 _MAX_FUNCTION_DEPTH: Final = 32
+FEW_VALUES: Final = 8
+"""A trained ``BatchNormalization`` over at most this many values a channel is warned about.
+
+With batch statistics (how onnxruntime-training trains it) over ``n`` values, the
+normalised output is nearly independent of the input when ``n`` is tiny (``n = 2``:
++-1 whatever the input), so the gradient of everything before it is a difference of
+nearly equal float32 numbers. Measured on MobileNetV2 (32x32 images, batch 2, so 2
+values a channel in its last stages): torch's own float32 gradients differ from its
+float64 ones by up to twice the largest gradient, onnxruntime-training's likewise; at
+64x64 and batch 4 (16 values) both agree with float64 to 1e-4."""
 
 
 def _op_label(domain: str, op_type: str) -> str:
@@ -294,7 +307,34 @@ class _Linter:
         bits = weight_bits(region, self.trainable)
         self._judge_nodes(region, scope, lambda node: names_of(bits.get(node, 0),
                                                                self.trainable), depth=0)
+        self._few_values(region, scope, bits)
         return self.report.ordered()
+
+    def _few_values(self, region: Region, scope: _Scope, bits: dict[Node, int]) -> None:
+        """Warn about trained BatchNorms whose batch statistics cover very few values."""
+        for node in region.ordered():
+            if node.op_type != "BatchNormalization" or normalize_domain(node.domain) or \
+                    not node.inputs or not bits.get(node):
+                continue
+            shape = scope.type_of(node.inputs[0]).static_shape
+            if shape is None or len(shape) < 2:
+                continue
+            count = shape[0]
+            for size in shape[2:]:
+                count *= size
+            if count > FEW_VALUES:
+                continue
+            self.report.after_build.append(self._finding(
+                "few-values", Severity.WARNING,
+                f"BatchNormalization {_node_label(node)!r} is trained with batch statistics "
+                f"over {count} value{'s' * (count != 1)} a channel (input "
+                f"{'x'.join(map(str, shape))}): its normalised output hardly depends on its "
+                "input, so the float32 gradient of everything before it is rounding noise, in "
+                "onnxruntime-training and in torch alike",
+                node, scope,
+                "train with larger batches or inputs (more than "
+                f"{FEW_VALUES} values a channel), or freeze the weights before it",
+                {"values_per_channel": count, "shape": list(shape)}))
 
     def _whole_graph(self, scope: _Scope) -> None:
         """Failures the trainer meets wherever the node is (in its graph optimizer)."""

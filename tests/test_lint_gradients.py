@@ -193,7 +193,7 @@ def test_a_weight_that_reaches_no_loss_gets_ort_s_unreachable_diagnosis():
 def test_running_statistics_marked_trainable_get_no_gradient():
     model = build([helper.make_node("BatchNormalization", ["x", "S", "B", "M", "V"], ["n"],
                                     name="bn"), loss("n")],
-                  [weight(n, (3,)) for n in "SBMV"], inputs=[tensor("x", (2, 3, 4))])
+                  [weight(n, (3,)) for n in "SBMV"], inputs=[tensor("x", (4, 3, 8))])
     trained = ["S", "B", "M", "V"]
     assert sorted(summary(lint(model, trainable=trained))) == [("GP404", "M"), ("GP404", "V")]
     assert lint(model, trainable=trained, frozen=["M", "V"]) == []
@@ -411,7 +411,8 @@ def test_codes_are_stable():
     assert CODES == {"missing": "GP401", "unreachable": "GP402", "broken": "GP403",
                      "no-gradient": "GP404", "duplicate": "GP405", "captured": "GP406",
                      "loss-type": "GP407", "function": "GP410", "borrowed": "GP420",
-                     "no-match": "GP421", "not-float": "GP422", "not-parameters": "GP423"}
+                     "no-match": "GP421", "not-float": "GP422", "not-parameters": "GP423",
+                     "few-values": "GP424"}
 
 
 def test_a_long_chain_is_linted(tmp_path: Path):

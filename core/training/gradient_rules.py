@@ -45,6 +45,9 @@ from graphpass.errors import PluginError
 from graphpass.ir import Graph, Node
 from graphpass.torch.export_record import TRAINABLE_TYPES, StateKind, default_trainable
 
+Shape = tuple["int | str | None", ...]
+"""A tensor shape: numbers, symbolic names, or ``None`` for unknown dimensions."""
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -122,6 +125,9 @@ class NodeSite:
         input_types: The element type of each input (``None``: absent or unknown;
             ``0``: not a tensor).
         input_ranks: The rank of each input (``None``: absent or unknown).
+        input_shapes: The shape of each input (``None``: absent or unknown; dimensions
+            are numbers, symbolic names or ``None``).
+        output_shapes: The shape of each output, likewise.
     """
 
     node: Node
@@ -130,6 +136,8 @@ class NodeSite:
     trainable: frozenset[str] = frozenset()
     input_types: tuple[int | None, ...] = ()
     input_ranks: tuple[int | None, ...] = ()
+    input_shapes: tuple[Shape | None, ...] = ()
+    output_shapes: tuple[Shape | None, ...] = ()
 
     def input_type(self, index: int) -> int | None:
         """The element type of input ``index`` (``None``: absent or unknown)."""
@@ -138,6 +146,14 @@ class NodeSite:
     def input_rank(self, index: int) -> int | None:
         """The rank of input ``index`` (``None``: absent or unknown)."""
         return self.input_ranks[index] if index < len(self.input_ranks) else None
+
+    def input_shape(self, index: int) -> Shape | None:
+        """The shape of input ``index`` (``None``: absent or unknown)."""
+        return self.input_shapes[index] if index < len(self.input_shapes) else None
+
+    def output_shape(self, index: int) -> Shape | None:
+        """The shape of output ``index`` (``None``: absent or unknown)."""
+        return self.output_shapes[index] if index < len(self.output_shapes) else None
 
 
 def _attribute_value(node: Node, name: str, default: Any) -> Any:
