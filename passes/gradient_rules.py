@@ -41,12 +41,15 @@ def _dropout_kept(site: NodeSite) -> bool:
     """Whether ORT's optimizer keeps a Dropout (it removes those that do nothing).
 
     It removes a Dropout whose ratio is absent or a constant 0 and whose output is not
-    a graph output.
+    a graph output. When a loss block is added after the outputs (``generate_artifacts``
+    with a loss, as ``emit-training-artifacts`` does by default), the forward model's
+    outputs feed the loss and are graph outputs no more.
     """
     node, graph = site.node, site.node.graph
     if graph is None:
         return True
-    if any(name and graph.value(name).is_graph_output for name in node.outputs):
+    if not site.loss_added and \
+            any(name and graph.value(name).is_graph_output for name in node.outputs):
         return True
     ratio = node.inputs[1] if len(node.inputs) > 1 else ""
     if not ratio:
@@ -73,8 +76,8 @@ def _broadcast_input_needs_gradient(site: NodeSite) -> bool:
 
 CHECKS: dict[str, Check] = {
     "dropout-kept": Check("dropout-kept", "ORT's optimizer does not remove it first "
-                          "(its output is a graph output, or its ratio is not a constant 0)",
-                          _dropout_kept),
+                          "(its ratio is not a constant 0, or its output stays a graph "
+                          "output: no loss block is added)", _dropout_kept),
     "broadcast-input-needs-gradient": Check(
         "broadcast-input-needs-gradient",
         "an input that needs a gradient has a shape other than the output's (broadcast)",

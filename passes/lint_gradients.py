@@ -33,6 +33,7 @@ function's name and come after the main graph's.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -180,12 +181,17 @@ class LintGradients(AnalysisPass):
                 never trains those); ``["*"]`` takes every float initializer.
             frozen: Weights to leave out of ``trainable`` (names or patterns).
             loss: The loss outputs. Default: every graph output.
+            loss_added: Whether the trainer adds a loss block after the outputs
+                (``generate_artifacts`` with a loss: ``emit-training-artifacts``' default),
+                which then stop being graph outputs; false when the model's output
+                already is the loss (``emit-training-artifacts.loss = "none"``).
         """
 
         rules: str | None = None
         trainable: list[str] = field(default_factory=list)
         frozen: list[str] = field(default_factory=list)
         loss: list[str] = field(default_factory=list)
+        loss_added: bool = True
 
     def run(self, model: Model, context: PassContext) -> PassResult:
         """Judge every node on the differentiable path.
@@ -207,7 +213,7 @@ class LintGradients(AnalysisPass):
         view = None
         if rules.resolves_constant_ifs:
             view = resolve_constant_ifs(model, frozenset(trainable) | frozen)
-        linter = _Linter(view or model, rules, trainable)
+        linter = _Linter(view or model, rules, trainable, loss_added=self.options.loss_added)
         findings.extend(linter.run(losses))
         return PassResult(changed=False, findings=[f.with_pass(self.name) for f in findings],
                           stats={"rules": rules.label, "trainable weights": len(trainable),
@@ -285,8 +291,10 @@ def _select_losses(graph: Graph, loss: Sequence[str]) -> list[str]:
 class _Linter:
     """Judges one model against one rule set."""
 
-    def __init__(self, model: Model, rules: GradientRules, trainable: list[str]):
+    def __init__(self, model: Model, rules: GradientRules, trainable: list[str], *,
+                 loss_added: bool = True):
         self.model = model
+        self.loss_added = loss_added
         self.rules = rules
         self.trainable = trainable
         self.trainable_set = frozenset(trainable)
@@ -445,7 +453,8 @@ class _Linter:
                      blocks_of: Callable[[Node], list[str]], depth: int) -> None:
         deferred = self.rules.deferred_ops
         for node in region.ordered():
-            site = region.site(node, self.trainable_set)
+            site = dataclasses.replace(region.site(node, self.trainable_set),
+                                       loss_added=self.loss_added)
             found = self._judge(node, site, scope, functools.partial(blocks_of, node), depth)
             if found is None:
                 continue

@@ -128,6 +128,8 @@ class NodeSite:
         input_shapes: The shape of each input (``None``: absent or unknown; dimensions
             are numbers, symbolic names or ``None``).
         output_shapes: The shape of each output, likewise.
+        loss_added: Whether the trainer adds a loss block after the model's outputs
+            (``generate_artifacts`` with a loss), so that they stop being graph outputs.
     """
 
     node: Node
@@ -138,6 +140,7 @@ class NodeSite:
     input_ranks: tuple[int | None, ...] = ()
     input_shapes: tuple[Shape | None, ...] = ()
     output_shapes: tuple[Shape | None, ...] = ()
+    loss_added: bool = False
 
     def input_type(self, index: int) -> int | None:
         """The element type of input ``index`` (``None``: absent or unknown)."""
