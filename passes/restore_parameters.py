@@ -156,7 +156,8 @@ class _Restorer:
             weights = [s for s in sources if s in self.parameters]
             if not weights:
                 continue
-            problem = "it is computed from other values too" if len(sources) > 1 else \
+            problem = "not a transpose of one parameter: other values went into it" \
+                if len(sources) > 1 else \
                 self._linear_transpose_problem(name, weights[0])
             if problem is None and self.transposes:
                 self._restore(name, weights[0])

@@ -26,7 +26,7 @@ Needs torch and transformers (the ``zoo`` extra) in the calling environment, and
 onnxruntime-training venv (``make ort-venv``) for :func:`train_ready` and :func:`judge`.
 """
 
-from zoo.cases import CASES, Case, ZooError, case
+from zoo.cases import CASES, EXTRA_CASES, Case, ZooError, case
 from zoo.exporting import ADVICE_MODES, MODES, Export, export, hidden_annotations, legacy_export
 from zoo.judging import ADVICE, GRADIENT_RTOL, GradientCheck, Outcome, compare_gradients, judge
 from zoo.reference import ADAMW, STEPS, Reference, torch_reference
@@ -37,6 +37,7 @@ __all__ = [
     "ADVICE",
     "ADVICE_MODES",
     "CASES",
+    "EXTRA_CASES",
     "GRADIENT_RTOL",
     "MODES",
     "STEPS",
