@@ -29,6 +29,7 @@ from graphpass.files.validate import validate
 from graphpass.findings import Finding, Severity
 from graphpass.framework.instruments import Instrument
 from graphpass.framework.manager import PassManager
+from graphpass.framework.onnx_ir_pass import OnnxIRPass, RewriteRules
 from graphpass.framework.pass_base import AnalysisPass, Pass, PassContext, PassResult
 from graphpass.framework.pipeline import Pipeline, PipelineStep
 from graphpass.framework.results import PassRecord, RunResult
@@ -66,6 +67,7 @@ __all__ = [
     "ModelLoadError",
     "ModelSaveError",
     "Node",
+    "OnnxIRPass",
     "Pass",
     "PassContext",
     "PassError",
@@ -76,6 +78,7 @@ __all__ = [
     "PipelineError",
     "PipelineStep",
     "PluginError",
+    "RewriteRules",
     "RunResult",
     "Severity",
     "Tensor",

@@ -1,41 +1,61 @@
 """The ``graphpass`` command line.
 
 ```
-graphpass run MODEL -o OUT [-p PASS,PASS...] [-c pipeline.toml] [--checkpoint PATH...]
+graphpass run MODEL... -o OUT [-p PASS,PASS...] [-c pipeline.toml] [--checkpoint PATH...]
                            [--format text|json|sarif] [--verify-each] [--fixed-point] ...
-graphpass lint MODEL [-p ...] [--format ...]
+graphpass lint MODEL_OR_DIR_OR_GLOB... [-p ...] [-j N] [--executor dask --scheduler ADDR]
+                           [--format ...]
 graphpass passes | plan -p ... | plugins | inspect MODEL
 ```
 
 Exit codes: 0 when all went well, 1 when a pass reported an error finding, 2 for bad
 input or usage (one readable message on standard error, never a traceback), 130 when
-interrupted. A run that fails writes nothing.
+interrupted. A run that fails writes nothing. Over several models (files, folders,
+globs) the exit code is the worst of theirs, and one report covers them all.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import json
 import os
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
 from rich.console import Console
 
+from graphpass.batch import (
+    ModelResult,
+    ModelTask,
+    Settings,
+    dask_executor,
+    exit_code,
+    is_many,
+    make_tasks,
+    map_tasks,
+    process_pool,
+    render_batch_json,
+    render_batch_sarif,
+    render_batch_text,
+    run_model,
+)
+from graphpass.batch._tasks import Command
 from graphpass.errors import GraphpassError
-from graphpass.files import load, save
+from graphpass.files import load
 from graphpass.framework.config import PipelineFile, load_pipeline_file, parse_value
-from graphpass.framework.manager import PassManager
-from graphpass.framework.pipeline import Pipeline
 from graphpass.framework.plugin_loading import default_registry
 from graphpass.framework.registry import Registry
-from graphpass.framework.results import RunResult
-from graphpass.framework.verify import VerifyOptions, VerifySemantics
+from graphpass.framework.results import RunSummary
+from graphpass.framework.verify import VerifyOptions
 from graphpass.reporting.listings import (
+    clashes_data,
     passes_data,
     pipelines_data,
     plan_data,
@@ -44,7 +64,7 @@ from graphpass.reporting.listings import (
     print_plan,
     print_plugins,
 )
-from graphpass.reporting.progress import PassProgress, loading
+from graphpass.reporting.progress import FileProgress, loading
 from graphpass.reporting.render import ReportInfo, render_json, render_sarif, render_text
 from graphpass.reporting.summary import model_summary, render_summary
 
@@ -54,8 +74,8 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-LINT_DEFAULT = ("check",)
-"""What ``graphpass lint`` runs when no pass is named."""
+TRAINING_GRAPH_PASS = "build-training-graph"
+"""The pass ``--emit-training-graph`` adds."""
 
 
 class UsageError(Exception):
@@ -91,11 +111,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except UsageError as error:
         _fail(f"{error.command}: error: {error}")
+        _error_document(arguments, "UsageError", str(error), None, None)
         return EXIT_USAGE
     except GraphpassError as error:
         if show_traceback:
             traceback.print_exception(error, file=sys.stderr)
         _fail(f"graphpass: error: {error}")
+        _error_document(arguments, type(error).__name__, error.message, error.where,
+                        error.hint)
         return EXIT_USAGE
     except KeyboardInterrupt:
         _fail("graphpass: interrupted; nothing was written")
@@ -105,13 +128,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:
         if show_traceback:
             traceback.print_exception(error, file=sys.stderr)
-        _fail(f"graphpass: internal error: {type(error).__name__}: {error}\n"
-              "  hint: this is a bug in graphpass; run again with --traceback and report it")
+        hint = "this is a bug in graphpass; run again with --traceback and report it"
+        _fail(f"graphpass: internal error: {type(error).__name__}: {error}\n  hint: {hint}")
+        _error_document(arguments, "InternalError", f"{type(error).__name__}: {error}", None,
+                        hint)
         return EXIT_USAGE
 
 
 def _fail(message: str) -> None:
     print(message, file=sys.stderr)
+
+
+ERROR_SCHEMA_ID = "graphpass-error/1"
+"""The ``schema`` of the JSON document printed instead of a report when a command fails."""
+
+
+def _error_document(arguments: Sequence[str], kind: str, message: str, where: str | None,
+                    hint: str | None) -> None:
+    """With ``--format json``, print the error as a JSON object on standard output.
+
+    Scripts that parse the report then get a document on every exit: the report, or
+    this (``ok`` false, ``exit_code`` 2, the error's type, message, where and hint).
+    """
+    if _format_asked(arguments) != "json":
+        return
+    document = {"schema": ERROR_SCHEMA_ID, "ok": False, "exit_code": EXIT_USAGE,
+                "error": {"type": kind, "message": message, "where": where, "hint": hint}}
+    try:
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError):
+        pass
+
+
+def _format_asked(arguments: Sequence[str]) -> str | None:
+    """The value of ``--format`` in ``arguments`` (read by hand: parsing may have failed)."""
+    found = None
+    for index, argument in enumerate(arguments):
+        if argument == "--":
+            break
+        if argument == "--format" and index + 1 < len(arguments):
+            found = arguments[index + 1]
+        elif argument.startswith("--format="):
+            found = argument.partition("=")[2]
+    return found
 
 
 # ====================================================================== parser
@@ -155,10 +215,22 @@ def _parser() -> argparse.ArgumentParser:
     parser.set_defaults(handler=None)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
 
-    run = commands.add_parser("run", parents=[common, planning, reporting],
-                              help="run passes on a model and write the result")
-    run.add_argument("model", metavar="MODEL")
-    run.add_argument("-o", "--output", metavar="OUT", help="where to write the result")
+    batch = _Parser(add_help=False)
+    batch.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
+                       help="check N models at once, in N processes (0: one per CPU)")
+    batch.add_argument("--executor", choices=("local", "dask"), default="local",
+                       help="where models are checked: here (local, the default) or on a "
+                            "Dask cluster (dask, with --scheduler)")
+    batch.add_argument("--scheduler", metavar="ADDRESS",
+                       help="the Dask scheduler for --executor dask (tcp://HOST:PORT)")
+
+    run = commands.add_parser("run", parents=[common, planning, reporting, batch],
+                              help="run passes on models and write the results")
+    run.add_argument("models", nargs="+", metavar="MODEL",
+                     help="model files, folders (every .onnx below) or quoted globs")
+    run.add_argument("-o", "--output", metavar="OUT",
+                     help="where to write the result: a file for one model, a folder for "
+                          "several (each at its path below the folder or glob given)")
     run.add_argument("--in-place", action="store_true",
                      help="allow writing over MODEL (the default when -o is left out)")
     run.add_argument("--verify-each", action="store_true",
@@ -187,13 +259,18 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--emit-training-artifacts", metavar="DIR",
                      help="also write onnxruntime-training artifacts to DIR (needs "
                           "onnxruntime-training; options: -O emit-training-artifacts.loss=...)")
+    run.add_argument("--emit-training-graph", metavar="DIR",
+                     help="also write graphpass's own training graphs to DIR (standard ONNX, "
+                          "stock onnxruntime runs them; options: -O build-training-graph."
+                          "loss=...)")
     run.add_argument("--keep-going", action="store_true",
                      help="run every pass even after error findings (still writes nothing)")
     run.set_defaults(handler=_run)
 
-    lint = commands.add_parser("lint", parents=[common, planning, reporting],
-                               help="run analysis passes and report; writes nothing")
-    lint.add_argument("model", metavar="MODEL")
+    lint = commands.add_parser("lint", parents=[common, planning, reporting, batch],
+                               help="run analysis passes on models and report; writes nothing")
+    lint.add_argument("models", nargs="+", metavar="MODEL",
+                      help="model files, folders (every .onnx below) or quoted globs")
     lint.set_defaults(handler=_lint)
 
     passes = commands.add_parser("passes", parents=[common, listing],
@@ -216,65 +293,119 @@ def _parser() -> argparse.ArgumentParser:
 
 # ==================================================================== commands
 def _run(args: argparse.Namespace) -> int:
-    model_path = Path(args.model)
-    if args.output is None and not args.in_place:
-        raise UsageError("give the output file with -o OUT (or --in-place to write over "
-                         "MODEL)", "graphpass run")
-    output = Path(args.output) if args.output is not None else model_path
-    if not args.in_place and _same_path(output, model_path):
-        raise UsageError(f"-o {args.output} is the input model; refusing to write over it "
-                         "without --in-place", "graphpass run")
-    _check_report_path(args, "graphpass run", model_path, output)
-    config, registry = _setup(args)
-    if args.max_iterations is not None and args.max_iterations < 1:
-        raise UsageError("--max-iterations must be at least 1", "graphpass run")
-    instruments = config.instruments if config else None
-    dump_after = [*(instruments.dump_after if instruments else ()), *args.dump_after]
-    dump_dir = Path(args.dump_dir) if args.dump_dir else (
-        instruments.dump_dir if instruments and instruments.dump_dir else
-        output.parent)
-    verify = _verify_options(args, instruments.verify if instruments else None)
-    extra_passes: dict[str, dict[str, Any]] = {}
-    if args.emit_training_artifacts:
-        if "emit-training-artifacts" not in registry.passes:
-            raise UsageError(
-                "--emit-training-artifacts needs onnxruntime-training, which is not installed "
-                "here (pip install onnxruntime-training, in place of onnxruntime)",
-                "graphpass run")
-        extra_passes["emit-training-artifacts"] = {
-            "directory": str(Path(args.emit_training_artifacts).absolute())}
-    manager = _manager(
-        args, config, registry, required=True, extra_passes=extra_passes,
-        extra_instruments=[VerifySemantics(verify)] if verify is not None else [],
-        verify_each=args.verify_each or bool(instruments and instruments.verify_each),
-        dump_after=dump_after, dump_dir=dump_dir,
-        fixed_point=args.fixed_point or bool(instruments and instruments.fixed_point),
-        max_iterations=args.max_iterations or (instruments.max_iterations if instruments
-                                               else 10),
-        stop_on_error=not args.keep_going)
-    model = _load(model_path)
-    result = manager.run(model)
-    written = None
-    if result.ok:
-        save(result.model, output, overwrite_input=args.in_place)
-        written = str(output)
-    _report(args, result, config, registry, command="run", output=written)
-    return EXIT_OK if result.ok else EXIT_FINDINGS
+    return _check_models(args, "run")
 
 
 def _lint(args: argparse.Namespace) -> int:
-    _check_report_path(args, "graphpass lint", Path(args.model))
+    return _check_models(args, "lint")
+
+
+def _check_models(args: argparse.Namespace, command: Command) -> int:
+    """``run`` or ``lint``: one model as before, several as a batch with one report."""
+    name = f"graphpass {command}"
+    if getattr(args, "max_iterations", None) is not None and args.max_iterations < 1:
+        raise UsageError("--max-iterations must be at least 1", name)
     config, registry = _setup(args)
-    manager = _manager(args, config, registry, required=False, stop_on_error=False)
-    transforming = [p.name for p in manager.plan if p.requested and not p.analysis]
-    if transforming:
-        raise UsageError(
-            f"lint runs analysis passes only, and {', '.join(map(repr, transforming))} "
-            f"change{'s' * (len(transforming) == 1)} the model; use `graphpass run` for "
-            "transforming passes", "graphpass lint")
-    result = manager.run(_load(Path(args.model)))
-    _report(args, result, config, registry, command="lint", output=None)
-    return EXIT_OK if result.ok else EXIT_FINDINGS
+    settings = _settings(args, command, config, registry)
+    if not is_many(args.models):
+        return _check_one(args, settings, config, registry)
+    return _check_many(args, settings, config, registry)
+
+
+def _check_one(args: argparse.Namespace, settings: Settings, config: PipelineFile | None,
+               registry: Registry) -> int:
+    command = settings.command
+    model_path = Path(args.models[0])
+    output = None
+    if command == "run":
+        if args.output is None and not args.in_place:
+            raise UsageError("give the output file with -o OUT (or --in-place to write over "
+                             "MODEL)", "graphpass run")
+        output = Path(args.output) if args.output is not None else model_path
+        if args.output is not None and (output.is_dir() or args.output.endswith(("/",
+                                                                                 os.sep))):
+            output = output / model_path.name  # -o DIR/: the model's name in DIR
+        if not args.in_place and _same_path(output, model_path):
+            raise UsageError(f"-o {args.output} is the input model; refusing to write over "
+                             "it without --in-place", "graphpass run")
+    _check_report_path(args, f"graphpass {command}", model_path,
+                       *([output] if output is not None else []))
+    task = ModelTask(str(model_path), replace(settings, progress=True),
+                     str(output) if output is not None else None, label=args.models[0])
+    outcome, _ = run_model(task, registry=registry, config=config)
+    assert outcome.summary is not None
+    _report(args, outcome.summary, config, registry, command=command, model=outcome.model,
+            output=outcome.output)
+    return outcome.exit_code
+
+
+def _check_many(args: argparse.Namespace, settings: Settings, config: PipelineFile | None,
+                registry: Registry) -> int:
+    command = settings.command
+    name = f"graphpass {command}"
+    for flag, given in (("--dump-after", settings.dump_after),
+                        ("--verify-inputs", getattr(args, "verify_inputs", None)),
+                        ("--emit-training-artifacts",
+                         getattr(args, "emit_training_artifacts", None)),
+                        ("--emit-training-graph", getattr(args, "emit_training_graph", None))):
+        if given:
+            raise UsageError(f"{flag} takes one model; give one model, or leave {flag} out",
+                             name)
+    output_dir = None
+    if command == "run":
+        if args.output is None and not args.in_place:
+            raise UsageError("give the folder the outputs go to with -o DIR (each model is "
+                             "written at its path below the folder or glob given), or "
+                             "--in-place to write each over itself", name)
+        output_dir = args.output
+        if output_dir is not None and Path(output_dir).is_file():
+            raise UsageError(f"-o {output_dir} is a file; with several models -o names the "
+                             "folder the outputs go to", name)
+    settings.manager(registry, config)  # plan once here: a bad pass or option stops it all
+    tasks = make_tasks(args.models, settings, output_dir=output_dir)
+    _check_report_path(args, name, *(Path(t.model) for t in tasks))
+    verb = "linting" if command == "lint" else "running"
+    try:
+        with _executor(args, len(tasks)) as executor, FileProgress(len(tasks),
+                                                                   verb=verb) as shown:
+            results = map_tasks(tasks, executor=executor,
+                                on_result=lambda result, _done, _total: shown.done(result.model))
+    except KeyboardInterrupt:
+        _fail("graphpass: interrupted; " + ("the models finished before were written, and no "
+                                             "file was left half-written" if command == "run"
+                                             else "nothing was written"))
+        return EXIT_INTERRUPTED
+    for result in results:
+        if result.error is None:
+            continue
+        if args.format != "text":
+            _fail(f"graphpass: error: {result.model}: {result.error.text()}")
+        if args.traceback and result.error.traceback:
+            print(f"graphpass: traceback of {result.model}:\n{result.error.traceback}",
+                  file=sys.stderr, end="")
+    _report_batch(args, results, config, registry, command=command)
+    return exit_code(results)
+
+
+@contextlib.contextmanager
+def _executor(args: argparse.Namespace, tasks: int) -> Iterator[Executor | None]:
+    """Where a batch runs: here (-j 1), in a process pool (-j N), on a Dask cluster."""
+    if args.executor == "dask":
+        if not args.scheduler:
+            raise UsageError("--executor dask needs --scheduler ADDRESS (tcp://HOST:PORT)")
+        with dask_executor(args.scheduler) as executor:
+            yield executor
+        return
+    if args.scheduler:
+        raise UsageError("--scheduler is for --executor dask")
+    if args.jobs < 0:
+        raise UsageError("-j must be at least 1 (or 0: one process per CPU)")
+    jobs = min(args.jobs or os.cpu_count() or 1, tasks)
+    if jobs <= 1:
+        yield None
+        return
+    with process_pool(jobs) as pool:
+        yield pool
 
 
 def _passes(args: argparse.Namespace) -> int:
@@ -288,7 +419,7 @@ def _passes(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     config, registry = _setup(args)
-    manager = _manager(args, config, registry, required=True)
+    manager = _settings(args, "run", config, registry).manager(registry, config)
     if args.format == "json":
         _write_json({"plan": plan_data(manager.plan)})
     else:
@@ -299,7 +430,8 @@ def _plan(args: argparse.Namespace) -> int:
 def _plugins(args: argparse.Namespace) -> int:
     registry = _registry(args, None, report_problems=False)
     if args.format == "json":
-        _write_json({"plugins": plugins_data(registry), "warnings": list(registry.warnings)})
+        _write_json({"plugins": plugins_data(registry), "warnings": list(registry.warnings),
+                     "clashes": clashes_data(registry)})
     else:
         print_plugins(registry, _stdout_console())
     return EXIT_OK
@@ -333,6 +465,11 @@ def _registry(args: argparse.Namespace, config: PipelineFile | None, *,
     if report_problems:
         for problem in registry.problems:
             print(f"graphpass: warning: {problem}", file=sys.stderr)
+    if args.traceback:
+        for info in registry.plugins:
+            if info.exception is not None:
+                print(f"graphpass: traceback of plugin {info.label!r}:", file=sys.stderr)
+                traceback.print_exception(info.exception, file=sys.stderr)
     return registry
 
 
@@ -365,45 +502,67 @@ def _verify_options(args: argparse.Namespace,
     return options
 
 
-def _manager(args: argparse.Namespace, config: PipelineFile | None, registry: Registry, *,
-             required: bool, extra_instruments: Sequence[Any] = (),
-             extra_passes: Mapping[str, Mapping[str, Any]] | None = None,
-             **settings: Any) -> PassManager:
-    """A manager for the pipeline file and arguments, plus ``extra_passes`` (name: options)."""
-    extra_passes = extra_passes or {}
-    requested: list[str | Pipeline] = []
-    presets = config.presets if config else {}
-    for group in args.passes:
-        for name in group.split(","):
-            if name.strip():
-                requested.append(presets.get(name.strip(), name.strip()))
-    if not requested and config is not None:
-        requested = config.requested()
-    requested.extend(extra_passes)
-    if not requested:
-        if required:
-            raise UsageError("nothing to run: name passes with -p PASS,... or give a pipeline "
-                             "file with -c", f"graphpass {args.handler.__name__.strip('_')}")
-        requested = list(LINT_DEFAULT)
-    options: dict[str, dict[str, Any]] = {
-        name: dict(values) for name, values in (config.options if config else {}).items()}
+def _settings(args: argparse.Namespace, command: Command, config: PipelineFile | None,
+              registry: Registry) -> Settings:
+    """The settings of every model's task, from the flags (paths made absolute)."""
+    passes = tuple(name.strip() for group in args.passes for name in group.split(",")
+                   if name.strip())
+    options: dict[str, dict[str, Any]] = {}
     for text in args.option:
         name, option, value = _parse_option(text)
         options.setdefault(name, {})[option] = value
-    for name, values in extra_passes.items():
-        options.setdefault(name, {}).update(values)
-    checkpoints = [Path(c).absolute() for c in args.checkpoint]
-    for given, path in zip(args.checkpoint, checkpoints, strict=True):
-        if not path.exists():
+    for given in args.checkpoint:
+        if not Path(given).exists():
             raise UsageError(f"--checkpoint {given}: no such file or folder")
-    if config is not None:
-        checkpoints.extend(config.checkpoints)
-    disable = [*args.disable_pass, *(config.instruments.disable if config else ())]
-    progress = PassProgress()
-    return PassManager(requested, options, registry=registry, disable=disable,
-                       checkpoints=checkpoints,
-                       base_dir=config.base_dir if config else Path.cwd(),
-                       instruments=[progress, *extra_instruments], **settings)
+    extra_passes: dict[str, dict[str, Any]] = {}
+    if getattr(args, "emit_training_artifacts", None):
+        if "emit-training-artifacts" not in registry.passes:
+            raise UsageError(
+                "--emit-training-artifacts needs onnxruntime-training, which is not installed "
+                "here (pip install onnxruntime-training, in place of onnxruntime)",
+                "graphpass run")
+        extra_passes["emit-training-artifacts"] = {
+            "directory": str(Path(args.emit_training_artifacts).absolute())}
+    if getattr(args, "emit_training_graph", None):
+        extra_passes[TRAINING_GRAPH_PASS] = {
+            "directory": str(Path(args.emit_training_graph).absolute())}
+        _training_graph_defaults(options, config)
+    instruments = config.instruments if config else None
+    verify = (_verify_options(args, instruments.verify if instruments else None)
+              if command == "run" and hasattr(args, "verify") else None)
+    return Settings(
+        command=command, passes=passes, options=options,
+        config=str(Path(args.config).absolute()) if args.config else None,
+        checkpoints=tuple(str(Path(c).absolute()) for c in args.checkpoint),
+        disable_passes=tuple(args.disable_pass), disable_plugins=tuple(args.disable_plugin),
+        strict_plugins=args.strict_plugins, extra_passes=extra_passes, verify=verify,
+        verify_each=getattr(args, "verify_each", False),
+        dump_after=tuple(getattr(args, "dump_after", ())),
+        dump_dir=str(Path(args.dump_dir).absolute()) if getattr(args, "dump_dir", None)
+        else None,
+        fixed_point=getattr(args, "fixed_point", False),
+        max_iterations=getattr(args, "max_iterations", None),
+        keep_going=getattr(args, "keep_going", False),
+        in_place=getattr(args, "in_place", False),
+        base_dir=str(Path.cwd()))
+
+
+def _training_graph_defaults(options: dict[str, dict[str, Any]],
+                             config: PipelineFile | None) -> None:
+    """With ``--emit-training-graph``: lint by graphpass's rules, train what the lint judged.
+
+    ``lint-gradients`` then reports every node ``build-training-graph`` cannot
+    differentiate, and both passes pick the same weights, unless the options (``-O`` or
+    the pipeline file) say otherwise.
+    """
+    given = config.options if config else {}
+    lint = {**given.get("lint-gradients", {}), **options.get("lint-gradients", {})}
+    training = {**given.get(TRAINING_GRAPH_PASS, {}), **options.get(TRAINING_GRAPH_PASS, {})}
+    if "rules" not in lint:
+        options.setdefault("lint-gradients", {})["rules"] = "graphpass"
+    for key in ("trainable", "frozen"):
+        if key in lint and key not in training:
+            options.setdefault(TRAINING_GRAPH_PASS, {})[key] = lint[key]
 
 
 def _parse_option(text: str) -> tuple[str, str, Any]:
@@ -420,12 +579,35 @@ def _load(path: Path) -> Any:
         return load(path)
 
 
-def _report(args: argparse.Namespace, result: RunResult, config: PipelineFile | None,
-            registry: Registry, *, command: str, output: str | None) -> None:
-    info = ReportInfo(command=command, model=args.model, output=output,
+def _report_info(args: argparse.Namespace, config: PipelineFile | None, registry: Registry,
+                 command: str, model: str | None, output: str | None) -> ReportInfo:
+    return ReportInfo(command=command, model=model, output=output,
                       tool_version=_version(), rules=_rule_descriptions(registry),
                       show_time=args.time or bool(config and config.instruments.time),
                       timing=not args.no_timing)
+
+
+def _report_batch(args: argparse.Namespace, results: Sequence[ModelResult],
+                  config: PipelineFile | None, registry: Registry, *, command: str) -> None:
+    info = _report_info(args, config, registry, command, None, None)
+    if args.format == "text":
+        if args.report:
+            with open(args.report, "w", encoding="utf-8") as handle:
+                render_batch_text(results, Console(file=handle, width=120, markup=False), info)
+        else:
+            render_batch_text(results, _stdout_console(), info)
+        return
+    text = (render_batch_json(results, info) if args.format == "json"
+            else render_batch_sarif(results, info))
+    if args.report:
+        Path(args.report).write_text(text + "\n", encoding="utf-8")
+    else:
+        sys.stdout.write(text + "\n")
+
+
+def _report(args: argparse.Namespace, result: RunSummary, config: PipelineFile | None,
+            registry: Registry, *, command: str, model: str, output: str | None) -> None:
+    info = _report_info(args, config, registry, command, model, output)
     if args.format == "text":
         if args.report:
             with open(args.report, "w", encoding="utf-8") as handle:

@@ -1,4 +1,4 @@
-"""Findings: what passes report (errors, warnings, notes) with stable codes.
+"""Findings: what passes report (errors, warnings, info) with stable codes.
 
 Codes are stable across releases so that people can search for them, suppress
 them and track them in CI. Ranges:
@@ -34,7 +34,7 @@ class Severity(str, enum.Enum):
 
     @property
     def rank(self) -> int:
-        """2 for errors, 1 for warnings, 0 for notes."""
+        """2 for errors, 1 for warnings, 0 for info."""
         return {"error": 2, "warning": 1, "info": 0}[self.value]
 
     def __str__(self) -> str:
@@ -118,6 +118,12 @@ class Finding:
     def with_pass(self, pass_name: str) -> Finding:
         """Return a copy credited to ``pass_name`` (when it has no pass yet)."""
         if self.pass_name:
+            return self
+        return self.credited_to(pass_name)
+
+    def credited_to(self, pass_name: str) -> Finding:
+        """Return a copy credited to ``pass_name`` (whatever pass it named before)."""
+        if self.pass_name == pass_name:
             return self
         return Finding(self.code, self.severity, self.message, pass_name, self.node,
                        self.function, self.value, self.hint, self.graph, self.data)

@@ -28,6 +28,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import onnx
 
@@ -96,18 +97,20 @@ class InlineFunctions(Pass):
     description = "Replace every call of a model-local function with the function's body."
     Options = InlineOptions
 
-    def __init__(self, options: InlineOptions | dict[str, object] | None = None):
+    def __init__(self, options: InlineOptions | dict[str, object] | None = None,
+                 **option_values: Any):
         """Create the pass.
 
         Args:
             options: :class:`InlineOptions`, a mapping of option names to values, or
                 ``None`` for the defaults.
+            **option_values: Options as keywords (``max_depth=3``).
 
         Raises:
             PipelineError: An option is unknown, mistyped, or names no function in the
                 form ``domain::name[:overload]``.
         """
-        super().__init__(options)
+        super().__init__(options, **option_values)
         self.selection = Selection(parse_selectors(self.options.only, "only"),
                                    parse_selectors(self.options.exclude, "exclude"))
         if self.options.max_depth is not None and self.options.max_depth < 1:

@@ -58,6 +58,8 @@ from graphpass.training.gradient_rules import (
     normalize_domain,
     select_weights,
 )
+from graphpass.training.rules import RULES_NAME, rules_from_builders
+from graphpass.training.table import registered_builders
 from graphpass.training.value_types import FunctionTypes, ModelTypes, TypeInfo
 
 __all__ = ["CODES", "LintGradients"]
@@ -226,6 +228,8 @@ class LintGradients(AnalysisPass):
                 f"gradient rule set {getattr(rules, 'name', rules)!r} is a "
                 f"{type(rules).__name__}, not a graphpass.GradientRules",
                 hint="a plugin's graphpass_gradient_rules hook must return GradientRules objects")
+        if rules.name == RULES_NAME:  # graphpass's own: from every registered builder
+            rules = rules_from_builders(registered_builders(context.registry), rules.version)
         return rules
 
 

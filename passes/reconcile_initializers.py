@@ -95,13 +95,17 @@ class ReconcileInitializers(Pass):
         strict: bool = False
         keep_inputs: bool = False
 
-    def __init__(self, options: Any = None):
+    def __init__(self, options: Any = None, **option_values: Any):
         """Validate the options and compile the regex rules.
+
+        Args:
+            options: The options (an ``Options``, a mapping, or ``None``).
+            **option_values: Options as keywords (``strict=True``).
 
         Raises:
             PipelineError: An option has a wrong type, or a rule is not a valid regex.
         """
-        super().__init__(options)
+        super().__init__(options, **option_values)
         self._rules: list[tuple[re.Pattern[str], str]] = []
         for pattern, replacement in self.options.rules.items():
             try:

@@ -19,21 +19,21 @@ The pass restores what it can exactly and names what it cannot:
 
 * a folded transpose of one parameter read as a ``MatMul`` weight whose FX node is
   ``aten.linear`` (so the value is ``W^T``) gets the parameter back as an initializer
-  (``W = val^T``, exact) and a ``Transpose`` node in place of the copy (``GP801``,
+  (``W = val^T``, exact) and a ``Transpose`` node in place of the copy (``GP250``,
   info); when the parameter is still there (a tied weight), its transpose is checked
   to equal the copy and used instead;
 * every other parameter the graph signature lists that is folded, fused or rewritten
-  is an error naming the value or node it went into (``GP802``), with the advice to
+  is an error naming the value or node it went into (``GP251``), with the advice to
   re-export with ``optimize=False``;
 * the legacy exporter (``dynamo=False``) records nothing, but its constant folding
   names the copies it makes ``onnx::MatMul_N``, ``onnx::Conv_N``: a copy whose
   transpose equals an initializer is replaced by ``Transpose`` of it (tied weights);
   any other float ``onnx::`` initializer read as a layer's weight (``MatMul``,
-  ``Gemm``, ``Conv``) is an error (``GP803``, one per node) with the advice to
+  ``Gemm``, ``Conv``) is an error (``GP252``, one per node) with the advice to
   re-export with ``do_constant_folding=False``.
 
 Parameters no node's FX record mentions any more (torch's forward never used them, or
-their only use was dead code) are listed in an info (``GP804``): PyTorch gives them no
+their only use was dead code) are listed in an info (``GP253``): PyTorch gives them no
 gradient either.
 """
 
@@ -64,10 +64,10 @@ from graphpass.torch.export_record import (
 
 __all__ = ["RestoreParameters"]
 
-RESTORED_CODE: Final = "GP801"
-UNRECOVERABLE_CODE: Final = "GP802"
-LEGACY_COPY_CODE: Final = "GP803"
-UNUSED_CODE: Final = "GP804"
+RESTORED_CODE: Final = "GP250"
+UNRECOVERABLE_CODE: Final = "GP251"
+LEGACY_COPY_CODE: Final = "GP252"
+UNUSED_CODE: Final = "GP253"
 
 OPTIMIZE_ADVICE: Final = (
     "re-export with torch.onnx.export(..., dynamo=True, optimize=False): every parameter "

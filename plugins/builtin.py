@@ -15,6 +15,7 @@ from graphpass.framework.hookspecs import hookimpl
 
 __all__ = [
     "graphpass_checkpoint_loaders",
+    "graphpass_gradient_builders",
     "graphpass_gradient_rules",
     "graphpass_passes",
     "graphpass_pipelines",
@@ -24,6 +25,7 @@ __all__ = [
 @hookimpl
 def graphpass_passes() -> Iterable[type[Any]]:
     """The built-in passes."""
+    from graphpass.passes.build_training_graph import BuildTrainingGraph
     from graphpass.passes.check import Check
     from graphpass.passes.detect_missing_buffers import DetectMissingBuffers
     from graphpass.passes.fix_training_ops import FixTrainingOps
@@ -42,6 +44,7 @@ def graphpass_passes() -> Iterable[type[Any]]:
         RestoreParameters,
         LintGradients,
         FixTrainingOps,
+        BuildTrainingGraph,
         RemoveUnused,
         TopologicalSort,
         InferShapes,
@@ -59,10 +62,25 @@ def graphpass_checkpoint_loaders() -> Iterable[Any]:
 
 @hookimpl
 def graphpass_gradient_rules() -> Iterable[Any]:
-    """The built-in gradient rules (onnxruntime-training)."""
-    from graphpass.passes.gradient_rules import builtin_rule_sets
+    """The built-in gradient rules (onnxruntime-training, and graphpass's own).
 
-    return builtin_rule_sets()
+    ``graphpass`` is derived from the gradient builders; ``lint-gradients`` derives it
+    again from every registered builder (plugins' too) when it judges by it.
+    """
+    from graphpass.passes.gradient_rules import builtin_rule_sets
+    from graphpass.training.builders import builtin_builders
+    from graphpass.training.rules import rules_from_builders
+    from graphpass.training.table import BuilderTable
+
+    return [*builtin_rule_sets(), rules_from_builders(BuilderTable(builtin_builders()))]
+
+
+@hookimpl
+def graphpass_gradient_builders() -> Iterable[Any]:
+    """The built-in gradient builders (``build-training-graph``)."""
+    from graphpass.training.builders import builtin_builders
+
+    return builtin_builders()
 
 
 @hookimpl

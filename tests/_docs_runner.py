@@ -115,7 +115,9 @@ class PageRunner:
         if block.lang == "python":
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                exec(compile(block.body, f"{self.page.name} block {block.number}", "exec"),
+                # dont_inherit: a reader's code does not get this module's __future__ imports.
+                exec(compile(block.body, f"{self.page.name} block {block.number}", "exec",
+                             dont_inherit=True),
                      self._namespace)
             self.ran.python += 1
         elif block.lang == "console":

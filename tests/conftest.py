@@ -15,6 +15,10 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_PACKAGES = REPO / "tests" / "plugins"
 
+# The test plugins' own tests run in their own pytest (tests/test_testing_plugin.py), with
+# the plugin installed; they are not part of this suite.
+collect_ignore = ["plugins"]
+
 
 @pytest.fixture(scope="session")
 def ort_training_python() -> str:

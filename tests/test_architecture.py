@@ -40,6 +40,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("api", ("graphpass", "graphpass._moved")),
     ("passes", ("graphpass.passes",)),
     ("plugins", ("graphpass.plugins",)),
+    ("batch", ("graphpass.batch",)),
+    ("testing", ("graphpass.testing",)),
     ("cli", ("graphpass.cli", "graphpass.__main__")),
 ]
 

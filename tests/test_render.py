@@ -131,7 +131,7 @@ def test_text_report_groups_by_pass_worst_first_without_colour_off_terminal() ->
     section = text[text.index("findings of reporter"):]
     assert section.index("error") < section.index("warning") < section.index("info")
     assert "broken [node]" in text and "hint: do this" in text
-    assert "1 error, 2 warnings, 1 note from 2 passes" in text
+    assert "1 error, 2 warnings, 1 info from 2 passes" in text
 
 
 def test_text_report_is_coloured_on_a_terminal() -> None:

@@ -4,6 +4,8 @@
   data kept external);
 * :mod:`graphpass.files.proto`: the lossless conversion between ``onnx`` protos and
   the IR;
+* :mod:`graphpass.files.onnx_ir_bridge`: the conversion to ``onnx_ir`` and back, keeping
+  what a pass did not change as it was;
 * :mod:`graphpass.files.validate`: the structural rules every saved model keeps;
 * :mod:`graphpass.files.checking`: ONNX's checker and shape inference, run without
   reading the weights.

@@ -1,6 +1,8 @@
 """The pass framework: passes, planning, running, instruments, the registry, plugins.
 
 * :mod:`~graphpass.framework.pass_base`: what a pass declares, receives and returns;
+* :mod:`~graphpass.framework.onnx_ir_pass`: passes that work on ``onnx_ir`` models, and
+  onnxscript pattern rewrites as passes;
 * :mod:`~graphpass.framework.pipeline`: named pipeline presets;
 * :mod:`~graphpass.framework.planning`: from the passes asked for to the order they run;
 * :mod:`~graphpass.framework.manager`: :class:`PassManager`, which plans and runs them;

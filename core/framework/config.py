@@ -145,6 +145,10 @@ class PipelineFile:
         for name in self.passes:
             key = ("pipeline", "preset") if name == self.preset else ("pipeline", "passes")
             if name not in known:
+                explained = (registry.unavailable("passes", name)
+                             or registry.unavailable("pipelines", name))
+                if explained is not None:
+                    raise self.error(key, explained.message, explained.hint, value=name)
                 raise self.error(key, f"unknown pass or pipeline {name!r}",
                                  _suggest(name, known), value=name)
         for preset in self.presets.values():
@@ -164,6 +168,9 @@ class PipelineFile:
                           registry: Registry) -> None:
         for name in names:
             if name not in registry.passes:
+                explained = registry.unavailable("passes", name)
+                if explained is not None:
+                    raise self.error(key, explained.message, explained.hint, value=name)
                 raise self.error(key, f"unknown pass {name!r}", _suggest(name, registry.passes),
                                  value=name)
 
@@ -171,6 +178,9 @@ class PipelineFile:
                        registry: Registry) -> None:
         entry = registry.passes.get(pass_name)
         if entry is None:
+            explained = registry.unavailable("passes", pass_name)
+            if explained is not None:
+                raise self.error(key, explained.message, explained.hint)
             raise self.error(key, f"unknown pass {pass_name!r}",
                              _suggest(pass_name, registry.passes))
         for option, value in options.items():

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from graphpass.framework.onnx_ir_pass import RewriteRules
     from graphpass.framework.pass_base import Pass
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
@@ -47,5 +48,15 @@ def graphpass_gradient_rules() -> Iterable[Any]:  # type: ignore[empty-body]
 
 
 @hookspec
+def graphpass_gradient_builders() -> Iterable[Any]:  # type: ignore[empty-body]
+    """Return gradient builders (:class:`graphpass.training.GradientBuilder` objects)."""
+
+
+@hookspec
 def graphpass_pipelines() -> Iterable[Any]:  # type: ignore[empty-body]
     """Return named pipeline presets (:class:`graphpass.Pipeline` objects)."""
+
+
+@hookspec
+def graphpass_rewrite_rules() -> Iterable[RewriteRules]:  # type: ignore[empty-body]
+    """Return onnxscript pattern-rewrite rules (:class:`graphpass.RewriteRules`); each is a pass."""

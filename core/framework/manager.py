@@ -153,16 +153,18 @@ class PassManager:
         context = PassContext(base_dir=self.base_dir, checkpoints=self.checkpoints,
                               plan=self.plan_names, registry=self.registry)
         result = RunResult(working, plan=self.plan_names)
+        run_level: list[Finding] = []
         for instrument in self.instruments:
             instrument.before_run(self.plan, working, context)
         try:
-            self._run_rounds(working, context, result, _ChangeWatch())
+            self._run_rounds(working, context, result, _ChangeWatch(), run_level)
         except BaseException:
             for instrument in self.instruments:
                 instrument.after_run(None, context)
             raise
         result.findings = unique_findings(
-            finding for record in result.records for finding in record.findings)
+            [*(finding for record in result.records for finding in record.findings),
+             *run_level])
         if self._unconverged(result):
             changing = sorted({r.name for r in result.records
                                if r.changed and r.iteration == result.iterations})
@@ -182,7 +184,7 @@ class PassManager:
                 and any(r.changed for r in result.records if r.iteration == result.iterations))
 
     def _run_rounds(self, working: Model, context: PassContext, result: RunResult,
-                    watch: _ChangeWatch) -> None:
+                    watch: _ChangeWatch, run_level: list[Finding]) -> None:
         ran: list[str] = []
         for iteration in range(1, self.max_iterations + 1):
             result.iterations = iteration
@@ -192,7 +194,11 @@ class PassManager:
                 result.records.append(record)
                 ran.append(planned.name)
                 changed |= record.changed
-                if self.stop_on_error and record.has_errors:
+                errors = record.has_errors
+                for instrument in self.instruments:
+                    extra = instrument.after_pass(planned, working, record, context) or ()
+                    errors |= _credit(list(extra), planned, result.records, run_level)
+                if self.stop_on_error and errors:
                     result.stopped_after = planned.name
                     return
             if not self.fixed_point or not changed:
@@ -253,16 +259,37 @@ class PassManager:
             raise _pass_error(planned, ran, "changed the model, but it is an analysis pass "
                               "(analysis passes must only report)", None,
                               hint=f"this is a bug in plugin {planned.plugin!r}")
+        # A pass's findings are its own, whatever name the code that built them gave.
         record = PassRecord(
             planned.name, planned.plugin, seconds,
             changed=not planned.analysis and (bool(outcome.changed) or mutated),
-            findings=[f.with_pass(planned.name) for f in outcome.findings],
+            findings=[f.credited_to(planned.name) for f in outcome.findings],
             stats=stats, iteration=iteration, analysis=planned.analysis)
         context.results[planned.name] = outcome
-        for instrument in self.instruments:
-            extra = list(instrument.after_pass(planned, working, record, context) or ())
-            record.findings.extend(f.with_pass(planned.name) for f in extra)
         return record
+
+
+def _credit(findings: Sequence[Finding], planned: PlannedPass, records: Sequence[PassRecord],
+            run_level: list[Finding]) -> bool:
+    """File an instrument's findings about ``planned`` where reports count them.
+
+    A finding with no pass is the pass's that just ran; one naming an earlier pass of
+    the run (``--verify`` naming the first pass at fault) goes to that pass's latest
+    record; one naming no planned pass (the instrument's own, such as "verified") is a
+    finding of the run, counted by no pass. So the pass table and the findings list
+    credit every finding to the same pass.
+
+    Returns:
+        Whether any of them is an error.
+    """
+    for reported in findings:
+        finding = reported.with_pass(planned.name)
+        target = next((r for r in reversed(records) if r.name == finding.pass_name), None)
+        if target is not None:
+            target.findings.append(finding)
+        else:
+            run_level.append(finding)
+    return any(f.severity is Severity.ERROR for f in findings)
 
 
 class _ChangeWatch:

@@ -8,8 +8,8 @@ passes it must run ``after`` or ``before`` when they are planned too, and a
     from dataclasses import dataclass, field
     import graphpass
 
-    class CountOps(graphpass.AnalysisPass):
-        name = "count-ops"
+    class OpCounts(graphpass.AnalysisPass):
+        name = "example-op-counts"
         description = "Report how many nodes use each operator."
 
         @dataclass
@@ -27,7 +27,6 @@ import dataclasses
 import difflib
 import logging
 import os
-import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,13 +35,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from graphpass.errors import PipelineError
 from graphpass.findings import Finding
+from graphpass.framework.option_types import OptionValueError, check_value, describe_type, toml_text
 
 if TYPE_CHECKING:
     from graphpass.framework.registry import Registry
     from graphpass.ir import Model
 
-__all__ = ["AnalysisPass", "NoOptions", "Pass", "PassContext", "PassResult", "resolve_path",
-           "validate_options"]
+__all__ = ["AnalysisPass", "NoOptions", "Pass", "PassContext", "PassResult", "describe_type",
+           "resolve_path", "validate_options"]
 
 
 @dataclass
@@ -133,17 +133,23 @@ class Pass:
     preserves_semantics: ClassVar[bool] = True
     Options: ClassVar[type[Any]] = NoOptions
 
-    def __init__(self, options: Any = None):
+    def __init__(self, options: Any = None, **option_values: Any):
         """Create the pass with its options.
+
+        ``DropIdentity(keep_graph_outputs=False)``, ``DropIdentity({"keep-graph-outputs":
+        False})`` and ``DropIdentity(DropIdentity.Options(keep_graph_outputs=False))``
+        make the same pass; keywords are added to (and win over) a mapping.
 
         Args:
             options: An ``Options`` instance, a mapping of option names to values (as
                 read from a pipeline file), or ``None`` for the defaults.
+            **option_values: Options as keywords (Python names: ``keep_graph_outputs``).
 
         Raises:
             PipelineError: An option is unknown or has a wrong type or value.
         """
-        self.options = validate_options(type(self), options)
+        self.options = validate_options(type(self), _with_keywords(type(self), options,
+                                                                   option_values))
 
     def run(self, model: Model, context: PassContext) -> PassResult:
         """Run the pass on ``model``, changing it in place (unless this is an analysis).
@@ -161,6 +167,22 @@ class Pass:
         return f"<pass {self.name}>"
 
 
+def _with_keywords(pass_class: type[Pass], options: Any, keywords: Mapping[str, Any]) -> Any:
+    """``options`` with the keyword options added (keywords win)."""
+    if not keywords:
+        return options
+    if options is None:
+        return dict(keywords)
+    if isinstance(options, Mapping):
+        return {**{str(k).replace("-", "_"): v for k, v in options.items()}, **keywords}
+    if dataclasses.is_dataclass(options) and not isinstance(options, type):
+        return {**{f.name: getattr(options, f.name) for f in dataclasses.fields(options)},
+                **keywords}
+    raise PipelineError(
+        f"options of pass {pass_class.name!r} must be a table of option names to values, "
+        f"not {type(options).__name__}")
+
+
 class AnalysisPass(Pass):
     """A pass that only inspects the model and reports findings."""
 
@@ -173,26 +195,6 @@ def option_fields(pass_class: type[Pass]) -> list[dataclasses.Field[Any]]:
     if not dataclasses.is_dataclass(options):
         return []
     return list(dataclasses.fields(options))
-
-
-def describe_type(annotation: Any) -> str:
-    """A readable name for an option's type (``list of str``, ``one of 'a', 'b'``)."""
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin is typing.Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
-    if origin in (list, Sequence, tuple, set, frozenset) and args:
-        return f"list of {describe_type(args[0])}"
-    if origin in (dict, Mapping) and len(args) == 2:
-        return f"table of {describe_type(args[0])} to {describe_type(args[1])}"
-    if origin in (typing.Union, types.UnionType):
-        names = [describe_type(a) for a in args if a is not type(None)]
-        text = " or ".join(names)
-        return f"{text} (optional)" if type(None) in args else text
-    if isinstance(annotation, type):
-        return {"str": "string", "int": "integer", "float": "number", "bool": "boolean",
-                "Path": "path"}.get(annotation.__name__, annotation.__name__)
-    return str(annotation)
 
 
 def validate_options(pass_class: type[Pass], options: Any, *, where: str | None = None) -> Any:
@@ -245,18 +247,13 @@ def validate_options(pass_class: type[Pass], options: Any, *, where: str | None 
 
 def _checked_value(pass_class: type[Pass], python_name: str, value: Any, annotation: Any,
                    where: str | None) -> Any:
-    """``value`` checked and converted to ``annotation``.
-
-    pydantic is imported here only, so a run that sets no option never loads it.
-    """
-    import pydantic
-
+    """``value`` checked against ``annotation`` strictly (see :mod:`.option_types`)."""
     try:
-        return pydantic.TypeAdapter(annotation).validate_python(value)
-    except pydantic.ValidationError as error:
+        return check_value(annotation, value)
+    except OptionValueError as refused:
         raise PipelineError(
             f"option {python_name.replace('_', '-')!r} of pass {pass_class.name!r} "
-            f"must be {describe_type(annotation)}, got {value!r}",
+            f"must be {refused.expected}, got {toml_text(value)}",
             where=where,
-            hint=error.errors()[0]["msg"],
+            hint=refused.hint,
         ) from None

@@ -134,12 +134,17 @@ def plan_passes(
         else:
             known = [*registry.passes, *given]
             if wanted_by is not None:
-                raise PipelineError(f"pass {wanted_by!r} requires unknown pass {name!r}",
-                                    hint=_did_you_mean(name, known)
-                                    or "install the plugin that provides it")
-            raise PipelineError(f"unknown pass or pipeline {name!r}",
-                                hint=_did_you_mean(name, [*known, *registry.pipelines])
-                                or "see `graphpass passes` for the passes available")
+                raise registry.missing_error(
+                    "passes", name, f"pass {wanted_by!r} requires unknown pass {name!r}",
+                    _did_you_mean(name, known) or "install the plugin that provides it")
+            if registry.unavailable("passes", name) is None:
+                explained = registry.unavailable("pipelines", name)
+                if explained is not None:
+                    raise explained
+            raise registry.missing_error(
+                "passes", name, f"unknown pass or pipeline {name!r}",
+                _did_you_mean(name, [*known, *registry.pipelines])
+                or "see `graphpass passes` for the passes available")
         entries[name] = entry
         return entry
 
@@ -206,7 +211,8 @@ def _apply_user_options(entries: dict[str, _Entry], options: dict[str, Any],
     for name, value in options.items():
         entry = entries.get(name)
         if entry is None:
-            if name in registry.passes or name in given:
+            if (name in registry.passes or name in given
+                    or registry.unavailable("passes", name) is not None):
                 continue  # a known pass that is not planned (e.g. a skipped preset step)
             raise PipelineError(f"options given for unknown pass {name!r}",
                                 hint=_did_you_mean(name, [*registry.passes, *given])
@@ -228,7 +234,8 @@ def _apply_user_options(entries: dict[str, _Entry], options: dict[str, Any],
 def _drop_disabled(entries: dict[str, _Entry], mention: list[str], disable: set[str],
                    registry: Registry, given: Mapping[str, _Entry]) -> None:
     for name in sorted(disable):
-        if name not in registry.passes and name not in given:
+        if (name not in registry.passes and name not in given
+                and registry.unavailable("passes", name) is None):
             raise PipelineError(f"cannot disable unknown pass {name!r}",
                                 hint=_did_you_mean(name, [*registry.passes, *given])
                                 or "see `graphpass passes` for the passes available")

@@ -14,9 +14,15 @@ plugin never takes the others down:
   belongs, a hook that returns something not iterable) is reported and skipped;
 * with ``strict=True`` every one of these is a :class:`~graphpass.PluginError`.
 
-Two plugins that give the same pass (or loader, rule set, pipeline) name is always
-an error naming both. ``GRAPHPASS_DISABLE_PLUGINS=a,b`` and ``disable=`` switch
-plugins off before they are imported.
+Two plugins that give the same pass (or loader, rule set, pipeline) name clash: the
+name is held back (neither item is used) and recorded in ``registry.clashes``, so that
+``graphpass plugins`` lists it and only what asks for that name fails, naming both
+(with ``strict=True`` the clash itself is an error). What a failed plugin would have
+given, as far as its hooks told before it failed, is kept on its
+:class:`~graphpass.framework.registry.PluginInfo` (``withheld``), with the plugin's own
+exception (``exception``), so that asking for one of those names says which plugin
+would give it and why it failed. ``GRAPHPASS_DISABLE_PLUGINS=a,b`` and ``disable=``
+switch plugins off before they are imported.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import pluggy
 
 from graphpass.errors import PluginError
 from graphpass.framework import hookspecs
+from graphpass.framework.onnx_ir_pass import RewriteRules
 from graphpass.framework.pass_base import Pass
 from graphpass.framework.pipeline import Pipeline
 from graphpass.framework.registry import PluginInfo, Registry
@@ -54,7 +61,9 @@ _KINDS = {
     "graphpass_passes": "passes",
     "graphpass_checkpoint_loaders": "checkpoint_loaders",
     "graphpass_gradient_rules": "gradient_rules",
+    "graphpass_gradient_builders": "gradient_builders",
     "graphpass_pipelines": "pipelines",
+    "graphpass_rewrite_rules": "passes",  # each RewriteRules becomes a pass
 }
 _PASS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -66,7 +75,18 @@ class _Candidate:
 
 
 class _PluginFailed(Exception):
-    """A plugin cannot be used (the message says why)."""
+    """A plugin cannot be used (the message says why).
+
+    Attributes:
+        original: The plugin's own exception, if one made it fail.
+        items: What its hooks gave before or besides the failure (not to be used).
+    """
+
+    def __init__(self, message: str, original: BaseException | None = None,
+                 items: list[tuple[str, str, Any]] | None = None):
+        super().__init__(message)
+        self.original = original
+        self.items = items or []
 
 
 def disabled_plugins(extra: Iterable[str] = ()) -> set[str]:
@@ -89,8 +109,8 @@ def build_registry(*, disable: Iterable[str] = (), strict: bool = False) -> Regi
         ``registry.problems`` lists every problem in one line each.
 
     Raises:
-        PluginError: Two plugins give the same name; with ``strict``, any plugin
-            problem.
+        PluginError: With ``strict``, any plugin problem (two plugins giving the same
+            name included).
     """
     disabled = disabled_plugins(disable)
     manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
@@ -117,6 +137,9 @@ def build_registry(*, disable: Iterable[str] = (), strict: bool = False) -> Regi
         except _PluginFailed as failure:
             info.status = "failed"
             info.error = str(failure)
+            info.exception = failure.original
+            for kind, name, _item in failure.items:
+                info.withheld.setdefault(kind, {})[name] = info.error
             _check_strict(info, strict)
             continue
         if strict and info.warnings:
@@ -124,7 +147,10 @@ def build_registry(*, disable: Iterable[str] = (), strict: bool = False) -> Regi
                               hint="fix the plugin, or run without --strict-plugins to skip "
                                    "what it gives that graphpass cannot use")
         for kind, name, item in items:
-            registry.add(kind, name, item, info.name)
+            if strict:
+                registry.add(kind, name, item, info.name)  # a clash is an error
+            else:
+                registry.offer(kind, name, item, info.name)
             info.provides.setdefault(kind, []).append(name)
     if strict and registry.warnings:
         raise PluginError(registry.warnings[0])
@@ -135,7 +161,8 @@ def _check_strict(info: PluginInfo, strict: bool) -> None:
     if strict:
         raise PluginError(f"plugin {info.label!r} failed: {info.error}",
                           hint=f"fix or uninstall it, or switch it off with --disable-plugin "
-                               f"{info.name} (or {DISABLE_ENV}={info.name})")
+                               f"{info.name} (or {DISABLE_ENV}={info.name})"
+                          ) from info.exception
 
 
 def _entry_point_candidates() -> list[_Candidate]:
@@ -176,14 +203,16 @@ def _collect(manager: pluggy.PluginManager, candidate: _Candidate) -> list[tuple
     try:
         plugin = candidate.load()
     except (Exception, SystemExit) as error:  # a plugin must not end the program
-        raise _PluginFailed(f"failed to import: {type(error).__name__}: {error}") from None
+        raise _PluginFailed(f"failed to import: {type(error).__name__}: {error}",
+                            error) from None
     try:
         manager.register(plugin, name=info.name)
     except Exception as error:
-        raise _PluginFailed(f"not a valid plugin: {error}") from None
+        raise _PluginFailed(f"not a valid plugin: {error}", error) from None
     try:
         info.warnings.extend(_misspelled_hooks(manager, plugin, info.name))
         items: list[tuple[str, str, Any]] = []
+        failure: _PluginFailed | None = None
         for hook_name, kind in _KINDS.items():
             for impl in getattr(manager.hook, hook_name).get_hookimpls():
                 if impl.plugin_name != info.name:
@@ -193,14 +222,19 @@ def _collect(manager: pluggy.PluginManager, candidate: _Candidate) -> list[tuple
                     # Reading what it returned runs plugin code too (a generator, say).
                     items.extend(_checked_items(kind, hook_name, returned, info))
                 except (Exception, SystemExit) as error:
-                    raise _PluginFailed(f"hook {hook_name} raised {type(error).__name__}: "
-                                        f"{error}") from None
+                    # The other hooks are still asked, to know what the plugin would give.
+                    failure = failure or _PluginFailed(
+                        f"hook {hook_name} raised {type(error).__name__}: {error}", error)
+        if failure is not None:
+            failure.items = items
+            raise failure
     except _PluginFailed:
         manager.unregister(name=info.name)
         raise
     except (Exception, SystemExit) as error:
         manager.unregister(name=info.name)
-        raise _PluginFailed(f"cannot be inspected: {type(error).__name__}: {error}") from None
+        raise _PluginFailed(f"cannot be inspected: {type(error).__name__}: {error}",
+                            error) from None
     return items
 
 
@@ -243,13 +277,38 @@ def _checked_items(kind: str, hook_name: str, returned: Any,
                              "ignored")
         return []
     items: list[tuple[str, str, Any]] = []
-    for item in list(returned):
+    for given in list(returned):
+        item = given
+        if hook_name == "graphpass_rewrite_rules":
+            if not isinstance(given, RewriteRules):
+                info.warnings.append(f"{hook_name} gave {_short_repr(given)}: not a "
+                                     "graphpass.RewriteRules; skipped")
+                continue
+            try:
+                item = given.as_pass()
+            except PluginError as error:
+                info.warnings.append(f"{hook_name} gave rewrite rules {given.name!r} that "
+                                     f"cannot be used: {error.message}; skipped")
+                continue
         problem = _item_problem(kind, item)
         if problem is not None:
             info.warnings.append(f"{hook_name} gave {_short_repr(item)}: {problem}; skipped")
+            name = _plain_name(item)
+            if name is not None:
+                info.withheld.setdefault(kind, {})[name] = problem
             continue
         items.append((kind, item.name, item))
     return items
+
+
+def _plain_name(item: Any) -> str | None:
+    """The name an item says it has, if reading it is harmless and gives a string."""
+    try:
+        name = item.__dict__.get("name") if isinstance(item, type) else getattr(item, "name",
+                                                                                None)
+    except Exception:  # a hostile item: its name is not worth knowing
+        return None
+    return name if isinstance(name, str) and name else None
 
 
 def _item_problem(kind: str, item: Any) -> str | None:
@@ -270,6 +329,12 @@ def _item_problem(kind: str, item: Any) -> str | None:
         options = getattr(item, "Options", None)
         if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
             return "`Options` must be a dataclass (graphpass.framework.NoOptions for none)"
+        return None
+    if kind == "gradient_builders":  # graphpass.training.GradientBuilder (a layer above)
+        if not (isinstance(getattr(item, "op_type", None), str)
+                and callable(getattr(item, "build", None))
+                and callable(getattr(item, "covers", None))):
+            return "not a graphpass.training.GradientBuilder"
         return None
     if kind == "pipelines":
         if not isinstance(item, Pipeline):
@@ -308,8 +373,8 @@ def default_registry(*, disable: Iterable[str] = (), strict: bool = False,
         reload: Build it again even if it was built before (with these arguments).
 
     Raises:
-        PluginError: With ``strict``, a plugin that fails; always, two plugins that give
-            the same name.
+        PluginError: With ``strict``, a plugin that fails or two plugins that give the
+            same name.
     """
     global _DEFAULT
     disable = tuple(disable)

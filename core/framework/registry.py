@@ -14,12 +14,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from graphpass.errors import PipelineError, PluginError
+from graphpass.errors import GraphpassError, PipelineError, PluginError
 
 if TYPE_CHECKING:
     from graphpass.framework.pass_base import Pass
 
-__all__ = ["PluginInfo", "Registered", "Registry"]
+__all__ = ["KIND_WORDS", "PluginInfo", "Registered", "Registry"]
+
+KIND_WORDS = {
+    "passes": "pass",
+    "checkpoint_loaders": "checkpoint loader",
+    "gradient_rules": "gradient rule set",
+    "pipelines": "pipeline",
+}
+"""What one item of each kind is called in messages."""
 
 T = TypeVar("T")
 
@@ -45,6 +53,10 @@ class PluginInfo:
         distribution: The name of the distribution that ships it.
         warnings: Problems that did not stop it (a misspelled hook, an item that was
             skipped because graphpass cannot use it).
+        exception: The plugin's own exception when it failed (its import error, or what
+            its hook raised), with the traceback into the plugin's code.
+        withheld: What it would have given but does not, by kind: names of a failed
+            plugin's items and of items skipped because graphpass cannot use them.
     """
 
     name: str
@@ -54,6 +66,8 @@ class PluginInfo:
     provides: dict[str, list[str]] = field(default_factory=dict)
     distribution: str = ""
     warnings: list[str] = field(default_factory=list)
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
+    withheld: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -68,19 +82,26 @@ class Registry:
         passes: Pass classes by pass name.
         checkpoint_loaders: Checkpoint loaders by loader name.
         gradient_rules: Gradient rule sets by name.
+        gradient_builders: Gradient builders by name (``Softmax``, ``my.domain::Op``,
+            ``Gather@16+``).
         pipelines: Pipeline presets by name.
         plugins: Every plugin seen, with its status.
         warnings: Problems not tied to one plugin (disabling a plugin that does not
             exist).
+        clashes: Names that two or more plugins give, by ``(kind, name)``: the plugins,
+            sorted by name. Neither plugin's item is registered under a clashing name;
+            asking for it is an error naming them all (see :meth:`unavailable`).
     """
 
     def __init__(self) -> None:
         self.passes: dict[str, Registered[type[Pass]]] = {}
         self.checkpoint_loaders: dict[str, Registered[Any]] = {}
         self.gradient_rules: dict[str, Registered[Any]] = {}
+        self.gradient_builders: dict[str, Registered[Any]] = {}
         self.pipelines: dict[str, Registered[Any]] = {}
         self.plugins: list[PluginInfo] = []
         self.warnings: list[str] = []
+        self.clashes: dict[tuple[str, str], list[str]] = {}
 
     # -------------------------------------------------------------- adding
     def add(self, kind: str, name: str, item: Any, plugin: str) -> None:
@@ -91,17 +112,90 @@ class Registry:
         """
         table: dict[str, Registered[Any]] = getattr(self, kind)
         if not isinstance(name, str) or not name:
-            raise PluginError(f"plugin {plugin!r} gave a {kind[:-1].replace('_', ' ')} "
+            raise PluginError(f"plugin {plugin!r} gave a {KIND_WORDS[kind]} "
                               f"without a name: {item!r}")
         existing = table.get(name)
         if existing is not None and existing.item is not item:
-            raise PluginError(
-                f"two plugins give the {kind[:-1].replace('_', ' ')} {name!r}: "
-                f"{existing.plugin!r} and {plugin!r}",
-                hint=f"disable one of them (--disable-plugin {plugin} or "
-                     f"GRAPHPASS_DISABLE_PLUGINS={plugin})",
-            )
+            raise _clash_error(kind, name, [existing.plugin, plugin])
         table[name] = Registered(item, plugin)
+
+    def offer(self, kind: str, name: str, item: Any, plugin: str) -> bool:
+        """Register ``item`` unless another plugin gives the same name; say which it was.
+
+        A second plugin giving a name is a clash: the name is taken out of the table
+        (neither plugin's item is used) and recorded in :attr:`clashes`, so that only
+        what asks for that name fails, naming every plugin that gives it.
+
+        Returns:
+            Whether ``item`` was registered.
+        """
+        if (kind, name) in self.clashes:
+            self.clashes[kind, name] = sorted([*self.clashes[kind, name], plugin])
+            return False
+        table: dict[str, Registered[Any]] = getattr(self, kind)
+        existing = table.get(name)
+        if existing is not None and existing.item is not item:
+            del table[name]
+            self.clashes[kind, name] = sorted([existing.plugin, plugin])
+            return False
+        self.add(kind, name, item, plugin)
+        return True
+
+    def unavailable(self, kind: str, name: str) -> GraphpassError | None:
+        """Why ``name`` is not in ``kind`` though a plugin gives it, or ``None``.
+
+        Returns:
+            A :class:`~graphpass.PluginError` when plugins clash over the name, or when
+            the plugin that would give it failed to load or had it skipped (naming the
+            plugin and why); ``None`` when no plugin is known to give it.
+        """
+        clash = self.clashes.get((kind, name))
+        if clash is not None:
+            return _clash_error(kind, name, clash)
+        for info in self.plugins:
+            reason = info.withheld.get(kind, {}).get(name)
+            if reason is None:
+                continue
+            if info.status == "failed":
+                return PluginError(
+                    f"{KIND_WORDS[kind]} {name!r} would be given by plugin {info.label!r}, "
+                    f"which failed to load: {reason}",
+                    hint=f"fix or reinstall plugin {info.name!r} (`graphpass plugins "
+                         "--traceback` shows its traceback)")
+            return PluginError(
+                f"{KIND_WORDS[kind]} {name!r} of plugin {info.label!r} was skipped: {reason}",
+                hint=f"this is a bug in plugin {info.name!r}; report it to its authors")
+        return None
+
+    def failed_plugins_note(self) -> str | None:
+        """A sentence about the plugins that failed, for the hint of an unknown name.
+
+        Any of them may be the one that gives a name nobody is known to give.
+        """
+        unknown = [info.label for info in self.plugins if info.status == "failed"]
+        if not unknown:
+            return None
+        names = ", ".join(repr(label) for label in unknown)
+        return (f"plugin{'s' * (len(unknown) != 1)} {names} failed to load and may give "
+                "it (see `graphpass plugins`)")
+
+    def missing_error(self, kind: str, name: str, unknown: str, hint: str | None,
+                      ) -> GraphpassError:
+        """The error for asking for ``name`` in ``kind`` when it is not registered.
+
+        Args:
+            kind: ``passes``, ``pipelines`` ...
+            name: The name asked for.
+            unknown: The message when no plugin is known to give it.
+            hint: The hint then (a "did you mean", say).
+        """
+        explained = self.unavailable(kind, name)
+        if explained is not None:
+            return explained
+        note = self.failed_plugins_note()
+        if note is not None:
+            hint = f"{hint}; {note}" if hint else note
+        return PipelineError(unknown, hint=hint)
 
     # -------------------------------------------------------------- lookups
     def pass_class(self, name: str) -> type[Pass]:
@@ -112,8 +206,8 @@ class Registry:
         """
         entry = self.passes.get(name)
         if entry is None:
-            raise PipelineError(f"unknown pass {name!r}", hint=_suggest(name, self.passes,
-                                                                        "graphpass passes"))
+            raise self.missing_error("passes", name, f"unknown pass {name!r}",
+                                     _suggest(name, self.passes, "graphpass passes"))
         return entry.item
 
     def pipeline(self, name: str) -> Any:
@@ -124,8 +218,8 @@ class Registry:
         """
         entry = self.pipelines.get(name)
         if entry is None:
-            raise PipelineError(f"unknown pipeline {name!r}",
-                                hint=_suggest(name, self.pipelines, "graphpass passes"))
+            raise self.missing_error("pipelines", name, f"unknown pipeline {name!r}",
+                                     _suggest(name, self.pipelines, "graphpass passes"))
         return entry.item
 
     def gradient_rule_set(self, name: str | None = None) -> Any:
@@ -143,8 +237,9 @@ class Registry:
             raise PipelineError("no gradient rules are registered")
         entry = self.gradient_rules.get(name)
         if entry is None:
-            raise PipelineError(f"unknown gradient rule set {name!r}",
-                                hint=_suggest(name, self.gradient_rules, "graphpass plugins"))
+            raise self.missing_error("gradient_rules", name,
+                                     f"unknown gradient rule set {name!r}",
+                                     _suggest(name, self.gradient_rules, "graphpass plugins"))
         return entry.item
 
     def loaders(self) -> list[Any]:
@@ -165,13 +260,28 @@ class Registry:
 
     @property
     def problems(self) -> list[str]:
-        """Every plugin problem, one readable line each (failures, then warnings)."""
+        """Every plugin problem, one readable line each (failures, then warnings).
+
+        Clashes are not among them: they are reported by ``graphpass plugins`` and by
+        whatever asks for a clashing name, not by every command.
+        """
         lines = [f"plugin {info.label!r} failed and was skipped: {info.error}"
                  for info in self.plugins if info.status == "failed"]
         lines.extend(f"plugin {info.label!r}: {warning}"
                      for info in self.plugins for warning in info.warnings)
         lines.extend(self.warnings)
         return lines
+
+
+def _clash_error(kind: str, name: str, plugins: list[str]) -> PluginError:
+    names = sorted(plugins)  # load order follows sys.path, an accident: messages do not
+    quoted = [repr(plugin) for plugin in names]
+    listed = " and ".join(quoted) if len(quoted) == 2 else ", ".join(quoted)
+    word = "two" if len(names) == 2 else str(len(names))
+    switches = " or ".join(f"--disable-plugin {plugin}" for plugin in names)
+    return PluginError(
+        f"{word} plugins give the {KIND_WORDS[kind]} {name!r}: {listed}",
+        hint=f"switch all but one of them off ({switches}, or GRAPHPASS_DISABLE_PLUGINS)")
 
 
 def _suggest(name: str, known: Iterable[str], command: str) -> str:

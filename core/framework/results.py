@@ -9,7 +9,7 @@ from typing import Any
 from graphpass.findings import Finding, Severity, count_by_severity
 from graphpass.ir import Model
 
-__all__ = ["PassRecord", "RunResult", "unique_findings"]
+__all__ = ["PassRecord", "RunResult", "RunSummary", "unique_findings"]
 
 
 @dataclass
@@ -73,6 +73,53 @@ class RunResult:
     """
 
     model: Model
+    records: list[PassRecord] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    plan: tuple[str, ...] = ()
+    stopped_after: str | None = None
+    iterations: int = 1
+
+    @property
+    def changed(self) -> bool:
+        """Whether any pass changed the model."""
+        return any(record.changed for record in self.records)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run finished with no error findings."""
+        return not self.errors
+
+    @property
+    def errors(self) -> list[Finding]:
+        """The error findings."""
+        return [f for f in self.findings if f.severity is Severity.ERROR]
+
+    @property
+    def seconds(self) -> float:
+        """Total time spent in passes."""
+        return sum(record.seconds for record in self.records)
+
+    def summary(self) -> RunSummary:
+        """Everything but the model: small, picklable, and what reports are made of."""
+        return RunSummary(list(self.records), list(self.findings), self.plan,
+                          self.stopped_after, self.iterations)
+
+
+@dataclass
+class RunSummary:
+    """A run's outcome without its model: what a report needs, cheap to send around.
+
+    What a worker process or a cluster sends back for each model of a batch
+    (:mod:`graphpass.batch`); the reports render it like a :class:`RunResult`.
+
+    Attributes:
+        records: One record per pass run, in order.
+        findings: Every finding.
+        plan: The names of the planned passes, in order.
+        stopped_after: The pass after which the run stopped because of errors, if any.
+        iterations: How many rounds ran.
+    """
+
     records: list[PassRecord] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     plan: tuple[str, ...] = ()

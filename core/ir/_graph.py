@@ -285,7 +285,8 @@ class Graph(LazyMetadata):
         self.insert_before(old, new_nodes)
         for old_name in old._outputs:
             if old_name and old_name in output_map:
-                self.replace_uses(old_name, output_map[old_name], include_outputs=True)
+                self.replace_uses(old_name, output_map[old_name], include_outputs=True,
+                                  rename_outputs=True)
         self.remove(old, safe=True)
 
     def _check_detached(self, node: Node) -> None:
@@ -652,7 +653,8 @@ class Graph(LazyMetadata):
         return tensor
 
     # ================================================================ rewiring
-    def replace_uses(self, old: str, new: str, *, include_outputs: bool = False) -> int:
+    def replace_uses(self, old: str, new: str, *, include_outputs: bool = False,
+                     rename_outputs: bool = False) -> int:
         """Make every use of ``old`` read ``new`` instead.
 
         Uses inside subgraphs (captures) are rewritten too.
@@ -660,15 +662,35 @@ class Graph(LazyMetadata):
         Args:
             old: The name whose uses move.
             new: The name that replaces it (must be visible wherever ``old`` is used).
-            include_outputs: Also replace ``old`` among the graph outputs.
+            include_outputs: Also replace ``old`` among the graph outputs. A subgraph's
+                or a function body's outputs are positional, so this changes no
+                interface; the outputs of a top-level graph (a model's main graph) are
+                the model's interface, and moving one renames a model output: that is
+                refused unless ``rename_outputs`` says it is meant.
+            rename_outputs: With ``include_outputs``, let a model output be renamed.
 
         Returns:
             The number of uses changed.
+
+        Raises:
+            InvalidModelError: ``old`` is a model output and ``rename_outputs`` is not
+                set (nothing is changed), or a subgraph that uses ``old`` from outside
+                defines ``new`` itself.
         """
         value = self._values.get(old)
         if value is None or old == new:
             return 0
         self._check_not_shadowed(old, new, value)
+        if (include_outputs and not rename_outputs and self._parent is None
+                and self._function is None and value.is_graph_output):
+            raise InvalidModelError(
+                f"replace_uses({old!r}, {new!r}, include_outputs=True) would rename the "
+                f"model output {old!r} to {new!r}; output names are the model's interface",
+                hint="to remove the node computing it, give its output name to the value "
+                     "that replaces it: graph.remove(node, safe=False), then "
+                     f"graph.rename_value({new!r}, {old!r}) (docs/ir.md, 'Removing a node "
+                     "whose output is a graph output'); to rename the output on purpose, "
+                     "pass rename_outputs=True")
         changed = 0
         for node, slot in list(value._uses):
             if node is None:
@@ -698,7 +720,7 @@ class Graph(LazyMetadata):
                 if old not in subgraph._free:
                     continue
                 if subgraph._is_defined(new):
-                    raise ValueError(
+                    raise InvalidModelError(
                         f"cannot replace {old!r} by {new!r}: subgraph {subgraph.name!r} of node "
                         f"{describe_node(node)} uses {old!r} from outside but defines its own "
                         f"{new!r}, which would hide it"
@@ -711,19 +733,32 @@ class Graph(LazyMetadata):
         The declaration (type, doc string, metadata), the producer's output, the
         graph input or output entry and the initializer all move to the new name.
 
+        ``new`` may be a name that is used but defined nowhere, such as a graph output
+        whose producer was just removed: the renamed value takes over those uses, and
+        the output keeps its own declaration. That is how a node whose output is a graph
+        output is removed without renaming the output (see the IR guide).
+
         Raises:
-            KeyError: This graph has no value ``old``.
-            ValueError: ``new`` is already used or defined in this graph, or a subgraph
-                that uses ``old`` defines ``new`` itself.
+            InvalidModelError: This graph has no value ``old``; ``new`` is defined here
+                or in an enclosing graph, or used here while defined nowhere and ``old``
+                is not defined here (or both are graph outputs); or a subgraph that uses
+                ``old`` defines ``new``. Nothing is changed.
         """
         if old == new:
             return
+        value = self._values.get(old)
+        if value is None:
+            raise InvalidModelError(f"cannot rename {old!r} to {new!r}: graph {self.name!r} "
+                                    f"has no value {old!r}")
         existing = self._values.get(new)
-        if existing is not None and (existing._uses or self._is_defined(new)):
-            raise ValueError(f"cannot rename {old!r} to {new!r}: {new!r} already exists")
-        value = self._values[old]
+        if existing is not None and (self._is_defined(new) or (existing._uses and (
+                self.resolve(new) is not None or not self._is_defined(old)
+                or (value.is_graph_output and existing.is_graph_output)))):
+            raise InvalidModelError(f"cannot rename {old!r} to {new!r}: {new!r} already exists",
+                                    hint="pick a name nothing in the graph uses")
         self._check_not_shadowed(old, new, value)
-        self.replace_uses(old, new, include_outputs=True)
+        merging = existing is not None and bool(existing._uses)
+        self.replace_uses(old, new, include_outputs=True, rename_outputs=True)
         producer = value._producer
         if producer is not None:
             outputs = list(producer._outputs)
@@ -747,7 +782,10 @@ class Graph(LazyMetadata):
                 self.remove_input(old)
             for position in positions:
                 self.add_input(new, position)
-        self._value_info = [new_value if v is value else v for v in self._value_info]
+        declared_elsewhere = merging and (new_value.is_graph_output or new_value.is_graph_input
+                                          or any(v is new_value for v in self._value_info))
+        self._value_info = [new_value if v is value else v for v in self._value_info
+                            if not (v is value and declared_elsewhere)]
         if not value._uses and not self._is_defined(old):
             self._values.pop(old, None)
         self._touch()

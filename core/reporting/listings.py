@@ -11,12 +11,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from graphpass.framework.option_types import toml_text
 from graphpass.framework.pass_base import Pass, describe_type, option_fields
 from graphpass.framework.planning import PlannedPass
-from graphpass.framework.registry import Registry
+from graphpass.framework.registry import KIND_WORDS, Registry
+from graphpass.reporting.tables import print_trimmed
 
-__all__ = ["describe_options", "passes_data", "pipelines_data", "plan_data", "plugins_data",
-           "print_passes", "print_plan", "print_plugins"]
+__all__ = ["clashes_data", "describe_options", "passes_data", "pipelines_data", "plan_data",
+           "plugins_data", "print_passes", "print_plan", "print_plugins"]
 
 
 def describe_options(pass_class: type[Pass]) -> list[dict[str, Any]]:
@@ -79,12 +81,15 @@ def print_passes(registry: Registry, console: Console) -> None:
         text = Text(entry["description"])
         for option in entry["options"]:
             text.append(f"\n  {option['name']}", style="bold")
-            text.append(f": {option['type']} = {option['default']!r}", style="dim")
+            default = ("not set" if option["default"] is None
+                       else toml_text(option["default"]))
+            text.append(f": {option['type']} = {default}", style="dim")
         for key in ("requires", "after", "before"):
             if entry[key]:
                 text.append(f"\n  {key}: {', '.join(entry[key])}", style="dim")
         table.add_row(entry["name"], entry["plugin"], entry["kind"], text)
-    console.print(table)
+    print_trimmed(console, table)
+    _print_clashes(registry, console)
     if registry.pipelines:
         presets = Table(title="pipeline presets", title_justify="left", title_style="bold",
                         box=None, show_edge=False, pad_edge=False, header_style="bold")
@@ -95,7 +100,7 @@ def print_passes(registry: Registry, console: Console) -> None:
                                               else "") for step in preset["passes"])
             presets.add_row(preset["name"], preset["plugin"], steps, preset["description"])
         console.print()
-        console.print(presets)
+        print_trimmed(console, presets)
 
 
 def plan_data(plan: Sequence[PlannedPass]) -> list[dict[str, Any]]:
@@ -125,7 +130,7 @@ def print_plan(plan: Sequence[PlannedPass], console: Console) -> None:
             reasons.append("required by " + ", ".join(entry["required_by"]))
         table.add_row(str(entry["position"]), entry["name"], entry["plugin"], entry["kind"],
                       "; ".join(reasons))
-    console.print(table)
+    print_trimmed(console, table)
 
 
 def plugins_data(registry: Registry) -> list[dict[str, Any]]:
@@ -139,6 +144,12 @@ def plugins_data(registry: Registry) -> list[dict[str, Any]]:
         "warnings": list(info.warnings),
         "provides": {kind: list(names) for kind, names in info.provides.items()},
     } for info in registry.plugins]
+
+
+def clashes_data(registry: Registry) -> list[dict[str, Any]]:
+    """Every name two or more plugins give (none of them is used) as JSON-ready data."""
+    return [{"kind": KIND_WORDS[kind], "name": name, "plugins": list(plugins)}
+            for (kind, name), plugins in sorted(registry.clashes.items())]
 
 
 def print_plugins(registry: Registry, console: Console) -> None:
@@ -160,11 +171,34 @@ def print_plugins(registry: Registry, console: Console) -> None:
             text.append(("\n" if text else "") + entry["error"], style="red")
         for warning in entry["warnings"]:
             text.append(("\n" if text else "") + f"warning: {warning}", style="yellow")
+        for clash in _clashes_of(registry, entry["name"]):
+            text.append(("\n" if text else "") + f"clash: {clash}", style="bold red")
         table.add_row(entry["name"], entry["version"],
                       Text(entry["status"], style=styles.get(entry["status"], "")), text)
-    console.print(table)
+    print_trimmed(console, table)
     for warning in registry.warnings:
-        console.print(Text(f"warning: {warning}", style="yellow"))
+        console.print(Text(f"warning: {warning}", style="yellow"), soft_wrap=True)
+    _print_clashes(registry, console)
+
+
+def _clashes_of(registry: Registry, plugin: str) -> list[str]:
+    """What ``plugin`` gives that other plugins give too, one line each."""
+    lines = []
+    for (kind, name), plugins in sorted(registry.clashes.items()):
+        if plugin in plugins:
+            others = ", ".join(repr(p) for p in plugins if p != plugin)
+            lines.append(f"{KIND_WORDS[kind]} {name!r} is also given by {others}; neither "
+                         "is used")
+    return lines
+
+
+def _print_clashes(registry: Registry, console: Console) -> None:
+    for kind, name in sorted(registry.clashes):
+        error = registry.unavailable(kind, name)
+        text = f"clash: {error.message}" if error is not None else f"clash: {name!r}"
+        console.print(Text(text, style="bold red"), soft_wrap=True)
+        if error is not None and error.hint:
+            console.print(Text(f"  hint: {error.hint}", style="dim"), soft_wrap=True)
 
 
 def _options_dict(options: Any) -> dict[str, Any]:

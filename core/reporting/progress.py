@@ -1,4 +1,4 @@
-"""Progress on long runs: which pass is running, and that a big model is loading.
+"""Progress on long runs: the pass running, a big model loading, a batch's files done.
 
 Shown on standard error, and only when it is a terminal: logs, pipes and CI output
 stay clean. The display disappears when the work is done.
@@ -21,7 +21,7 @@ from graphpass.framework.results import PassRecord, RunResult
 from graphpass.ir import Model
 from graphpass.reporting.summary import format_bytes
 
-__all__ = ["PassProgress", "loading"]
+__all__ = ["FileProgress", "PassProgress", "loading"]
 
 
 class PassProgress(Instrument):
@@ -68,6 +68,56 @@ class PassProgress(Instrument):
 
     def after_run(self, result: RunResult | None, context: PassContext) -> None:
         """Remove the display."""
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+class FileProgress:
+    """A progress bar over the files of a batch: ``12/50 files`` and the last one done.
+
+    Use it as a context manager and call :meth:`done` as each file is finished (in any
+    order)::
+
+        with FileProgress(len(tasks), verb="linting") as progress:
+            for result in results:
+                progress.done(result.model)
+
+    Attributes:
+        console: Where it draws (standard error by default).
+        enabled: Whether it draws at all (only on a terminal).
+        completed: How many files are done.
+    """
+
+    def __init__(self, total: int, *, verb: str = "checking", console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self.enabled = self.console.is_terminal
+        self.total = total
+        self.verb = verb
+        self.completed = 0
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> FileProgress:
+        if self.enabled:
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                                      BarColumn(), TextColumn("{task.completed}/{task.total} "
+                                                              "files"),
+                                      TimeElapsedColumn(), console=self.console,
+                                      transient=True)
+            self._task = self._progress.add_task(f"{self.verb} {self.total} files",
+                                                 total=self.total)
+            self._progress.start()
+        return self
+
+    def done(self, name: str) -> None:
+        """Count one more file as done (``name`` is shown as the latest)."""
+        self.completed += 1
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, completed=self.completed,
+                                  description=f"{self.verb}: {name}")
+
+    def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None

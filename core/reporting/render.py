@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -24,18 +24,21 @@ from rich.table import Table
 from rich.text import Text
 
 from graphpass.findings import Finding, Severity, count_by_severity
-from graphpass.framework.results import RunResult
+from graphpass.framework.results import RunResult, RunSummary
+from graphpass.reporting.tables import print_trimmed
 
 __all__ = [
     "FRAMEWORK_CODES",
     "JSON_SCHEMA_ID",
     "SARIF_SCHEMA",
     "ReportInfo",
+    "SarifModel",
     "render_json",
     "render_sarif",
     "render_text",
     "report_dict",
     "sarif_dict",
+    "sarif_log",
 ]
 
 JSON_SCHEMA_ID: Final = "graphpass-report/1"
@@ -51,6 +54,7 @@ FRAMEWORK_CODES: Final[Mapping[str, str]] = {
 """Short descriptions of the framework's own finding codes."""
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
+# SARIF has its own word for the info severity ("note"); reports of ours say "info".
 _SARIF_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
 
@@ -79,7 +83,7 @@ class ReportInfo:
 
 
 # ========================================================================= text
-def render_text(result: RunResult, console: Console, info: ReportInfo) -> None:
+def render_text(result: RunResult | RunSummary, console: Console, info: ReportInfo) -> None:
     """Print the passes, the findings grouped by pass (worst first), and a summary."""
     passes = Table(title=None, show_edge=False, pad_edge=False, box=None, header_style="bold")
     passes.add_column("pass")
@@ -100,7 +104,7 @@ def render_text(result: RunResult, console: Console, info: ReportInfo) -> None:
         cells.append(", ".join(f"{k}: {v}" for k, v in record.stats.items() if v))
         passes.add_row(*cells)
     if result.records:
-        console.print(passes)
+        print_trimmed(console, passes)
     by_pass: dict[str, list[Finding]] = {}
     for finding in result.findings:
         by_pass.setdefault(finding.pass_name or "graphpass", []).append(finding)
@@ -118,9 +122,9 @@ def render_text(result: RunResult, console: Console, info: ReportInfo) -> None:
                 message.append(f"\nhint: {finding.hint}", style="dim")
             table.add_row(Text(finding.severity.value, style=_STYLE[finding.severity]),
                           finding.code, finding.location, message)
-        console.print(table)
+        print_trimmed(console, table)
     console.print()
-    console.print(_summary(result, info))
+    console.print(_summary(result, info), soft_wrap=True)  # one line, a path never cut
 
 
 def _counts_text(counts: Mapping[Severity, int]) -> Text:
@@ -133,14 +137,13 @@ def _counts_text(counts: Mapping[Severity, int]) -> Text:
     return text if text else Text("-")
 
 
-def _summary(result: RunResult, info: ReportInfo) -> Text:
+def _summary(result: RunResult | RunSummary, info: ReportInfo) -> Text:
     counts = count_by_severity(result.findings)
     text = Text()
     text.append(f"{counts[Severity.ERROR]} error{'s' * (counts[Severity.ERROR] != 1)}",
                 style=_STYLE[Severity.ERROR] if counts[Severity.ERROR] else "")
     text.append(f", {counts[Severity.WARNING]} warning"
-                f"{'s' * (counts[Severity.WARNING] != 1)}, {counts[Severity.INFO]} note"
-                f"{'s' * (counts[Severity.INFO] != 1)}")
+                f"{'s' * (counts[Severity.WARNING] != 1)}, {counts[Severity.INFO]} info")
     ran = len({r.name for r in result.records})
     text.append(f" from {ran} pass{'es' * (ran != 1)}")
     if info.timing:
@@ -158,7 +161,7 @@ def _summary(result: RunResult, info: ReportInfo) -> Text:
 
 
 # ========================================================================= JSON
-def report_dict(result: RunResult, info: ReportInfo) -> dict[str, Any]:
+def report_dict(result: RunResult | RunSummary, info: ReportInfo) -> dict[str, Any]:
     """The JSON report as a dictionary (see :func:`render_json`)."""
     counts = count_by_severity(result.findings)
     return {
@@ -178,7 +181,7 @@ def report_dict(result: RunResult, info: ReportInfo) -> dict[str, Any]:
     }
 
 
-def _records(result: RunResult, info: ReportInfo) -> list[dict[str, Any]]:
+def _records(result: RunResult | RunSummary, info: ReportInfo) -> list[dict[str, Any]]:
     records = [record.to_dict() for record in result.records]
     if not info.timing:
         for record in records:
@@ -186,7 +189,7 @@ def _records(result: RunResult, info: ReportInfo) -> list[dict[str, Any]]:
     return records
 
 
-def render_json(result: RunResult, info: ReportInfo) -> str:
+def render_json(result: RunResult | RunSummary, info: ReportInfo) -> str:
     """A JSON report.
 
     Layout (``schema`` = ``graphpass-report/1``): ``tool`` {name, version}, ``command``,
@@ -202,11 +205,39 @@ def render_json(result: RunResult, info: ReportInfo) -> str:
 
 
 # ======================================================================== SARIF
-def sarif_dict(result: RunResult, info: ReportInfo) -> dict[str, Any]:
-    """The SARIF 2.1.0 log as a dictionary (see :func:`render_sarif`)."""
+@dataclass(frozen=True)
+class SarifModel:
+    """One model of a SARIF log: its file, and its run or why it could not be checked.
+
+    Attributes:
+        model: The model file, as the user named it (``None``: no file).
+        result: The run, when the model could be checked.
+        error: Why it could not (it could not be read, a pass failed ...), otherwise.
+    """
+
+    model: str | None
+    result: RunResult | RunSummary | None = None
+    error: str | None = None
+
+
+def sarif_dict(result: RunResult | RunSummary, info: ReportInfo) -> dict[str, Any]:
+    """The SARIF 2.1.0 log of one model's run as a dictionary (see :func:`render_sarif`)."""
+    return sarif_log([SarifModel(info.model, result)], info)
+
+
+def sarif_log(models: Sequence[SarifModel], info: ReportInfo) -> dict[str, Any]:
+    """One SARIF 2.1.0 run over several models: every result located in its model's file.
+
+    ``artifacts`` lists the models (results point at them by ``index``); rules cover
+    every code seen; a model that could not be checked is a
+    ``toolExecutionNotification`` of level ``error`` located in its file, and makes the
+    invocation's ``executionSuccessful`` false. With one model the invocation's
+    properties hold its pass records; with several, a ``models`` list holds each model's.
+    """
     first_finding: dict[str, Finding] = {}
-    for finding in result.findings:
-        first_finding.setdefault(finding.code, finding)
+    for entry in models:
+        for finding in entry.result.findings if entry.result is not None else ():
+            first_finding.setdefault(finding.code, finding)
     descriptions = {**FRAMEWORK_CODES, **info.rules}
     rules = []
     for code, finding in first_finding.items():
@@ -219,36 +250,41 @@ def sarif_dict(result: RunResult, info: ReportInfo) -> dict[str, Any]:
         }
         rules.append(rule)
     index = {code: position for position, code in enumerate(first_finding)}
-    artifact_uri = _uri(info.model) if info.model else None
+    artifacts: list[dict[str, Any]] = []
+    artifact_index: dict[str, int] = {}
+    for entry in models:
+        if entry.model is not None and _uri(entry.model) not in artifact_index:
+            artifact_index[_uri(entry.model)] = len(artifacts)
+            artifacts.append({"location": {"uri": _uri(entry.model)},
+                              "roles": ["analysisTarget"]})
     results = []
-    for finding in result.findings:
-        message = finding.message
-        if finding.hint:
-            message = f"{message} (hint: {finding.hint})"
-        entry: dict[str, Any] = {
-            "ruleId": finding.code,
-            "ruleIndex": index[finding.code],
-            "level": _SARIF_LEVEL[finding.severity],
-            "message": {"text": message},
-        }
-        location: dict[str, Any] = {}
-        if artifact_uri is not None:
-            location["physicalLocation"] = {"artifactLocation": {"uri": artifact_uri,
-                                                                 "index": 0}}
-        logical = _logical_locations(finding)
-        if logical:
-            location["logicalLocations"] = logical
-        if location:
-            entry["locations"] = [location]
-        properties: dict[str, Any] = {"pass": finding.pass_name}
-        if finding.hint:
-            properties["hint"] = finding.hint
-        if finding.graph:
-            properties["graph"] = finding.graph
-        if finding.data:
-            properties["data"] = json.loads(json.dumps(dict(finding.data), default=str))
-        entry["properties"] = properties
-        results.append(entry)
+    notifications = []
+    for entry in models:
+        where = None
+        if entry.model is not None:
+            uri = _uri(entry.model)
+            where = {"artifactLocation": {"uri": uri, "index": artifact_index[uri]}}
+        if entry.error is not None:
+            notification: dict[str, Any] = {"level": "error", "message": {"text": entry.error}}
+            if where is not None:
+                notification["locations"] = [{"physicalLocation": where}]
+            notifications.append(notification)
+        for finding in entry.result.findings if entry.result is not None else ():
+            results.append(_sarif_result(finding, index[finding.code], where))
+    invocation: dict[str, Any] = {"executionSuccessful": not notifications}
+    if notifications:
+        invocation["toolExecutionNotifications"] = notifications
+    if len(models) == 1 and models[0].result is not None:
+        only = models[0].result
+        invocation["properties"] = {"command": info.command,
+                                    "stoppedAfter": only.stopped_after,
+                                    "passes": _records(only, info)}
+    else:
+        invocation["properties"] = {"command": info.command, "models": [
+            {"model": entry.model,
+             "stoppedAfter": entry.result.stopped_after if entry.result else None,
+             "passes": _records(entry.result, info) if entry.result else []}
+            for entry in models]}
     run: dict[str, Any] = {
         "tool": {"driver": {
             "name": "graphpass",
@@ -256,19 +292,45 @@ def sarif_dict(result: RunResult, info: ReportInfo) -> dict[str, Any]:
             "informationUri": "https://example.invalid/graphpass",
             "rules": rules,
         }},
-        "invocations": [{
-            "executionSuccessful": True,
-            "properties": {"command": info.command, "stoppedAfter": result.stopped_after,
-                           "passes": _records(result, info)},
-        }],
+        "invocations": [invocation],
         "results": results,
     }
-    if artifact_uri is not None:
-        run["artifacts"] = [{"location": {"uri": artifact_uri}, "roles": ["analysisTarget"]}]
+    if artifacts:
+        run["artifacts"] = artifacts
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
 
 
-def render_sarif(result: RunResult, info: ReportInfo) -> str:
+def _sarif_result(finding: Finding, rule_index: int,
+                  where: dict[str, Any] | None) -> dict[str, Any]:
+    message = finding.message
+    if finding.hint:
+        message = f"{message} (hint: {finding.hint})"
+    entry: dict[str, Any] = {
+        "ruleId": finding.code,
+        "ruleIndex": rule_index,
+        "level": _SARIF_LEVEL[finding.severity],
+        "message": {"text": message},
+    }
+    location: dict[str, Any] = {}
+    if where is not None:
+        location["physicalLocation"] = where
+    logical = _logical_locations(finding)
+    if logical:
+        location["logicalLocations"] = logical
+    if location:
+        entry["locations"] = [location]
+    properties: dict[str, Any] = {"pass": finding.pass_name}
+    if finding.hint:
+        properties["hint"] = finding.hint
+    if finding.graph:
+        properties["graph"] = finding.graph
+    if finding.data:
+        properties["data"] = json.loads(json.dumps(dict(finding.data), default=str))
+    entry["properties"] = properties
+    return entry
+
+
+def render_sarif(result: RunResult | RunSummary, info: ReportInfo) -> str:
     """A SARIF 2.1.0 log (for GitHub code scanning and other SARIF viewers)."""
     return json.dumps(sarif_dict(result, info), indent=2, default=str)
 

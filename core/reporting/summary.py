@@ -16,14 +16,19 @@ from rich.table import Table
 from rich.text import Text
 
 from graphpass.ir import Model, Value, dtype_name, format_function_id
+from graphpass.reporting.tables import print_trimmed
 
-__all__ = ["format_bytes", "model_summary", "render_summary"]
+__all__ = ["INSPECT_SCHEMA_ID", "format_bytes", "model_summary", "render_summary"]
+
+INSPECT_SCHEMA_ID = "graphpass-inspect/1"
+"""The ``schema`` field of ``graphpass inspect --format json``."""
 
 
 def model_summary(model: Model) -> dict[str, Any]:
     """Describe a model as a JSON-ready dictionary.
 
-    Keys: ``model`` (ir_version, producer, domain, model_version, doc_string, metadata),
+    Keys: ``schema`` (``graphpass-inspect/1``), ``model`` (ir_version, producer, domain,
+    model_version, doc_string, metadata),
     ``opset_imports``, ``inputs``/``outputs`` (name, type, shape), ``nodes`` (total,
     main graph, in subgraphs, in functions, ``by_op`` as ``domain::op`` counts over the
     main graph and its subgraphs), ``functions`` (id, nodes, calls), ``initializers``
@@ -62,6 +67,7 @@ def model_summary(model: Model) -> dict[str, Any]:
             embedded_bytes += tensor.nbytes
     largest = sorted(tensors, key=lambda t: -t.nbytes)[:5]
     return {
+        "schema": INSPECT_SCHEMA_ID,
         "model": {
             "path": str(model.source_path) if model.source_path else None,
             "ir_version": model.ir_version,
@@ -145,7 +151,7 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
 def _section(console: Console, title: str, table: Table) -> None:
     console.print()
     console.print(Text(title, style="bold"))
-    console.print(table)
+    print_trimmed(console, table)
 
 
 def _table(*columns: str) -> Table:

@@ -1,11 +1,43 @@
-"""Training: what a trainer can differentiate, and the types gradients are checked with.
+"""Training: what a trainer can differentiate, and graphpass's own training graphs.
 
 * :mod:`graphpass.training.gradient_rules`: :class:`GradientRules`, which
   ``(domain, op)`` a trainer differentiates and under which conditions;
 * :mod:`graphpass.training.value_types`: element types and shapes of values, declared
-  or inferred.
+  or inferred;
+* gradient builders (:class:`GradientBuilder`, the built-in ones in
+  :mod:`graphpass.training.builders`), reverse-mode differentiation in standard ONNX
+  (:func:`differentiate`), losses, optimizers and the training-graph directory
+  (:mod:`graphpass.training.graphs`, :mod:`graphpass.training.directory`).
+
+```python
+from graphpass.training import GradientBuilder, GradientContext, differentiate
+```
 """
 
+from graphpass.training._emit import Emitter, NameScope
+from graphpass.training.autodiff import Gradients, differentiate, prune
+from graphpass.training.builder import (
+    BuilderResult,
+    GradientBuilder,
+    GradientContext,
+    GradientError,
+    Refusal,
+)
 from graphpass.training.gradient_rules import GradientRules
+from graphpass.training.table import BuilderTable, registered_builders
 
-__all__ = ["GradientRules"]
+__all__ = [
+    "BuilderResult",
+    "BuilderTable",
+    "Emitter",
+    "GradientBuilder",
+    "GradientContext",
+    "GradientError",
+    "GradientRules",
+    "Gradients",
+    "NameScope",
+    "Refusal",
+    "differentiate",
+    "prune",
+    "registered_builders",
+]

@@ -37,10 +37,10 @@ class PrefixNodeNames(graphpass.Pass):
         return graphpass.PassResult(changed=renamed > 0, stats={"renamed nodes": renamed})
 
 
-class CountOps(graphpass.AnalysisPass):
+class OpCounts(graphpass.AnalysisPass):
     """Report how many nodes use each operator; warn above a limit."""
 
-    name = "count-ops"
+    name = "example-op-counts"
     description = "Report node counts per operator; warn when the graph has too many nodes."
     # Optional: short descriptions of the codes, used as rule texts in SARIF reports.
     codes: ClassVar[dict[str, str]] = {

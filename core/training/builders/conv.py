@@ -1,0 +1,251 @@
+"""Convolutions and pooling.
+
+``Conv`` (groups, strides, dilations, pads, depthwise), ``MaxPool``, ``AveragePool``,
+``GlobalAveragePool``, ``GlobalMaxPool``:
+
+* ``Conv``: dX is the transposed convolution of dY with the same weights; dW is a
+  convolution of X (batch and channel axes swapped, per group) with dY as the
+  kernel, strides and dilations exchanged; dB sums dY. Input positions no window
+  covers (the remainder of a stride) get zeros: ``output_padding`` when the shapes
+  are static, a ``Pad`` computed at run time otherwise.
+* ``MaxPool``: the forward node also outputs its ``Indices`` (flat positions in X);
+  dX scatter-adds dY there.
+* ``AveragePool``: a transposed convolution of dY with a constant kernel, divided by
+  each window's element count (with or without padding, as the node counts).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from graphpass.training.builder import BuilderResult, GradientContext, Refusal
+from graphpass.training.builders._common import FIRST, builder, rank_known
+from graphpass.training.gradient_rules import AttributeIn, Check, NodeSite
+
+__all__ = ["BUILDERS"]
+
+_SAME = ("SAME_UPPER", "SAME_LOWER")
+
+
+def _auto_pad_needs_shape(index: int) -> Refusal:
+    def unknown(site: NodeSite) -> bool:
+        auto_pad = site.node.attribute("auto_pad", "NOTSET")
+        return auto_pad in _SAME and _declared_spatial(site.node, index) is None
+
+    return Refusal((Check("same-padding-unknown", "auto_pad is SAME_* and the input's "
+                          "spatial shape is not static", unknown),),
+                   "SAME padding depends on the input size", "use explicit pads, or give the "
+                   "input a static spatial shape")
+
+
+def _declared_spatial(node: Any, index: int) -> list[int] | None:
+    """The static spatial dimensions the model declares for input ``index``, if any.
+
+    Only declarations count (not inference), so that ``lint-gradients`` decides the
+    same way (run ``infer-shapes`` to declare them).
+    """
+    graph = node.graph
+    value = graph.values.get(node.inputs[index]) if graph is not None else None
+    shape = value.shape if value is not None else None
+    if shape is None or not all(isinstance(d, int) for d in shape[2:]):
+        return None
+    return [int(d) for d in shape[2:]]
+
+
+def _geometry(ctx: GradientContext, x: str, kernel: list[int]) -> dict[str, list[int]]:
+    """Strides, dilations and explicit pads of a convolution or pooling node."""
+    n = len(kernel)
+    strides = [int(s) for s in ctx.attribute("strides", [1] * n)]
+    dilations = [int(d) for d in ctx.attribute("dilations", [1] * n)]
+    auto_pad = str(ctx.attribute("auto_pad", "NOTSET"))
+    if auto_pad == "VALID":
+        pads = [0] * (2 * n)
+    elif auto_pad in _SAME:
+        spatial = _declared_spatial(ctx.node, 0)
+        if spatial is None:  # pragma: no cover - refused before
+            raise ctx.error("SAME padding needs a static input shape", "use explicit pads")
+        begin, end = [], []
+        for size, k, s, d in zip(spatial, kernel, strides, dilations, strict=True):
+            out = -(-size // s)
+            total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
+            small, large = total // 2, total - total // 2
+            begin.append(small if auto_pad == "SAME_UPPER" else large)
+            end.append(large if auto_pad == "SAME_UPPER" else small)
+        pads = begin + end
+    else:
+        pads = [int(p) for p in ctx.attribute("pads", [0] * (2 * n))]
+    return {"strides": strides, "dilations": dilations, "pads": pads}
+
+
+def _output_padding(ctx: GradientContext, x: str, y: str, kernel: list[int],
+                    geometry: dict[str, list[int]]) -> list[int] | None:
+    """The ``output_padding`` that gives a transposed convolution X's shape, if static.
+
+    ``None`` also when a window-free border is so wide that the padded transposed
+    convolution would be empty.
+    """
+    x_shape, y_shape = ctx.static_shape(x), ctx.static_shape(y)
+    if x_shape is None or y_shape is None:
+        return None
+    n = len(kernel)
+    padding = []
+    for i in range(n):
+        s, d = geometry["strides"][i], geometry["dilations"][i]
+        covered = (s * (y_shape[2 + i] - 1) + (kernel[i] - 1) * d + 1
+                   - geometry["pads"][i] - geometry["pads"][n + i])
+        if covered < 1:
+            return None
+        padding.append(x_shape[2 + i] - covered)
+    return padding
+
+
+def _transposed(ctx: GradientContext, dy: str, weight: str, x: str, y: str, kernel: list[int],
+                geometry: dict[str, list[int]], group: int) -> str:
+    """``ConvTranspose(dy, weight)`` shaped like ``x`` (zeros where no window reached)."""
+    e = ctx.emit
+    n = len(kernel)
+    padding = _output_padding(ctx, x, y, kernel, geometry)
+    attributes: dict[str, Any] = {
+        "strides": geometry["strides"], "dilations": geometry["dilations"],
+        "pads": geometry["pads"], "group": group, "kernel_shape": kernel}
+    if padding is not None:
+        if any(padding):
+            attributes["output_padding"] = padding
+        return e.op("ConvTranspose", dy, weight, **attributes)
+    # Otherwise: the whole transposed convolution over the padded input, X's part of it
+    # cut out, and zeros for the end positions no window covered.
+    attributes["pads"] = [0] * (2 * n)
+    full = e.op("ConvTranspose", dy, weight, **attributes)
+    begin = e.ints(geometry["pads"][:n])
+    sizes = e.shape(x, 2)
+    cut = e.op("Slice", full, begin, e.op("Add", begin, sizes), e.ints(range(2, n + 2)))
+    missing = e.op("Sub", sizes, e.shape(cut, 2))
+    pads = e.op("Concat", e.ints([0] * (n + 4)), missing, axis=0)  # begins, then N and C
+    return e.op("Pad", cut, pads, mode="constant")
+
+
+@builder("Conv", frozenset({0, 1, 2}), refusals=(rank_known(1), _auto_pad_needs_shape(0)),
+         description="dX = ConvTranspose(dY, W); dW = Conv(X^T, dY^T) per group; dB = sum(dY)")
+def _conv(ctx: GradientContext) -> BuilderResult:
+    e = ctx.emit
+    dy = ctx.output_gradient(0)
+    assert dy is not None
+    x, w, b, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output(0)
+    rank = ctx.rank(w)
+    n = rank - 2
+    w_shape = ctx.static_shape(w)
+    kernel = [int(k) for k in ctx.attribute("kernel_shape", w_shape[2:] if w_shape else [])]
+    if len(kernel) != n:
+        raise ctx.error("the kernel shape is unknown", "give the weight a static shape")
+    geometry = _geometry(ctx, x, kernel)
+    group = int(ctx.attribute("group", 1))
+    grads: dict[int, str | None] = {}
+    if ctx.needs(0):
+        grads[0] = _transposed(ctx, dy, w, x, y, kernel, geometry, group)
+    if ctx.needs(1):
+        grads[1] = _weight_gradient(ctx, x, w, dy, n, geometry, group)
+    if ctx.needs(2) and b:
+        grads[2] = e.reduce_sum(dy, [0, *range(2, rank)], keepdims=False)
+    return grads
+
+
+def _weight_gradient(ctx: GradientContext, x: str, w: str, dy: str, n: int,
+                     geometry: dict[str, list[int]], group: int) -> str:
+    e = ctx.emit
+    spatial = list(range(2, n + 2))
+    if group == 1:
+        x_t = e.transpose(x, [1, 0, *spatial])  # [C, N, S]
+    else:
+        x_dims, w_dims = e.dims(x), e.dims(w)
+        per_group = e.op("Slice", w_dims, e.ints([1]), e.ints([2]))  # C / group
+        grouped = e.reshape(x, e.op("Concat", e.op("Slice", x_dims, e.ints([0]), e.ints([1])),
+                                    e.ints([group]), per_group,
+                                    e.op("Slice", x_dims, e.ints([2]), e.ints([n + 2])), axis=0))
+        swapped = e.transpose(grouped, [2, 1, 0, *range(3, n + 3)])  # [C/g, g, N, S]
+        x_t = e.reshape(swapped, e.op("Concat", per_group, e.ints([-1]),
+                                      e.op("Slice", x_dims, e.ints([2]), e.ints([n + 2])),
+                                      axis=0))
+    kernel_t = e.transpose(dy, [1, 0, *spatial])  # [M, N, O]
+    full = e.op("Conv", x_t, kernel_t, strides=geometry["dilations"],
+                dilations=geometry["strides"], pads=geometry["pads"], group=group)
+    w_shape = ctx.static_shape(w)
+    ends = e.ints(w_shape[2:]) if w_shape is not None else e.shape(w, 2)
+    cut = e.op("Slice", full, e.ints([0] * n), ends, e.ints(spatial))
+    return e.transpose(cut, [1, 0, *spatial])  # [M, C/g, K]
+
+
+# ==================================================================== pooling
+@builder("MaxPool", FIRST, since=16, refusals=(Refusal(
+    (AttributeIn("storage_order", (1,)),),
+    "the indices of a column-major MaxPool are not flat positions of X",
+    "use storage_order 0"),),
+    description="dX = scatter-add of dY at the forward node's Indices output")
+def _max_pool(ctx: GradientContext) -> BuilderResult:
+    e = ctx.emit
+    dy = ctx.output_gradient(0)
+    assert dy is not None
+    x = ctx.input(0)
+    indices = ctx.require_output(1)
+    zeros = e.filled(e.unsqueeze(e.op("Size", x), [0]), 0.0, like=x)
+    flat = e.op("ScatterElements", zeros, e.reshape(indices, [-1]), e.reshape(dy, [-1]),
+                axis=0, reduction="add")
+    return [e.reshape_like(flat, x)]
+
+
+@builder("AveragePool", FIRST, refusals=(rank_known(0), Refusal(
+    (AttributeIn("ceil_mode", (1,)),),
+    "with ceil_mode the last windows' divisors follow rules the builder does not model",
+    "use ceil_mode 0"), _auto_pad_needs_shape(0)),
+    description="dX = ConvTranspose(dY / count, ones) over N*C single-channel maps")
+def _average_pool(ctx: GradientContext) -> BuilderResult:
+    e = ctx.emit
+    dy = ctx.output_gradient(0)
+    assert dy is not None
+    x, y = ctx.input(0), ctx.output(0)
+    rank = ctx.rank(x)
+    kernel = [int(k) for k in ctx.attribute("kernel_shape")]
+    geometry = _geometry(ctx, x, kernel)
+    include_pad = bool(ctx.attribute("count_include_pad", 0))
+    ones_kernel = e.constant(np.ones([1, 1, *kernel]), ctx.type_of(x).elem_type or 1)
+    x_dims = e.dims(x)
+    spatial = e.op("Slice", x_dims, e.ints([2]), e.ints([rank]))
+    maps = e.reshape(dy, e.op("Concat", e.ints([-1, 1]), e.shape(dy, 2), axis=0))
+    conv_geometry = {"strides": geometry["strides"], "dilations": geometry["dilations"],
+                     "pads": geometry["pads"]}
+    if include_pad or not any(geometry["pads"]):
+        scaled = e.op("Div", maps, e.scalar(float(np.prod(kernel)), like=x))
+    else:
+        ones = e.filled(e.op("Concat", e.ints([1, 1]), spatial, axis=0), 1.0, like=x)
+        counts = e.op("Conv", ones, ones_kernel, **conv_geometry)
+        scaled = e.op("Div", maps, counts)
+    spread = _transposed(ctx, scaled, ones_kernel, x, y, kernel, geometry, 1)
+    return [e.reshape(spread, x_dims)]
+
+
+@builder("GlobalAveragePool", FIRST, description="dX = expand(dY) / (spatial size)")
+def _global_average_pool(ctx: GradientContext) -> BuilderResult:
+    e = ctx.emit
+    dy = ctx.output_gradient(0)
+    assert dy is not None
+    x, y = ctx.input(0), ctx.output(0)
+    count = e.op("Div", e.cast_like(e.op("Size", x), x), e.cast_like(e.op("Size", y), x))
+    return [e.op("Div", e.op("Expand", dy, e.dims(x)), count)]
+
+
+@builder("GlobalMaxPool", FIRST, refusals=(rank_known(0),),
+         description="dX = dY where X equals the max, split between ties")
+def _global_max_pool(ctx: GradientContext) -> BuilderResult:
+    e = ctx.emit
+    dy = ctx.output_gradient(0)
+    assert dy is not None
+    x, y = ctx.input(0), ctx.output(0)
+    rank = ctx.rank(x)
+    mask = e.cast_like(e.op("Equal", x, y), x)
+    ties = e.reduce_sum(mask, list(range(2, rank)), keepdims=True)
+    return [e.op("Mul", mask, e.op("Div", dy, ties))]
+
+
+BUILDERS = [_conv, _max_pool, _average_pool, _global_average_pool, _global_max_pool]
+"""The convolution and pooling builders."""

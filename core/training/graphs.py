@@ -1,0 +1,264 @@
+"""From a model to its training graphs: ``gradient``, ``step`` and ``eval`` models.
+
+:func:`build_training_graphs` copies the model, appends the loss, differentiates it
+with respect to the trainable weights (:func:`~graphpass.training.differentiate`)
+and appends the optimizer step. The three models share one forward graph:
+
+* ``gradient`` (**contract**): inputs are the model's inputs, then ``target`` (for a
+  loss that takes one), then every trainable weight under its initializer name;
+  outputs are ``loss``, then ``<weight>.grad`` for every trainable weight, in the same
+  order. Frozen weights stay initializers.
+* ``step``: the inputs of ``gradient``, then the optimizer state (``<weight>.<kind>``,
+  by kind then weight), ``step`` (``int64``, steps taken so far) and ``lr``; outputs
+  ``loss``, then ``<weight>.new`` per weight, the new state (``<weight>.<kind>.new``)
+  and ``step.new``. One session run is one training step.
+* ``eval``: the inputs of ``gradient``; outputs ``loss``, then the model's outputs.
+
+The models only reference the weights' tensors (nothing is copied); the initial
+values of the trainable weights and the optimizer state are returned alongside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from graphpass.ir import Model, Tensor, numpy_dtype
+from graphpass.training._emit import Emitter, NameScope, names_in
+from graphpass.training.autodiff import differentiate, model_opset, prune
+from graphpass.training.builder import GradientError
+from graphpass.training.gradient_rules import DIFFERENTIABLE_TYPES
+from graphpass.training.losses import LOSS, TARGET, LossKind, add_loss
+from graphpass.training.optimizers import LR, STEP, Optimizer, add_update
+from graphpass.training.sequences import split_sequences
+from graphpass.training.table import BuilderTable
+from graphpass.training.value_types import ModelTypes
+
+__all__ = ["FORMAT", "TrainingGraphs", "build_training_graphs"]
+
+FORMAT = "graphpass-training-graph"
+"""The ``format`` of the manifest (``manifest.json``)."""
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class TrainingGraphs:
+    """The result of :func:`build_training_graphs`.
+
+    Attributes:
+        gradient: The gradient model (loss and gradients).
+        step: The step model (loss, updated weights and state).
+        eval: The evaluation model (loss and the model's outputs).
+        weights: The initial values of the trainable weights, in order.
+        state: The initial optimizer state (zeros) and step count, by input name.
+        manifest: Names, order and options, for the runner (JSON-ready).
+        frozen_unreached: Trainable weights no gradient reaches (left frozen).
+    """
+
+    gradient: Model
+    step: Model
+    eval: Model
+    weights: dict[str, Tensor]
+    state: dict[str, np.ndarray]
+    manifest: dict[str, Any]
+    frozen_unreached: list[str] = field(default_factory=list)
+
+
+def _free_reserved(model: Model, reserved: Sequence[str]) -> dict[str, str]:
+    """Rename forward values that use a name the contract reserves; return the renames."""
+    graph = model.graph
+    names = NameScope(names_in(graph))
+    renamed: dict[str, str] = {}
+    for name in reserved:
+        if name in graph.input_names and name not in graph.initializers:
+            raise GradientError(f"the model has an input called {name!r}, a name the "
+                                "training graph reserves", hint="rename that input")
+        if name in graph.values and (graph.is_defined(name) or graph.is_used(name)):
+            renamed[name] = names.fresh(f"{name}.forward")
+            graph.rename_value(name, renamed[name])
+    return renamed
+
+
+def _weight_input(model: Model, name: str) -> onnx.ValueInfoProto:
+    tensor = model.graph.initializers[name]
+    return onnx.helper.make_tensor_value_info(name, tensor.dtype, list(tensor.shape))
+
+
+def _renamed(declaration: onnx.ValueInfoProto, name: str) -> onnx.ValueInfoProto:
+    info = onnx.ValueInfoProto()
+    info.CopyFrom(declaration)
+    info.name = name
+    return info
+
+
+def _set_inputs(model: Model, names: Sequence[str],
+                declarations: Mapping[str, onnx.ValueInfoProto]) -> None:
+    graph = model.graph
+    current = list(graph.input_names)
+    for name in current:
+        graph.remove_input(name)
+    for name in names:
+        graph.add_input(declarations.get(name, name))
+
+
+def build_training_graphs(model: Model, *, trainable: Sequence[str],
+                          frozen: Sequence[str] = (), loss: LossKind = "mse",
+                          loss_inputs: Sequence[str] = (), optimizer: Optimizer,
+                          builders: BuilderTable | None = None,
+                          torch_names: Mapping[str, str] | None = None,
+                          options: Mapping[str, Any] | None = None) -> TrainingGraphs:
+    """Build the gradient, step and eval models of ``model`` (which is not changed).
+
+    Args:
+        model: The model (functions inlined).
+        trainable: The weights to train (float initializers), in order.
+        frozen: Weights kept fixed (recorded in the manifest).
+        loss: The loss appended after the model's outputs.
+        loss_inputs: The output the loss reads (default: the first).
+        optimizer: The optimizer of the step model.
+        builders: The gradient builders (default: the built-in ones).
+        torch_names: For each weight, its name in the torch ``state_dict``, if known.
+        options: Options to record in the manifest.
+
+    Raises:
+        GradientError: The model cannot be differentiated (the message names the
+            node), or the loss cannot be built.
+    """
+    work = model.copy()
+    graph = work.graph
+    if not graph.is_sorted():
+        graph.sort()
+    split_sequences(graph)
+    initializers = graph.initializers
+    for name in trainable:
+        if name not in initializers:
+            raise GradientError(f"trainable weight {name!r} is not an initializer")
+        if initializers[name].dtype not in DIFFERENTIABLE_TYPES:
+            raise GradientError(f"trainable weight {name!r} is not of a float type")
+    model_inputs = [name for name in graph.input_names if name not in initializers]
+    reserved = [LOSS, TARGET, STEP, LR, f"{STEP}.new",
+                *(f"{w}.grad" for w in trainable), *(f"{w}.new" for w in trainable),
+                *(f"{w}.{kind}" for w in trainable for kind in optimizer.state),
+                *(f"{w}.{kind}.new" for w in trainable for kind in optimizer.state)]
+    renamed = _free_reserved(work, reserved)  # a model output called "loss", say
+    loss_inputs = [renamed.get(name, name) for name in loss_inputs]
+    original_outputs = list(graph.output_names)
+    names = NameScope(names_in(graph))
+    for name in reserved:
+        names.reserve(name)
+    types = ModelTypes(work)
+    emit = Emitter(graph, model_opset(work), names, lambda n: types.of(graph, n))
+    added = add_loss(work, loss, loss_inputs, emit, types)
+    inputs = [*model_inputs, *([added.target] if added.target else [])]
+
+    evaluation = work.copy()  # the forward graph and the loss, before any backward node
+    gradients = differentiate(work, trainable, {LOSS: None}, builders=builders, names=names)
+    reached = [w for w in trainable if gradients.values[w] is not None]
+    unreached = [w for w in trainable if gradients.values[w] is None]
+    declarations = {w: _weight_input(work, w) for w in reached}
+    _make_inputs(evaluation, reached)
+    evaluation.graph.set_outputs([added.declaration, *original_outputs])
+    _set_inputs(evaluation, [*inputs, *reached], declarations)
+    prune(evaluation.graph, evaluation.graph.output_names)
+    emit.prefix = "grad"
+    grad_outputs = []
+    for weight in reached:
+        grad = gradients.values[weight]
+        assert grad is not None
+        emit.node("Identity", [grad], [f"{weight}.grad"])
+        grad_outputs.append(_renamed(declarations[weight], f"{weight}.grad"))
+    _make_inputs(work, reached)
+
+    gradient_model = work.copy()
+    gradient_model.graph.set_outputs([added.declaration, *grad_outputs])
+    _set_inputs(gradient_model, [*inputs, *reached], declarations)
+    prune(gradient_model.graph, gradient_model.graph.output_names)
+
+    state_inputs = {(w, kind): f"{w}.{kind}" for kind in optimizer.state for w in reached}
+    for (weight, _), name in state_inputs.items():
+        declarations[name] = _renamed(declarations[weight], name)
+    declarations[STEP] = onnx.helper.make_tensor_value_info(STEP, onnx.TensorProto.INT64, [])
+    declarations[LR] = onnx.helper.make_tensor_value_info(LR, onnx.TensorProto.FLOAT, [])
+    for name in (*state_inputs.values(), STEP, LR):
+        graph.add_input(declarations[name])
+    elem_types = [declarations[w].type.tensor_type.elem_type for w in reached]
+    update = add_update(emit, optimizer, reached, [f"{w}.grad" for w in reached], elem_types,
+                        state_inputs)
+    emit.prefix = "step"
+    step_outputs: list[str | onnx.ValueInfoProto] = [added.declaration]
+    for weight in reached:
+        emit.node("Identity", [update.weights[weight]], [f"{weight}.new"])
+        step_outputs.append(_renamed(declarations[weight], f"{weight}.new"))
+    for slot in update.state:
+        emit.node("Identity", [slot.output], [f"{slot.input}.new"])
+        step_outputs.append(_renamed(declarations[slot.weight], f"{slot.input}.new"))
+    emit.node("Identity", [update.step_output], [f"{STEP}.new"])
+    step_outputs.append(onnx.helper.make_tensor_value_info(f"{STEP}.new",
+                                                           onnx.TensorProto.INT64, []))
+    graph.set_outputs(step_outputs)
+    step_inputs = [*inputs, *reached, *state_inputs.values(), STEP, LR]
+    _set_inputs(work, step_inputs, declarations)
+    prune(graph, graph.output_names)
+
+    weights = {w: model.graph.initializers[w] for w in reached}
+    state = {name: np.zeros(model.graph.initializers[w].shape,
+                            numpy_dtype(model.graph.initializers[w].dtype))
+             for (w, _), name in state_inputs.items()}
+    state[STEP] = np.array(0, dtype=np.int64)
+    manifest = _manifest(inputs, added.target, loss, added.inputs, reached, list(frozen),
+                         unreached, optimizer, original_outputs, update, step_inputs,
+                         [o.name if isinstance(o, onnx.ValueInfoProto) else o
+                          for o in step_outputs], torch_names, options)
+    return TrainingGraphs(gradient_model, work, evaluation, weights, state, manifest,
+                          unreached)
+
+
+def _make_inputs(model: Model, weights: Sequence[str]) -> None:
+    """Turn trainable initializers into graph inputs (declared with their type)."""
+    graph = model.graph
+    listed = set(graph.input_names)
+    for name in weights:
+        declaration = _weight_input(model, name)
+        graph.remove_initializer(name)
+        if name not in listed:
+            graph.add_input(declaration)
+
+
+def _manifest(inputs: list[str], target: str | None, loss: str, loss_inputs: Sequence[str],
+              trainable: list[str], frozen: list[str], unreached: list[str],
+              optimizer: Optimizer, outputs: list[str], update: Any, step_inputs: list[str],
+              step_outputs: list[str], torch_names: Mapping[str, str] | None,
+              options: Mapping[str, Any] | None) -> dict[str, Any]:
+    hyper = {key: value for key, value in vars(optimizer).items() if key != "kind"}
+    return {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "files": {"gradient": "gradient.onnx", "step": "step.onnx", "eval": "eval.onnx",
+                  "weights": "weights.safetensors",
+                  "optimizer_state": "optimizer_state.safetensors"},
+        "inputs": inputs[:len(inputs) - (1 if target else 0)],
+        "target": target,
+        "loss": {"kind": loss, "inputs": list(loss_inputs), "output": LOSS},
+        "outputs": outputs,
+        "trainable": trainable,
+        "gradients": [f"{w}.grad" for w in trainable],
+        "frozen": frozen,
+        "unreached": unreached,
+        "torch_names": dict(torch_names or {}),
+        "optimizer": {"kind": optimizer.kind, **hyper, "state": list(optimizer.state)},
+        "step": {
+            "inputs": step_inputs,
+            "outputs": step_outputs,
+            "carry": [[f"{w}", f"{w}.new"] for w in trainable]
+            + [[slot.input, f"{slot.input}.new"] for slot in update.state]
+            + [[STEP, f"{STEP}.new"]],
+            "lr": LR,
+            "step": STEP,
+        },
+        "options": dict(options or {}),
+    }

@@ -1,0 +1,210 @@
+"""The ``build-training-graph`` pass: graphpass's own training graphs, in standard ONNX.
+
+It appends a loss to the model, differentiates it with respect to the trainable
+weights with the registered gradient builders (reverse mode, standard ONNX
+operators only: stock onnxruntime runs the result) and writes the training-graph
+directory (see :mod:`graphpass.training.directory`)::
+
+    graphpass run model.onnx -p train-ready --emit-training-graph train/ -o ready.onnx
+
+The model itself is not changed. The weights it trains are those ``lint-gradients``
+would judge (same ``trainable``/``frozen`` options, same default: torch's parameters
+when the export records them, else every float initializer).
+
+Findings: ``GP850`` (info) the directory was written; ``GP851`` (error) a node
+cannot be differentiated (the message names it); ``GP852`` (error) no trainable
+weight; ``GP853`` (warning) trainable weights no gradient reaches, left frozen;
+``GP854`` (warning) a ``trainable``/``frozen`` pattern that matches nothing, or a
+requested weight that is not a float initializer; ``GP855`` (error) the directory
+cannot be written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from graphpass.errors import ModelSaveError
+from graphpass.findings import Finding, Severity, shortened_list
+from graphpass.framework.pass_base import Pass, PassContext, PassResult
+from graphpass.ir import Model
+from graphpass.training import GradientError
+from graphpass.training.directory import write_training_directory
+from graphpass.training.gradient_rules import DIFFERENTIABLE_TYPES, select_weights
+from graphpass.training.graphs import build_training_graphs
+from graphpass.training.optimizers import SGD, AdamW, Optimizer
+from graphpass.training.table import registered_builders
+
+__all__ = ["CODES", "BuildTrainingGraph"]
+
+CODES = {
+    "wrote": "GP850",
+    "not-differentiable": "GP851",
+    "no-trainable": "GP852",
+    "unreached": "GP853",
+    "selection": "GP854",
+    "write": "GP855",
+}
+"""The finding codes of ``build-training-graph`` (stable)."""
+
+
+class BuildTrainingGraph(Pass):
+    """Write gradient, step and eval graphs in standard ONNX (the model is unchanged)."""
+
+    name = "build-training-graph"
+    description = ("Write graphpass's training graphs (gradient, optimizer step, eval) in "
+                   "standard ONNX, which stock onnxruntime runs.")
+    requires = ("inline-functions",)
+    after = ("reconcile-initializers", "detect-missing-buffers", "fix-training-ops",
+             "lint-gradients", "remove-unused", "check")
+    codes: ClassVar[dict[str, str]] = {
+        "GP850": "training-graph directory written",
+        "GP851": "a node on the gradient path cannot be differentiated",
+        "GP852": "no trainable weight",
+        "GP853": "trainable weights no gradient reaches (left frozen)",
+        "GP854": "a trainable/frozen pattern matches nothing, or names a non-float weight",
+        "GP855": "the directory cannot be written",
+    }
+
+    @dataclass
+    class Options:
+        """Options of ``build-training-graph``.
+
+        Attributes:
+            directory: Where the training graphs go (relative to the pipeline file).
+            loss: ``mse`` (the mean squared error of the first output against an input
+                ``target``), ``crossentropy`` (the first output's logits, classes on the
+                last axis, against integer labels ``target``; label -100 is ignored) or
+                ``none`` (the first output is the loss).
+            loss_inputs: The output the loss reads (default: the first output).
+            trainable: Weights to train, as names or globs (default: torch's
+                parameters when the export records them, else every float
+                initializer; as ``lint-gradients`` chooses).
+            frozen: Weights to keep fixed, as names or globs.
+            optimizer: ``adamw`` or ``sgd`` (``step.onnx``).
+            lr: The learning rate the runner starts with (``lr`` is an input of
+                ``step.onnx``; recorded in the manifest).
+            betas: AdamW's ``(beta1, beta2)``.
+            eps: AdamW's epsilon.
+            weight_decay: Weight decay (default 0.01 for AdamW, 0 for SGD, as torch).
+            momentum: SGD momentum.
+            dampening: SGD dampening.
+            nesterov: SGD Nesterov momentum.
+        """
+
+        directory: str = ""
+        loss: Literal["mse", "crossentropy", "none"] = "mse"
+        loss_inputs: list[str] = field(default_factory=list)
+        trainable: list[str] = field(default_factory=list)
+        frozen: list[str] = field(default_factory=list)
+        optimizer: Literal["adamw", "sgd"] = "adamw"
+        lr: float = 1e-3
+        betas: tuple[float, float] = (0.9, 0.999)
+        eps: float = 1e-8
+        weight_decay: float | None = None
+        momentum: float = 0.0
+        dampening: float = 0.0
+        nesterov: bool = False
+
+        def __post_init__(self) -> None:
+            if not self.directory:
+                raise ValueError("give the folder for the training graphs: directory = \"...\"")
+            if self.lr <= 0:
+                raise ValueError("lr must be positive")
+
+    def run(self, model: Model, context: PassContext) -> PassResult:
+        """Build and write the training graphs."""
+        options = self.options
+        findings: list[Finding] = []
+        trainable, frozen = self._weights(model, findings)
+        if not trainable:
+            findings.append(Finding(
+                CODES["no-trainable"], Severity.ERROR, "no trainable weight: nothing to train",
+                hint="name weights with the trainable option, or check that the model has float "
+                     "initializers (run reconcile-initializers to fill them from a checkpoint)"))
+            return PassResult(findings=findings)
+        directory = context.resolve_path(options.directory)
+        try:
+            graphs = build_training_graphs(
+                model, trainable=trainable, frozen=frozen, loss=options.loss,
+                loss_inputs=options.loss_inputs, optimizer=self._optimizer(),
+                builders=registered_builders(context.registry),
+                torch_names=_torch_names(context), options=self._recorded())
+        except GradientError as error:
+            findings.append(Finding(CODES["not-differentiable"], Severity.ERROR, error.message,
+                                    node=error.node, hint=error.hint))
+            return PassResult(findings=findings)
+        if graphs.frozen_unreached:
+            findings.append(Finding(
+                CODES["unreached"], Severity.WARNING,
+                f"no gradient reaches {len(graphs.frozen_unreached)} trainable weight"
+                f"{'s' * (len(graphs.frozen_unreached) != 1)}, left frozen: "
+                f"{shortened_list(graphs.frozen_unreached, 4, quote=True)}",
+                hint="freeze them, or check that the loss depends on them (torch would "
+                     "give them no gradient either)",
+                data={"weights": graphs.frozen_unreached}))
+        try:
+            files = write_training_directory(graphs, directory)
+        except ModelSaveError as error:
+            findings.append(Finding(CODES["write"], Severity.ERROR, error.message,
+                                    hint=error.hint))
+            return PassResult(findings=findings)
+        reached = graphs.manifest["trainable"]
+        findings.append(Finding(
+            CODES["wrote"], Severity.INFO,
+            f"wrote training graphs for {len(reached)} trainable weight"
+            f"{'s' * (len(reached) != 1)} to {directory} ({', '.join(files)})",
+            data={"directory": str(directory), "files": files, "trainable": reached,
+                  "frozen": graphs.manifest["frozen"],
+                  "backward nodes": len(graphs.step.graph) - len(model.graph)}))
+        return PassResult(findings=findings, stats={
+            "directory": str(directory), "trainable weights": len(reached),
+            "gradient nodes": len(graphs.gradient.graph)})
+
+    def _weights(self, model: Model, findings: list[Finding]) -> tuple[list[str], list[str]]:
+        """The weights to train and to freeze: ``lint-gradients``' selection."""
+        options = self.options
+        graph = model.graph
+        initializers = graph.initializers
+        selection = select_weights(graph, options.trainable, options.frozen)
+        for option, patterns in (("trainable", options.trainable), ("frozen", options.frozen)):
+            for pattern in selection.matching_nothing(patterns):
+                findings.append(Finding(
+                    CODES["selection"], Severity.WARNING,
+                    f"{option} pattern {pattern!r} matches no initializer or graph input",
+                    value=pattern, hint="check the spelling; patterns use fnmatch syntax"))
+        trainable = []
+        for name in selection.trainable:
+            tensor = initializers.get(name)
+            if tensor is None or tensor.dtype not in DIFFERENTIABLE_TYPES:
+                if options.trainable:
+                    findings.append(Finding(
+                        CODES["selection"], Severity.WARNING,
+                        f"{name!r} is not a float initializer; it is not trained", value=name,
+                        hint="only float, float16, double and bfloat16 initializers train"))
+                continue
+            trainable.append(name)
+        frozen = [name for name in selection.frozen if name in initializers]
+        return trainable, frozen
+
+    def _optimizer(self) -> Optimizer:
+        o = self.options
+        if o.optimizer == "sgd":
+            return SGD(momentum=o.momentum, dampening=o.dampening,
+                       weight_decay=o.weight_decay or 0.0, nesterov=o.nesterov)
+        return AdamW(beta1=o.betas[0], beta2=o.betas[1], eps=o.eps,
+                     weight_decay=0.01 if o.weight_decay is None else o.weight_decay)
+
+    def _recorded(self) -> dict[str, Any]:
+        o = self.options
+        return {"loss": o.loss, "loss_inputs": list(o.loss_inputs),
+                "trainable": list(o.trainable), "frozen": list(o.frozen),
+                "optimizer": o.optimizer, "lr": o.lr}
+
+
+def _torch_names(context: PassContext) -> dict[str, str]:
+    """The checkpoint key of each initializer reconcile-initializers filled, if it ran."""
+    result = context.results.get("reconcile-initializers")
+    table = result.stats.get("table", {}) if result is not None else {}
+    return {name: str(entry["key"]) for name, entry in table.items()
+            if isinstance(entry, dict) and "key" in entry}

@@ -1,0 +1,1 @@
+"""An example plugin giving the gradient builder of ``example.graphpass::ScaledTanh``."""

@@ -1,0 +1,1 @@
+"""An example graphpass plugin: onnxscript pattern rewrites as graphpass passes."""
