@@ -22,6 +22,8 @@ the trainer reports):
 * ``GP407`` the loss has an element type the trainer does not accept;
 * ``GP423`` (info) float weights left out of the default trainable set because
   torch's export record marks them as buffers or constants;
+* ``GP425`` a registered builder that computes a wrong gradient on this node (a known
+  condition: the trainer builds and runs it, and every gradient comes out wrong);
 * ``GP424`` (warning) a ``BatchNormalization`` on the gradient path normalises so few
   values a channel (batch x spatial size) that its float32 gradient is rounding noise;
 * ``GP421`` / ``GP422`` (warnings) a ``trainable``/``frozen`` pattern that matches
@@ -78,6 +80,7 @@ CODES: Final = {
     "not-float": "GP422",
     "not-parameters": "GP423",
     "few-values": "GP424",
+    "wrong-gradient": "GP425",
 }
 """The finding codes of ``lint-gradients`` by problem (stable)."""
 
@@ -510,17 +513,25 @@ class _Linter:
         for subgraph in node.subgraphs():
             self._judge_subgraph(node, subgraph, scope, blocks, depth)
         if failures:
-            first = failures[0]
-            reasons = "; ".join(f"{f.reason} ({f.describe()})" for f in failures)
+            refusing = [f for f in failures if f.effect == "fails"]
+            shown = refusing or failures
+            first = shown[0]
+            reasons = "; ".join(f"{f.reason} ({f.describe()})" for f in shown)
             data["rule_op"] = first.op_type
-            data["conditions"] = [f.describe() for f in failures]
+            data["conditions"] = [f.describe() for f in shown]
             if first.trainer_message:
                 data["trainer_message"] = first.trainer_message
+            if not refusing:
+                return self._finding(
+                    "wrong-gradient", Severity.ERROR,
+                    f"{where}{rules.label} differentiates node {_node_label(node)!r} "
+                    f"({_op_label(node.domain, node.op_type)}) wrongly: {reasons}{blocked}",
+                    node, scope, "; ".join(dict.fromkeys(f.hint for f in shown)), data)
             return self._finding(
                 "broken", Severity.ERROR,
                 f"{where}{rules.label} cannot differentiate node {_node_label(node)!r} "
                 f"({_op_label(node.domain, node.op_type)}): {reasons}{blocked}",
-                node, scope, "; ".join(dict.fromkeys(f.hint for f in failures)), data)
+                node, scope, "; ".join(dict.fromkeys(f.hint for f in shown)), data)
         if builder is not None and builder != view:
             data["builder"] = _op_label(*builder)
             kind = "model-local function" if function is not None else "operator"

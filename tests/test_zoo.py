@@ -103,7 +103,7 @@ def test_a_trainable_broadcast_where_input_is_refused_before_anything_is_written
     exported = zoo.export(zoo.case("vit"), "dynamo")
     run = _run(exported, tmp_path, "--disable-pass", "restore-parameters",
                "-O", 'lint-gradients.trainable=["*"]')
-    wheres = [f for f in run.errors if f["code"] == "GP403" and "Where" in f["message"]]
+    wheres = [f for f in run.errors if f["code"] == "GP425" and "Where" in f["message"]]
     assert wheres and {f["node"] for f in wheres} == {"node_Where_76", "node_Where_142"}
     assert "broadcast" in wheres[0]["message"]
     assert not run.artifacts.exists() and not run.output.exists()

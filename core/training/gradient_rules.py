@@ -442,6 +442,8 @@ class OpFailure:
             ``graph``: anywhere in the model (the trainer's graph optimizer fails on
             it before any gradient is built). Conditions of a ``graph`` failure cannot
             use gradient information.
+        effect: ``fails``: the trainer refuses (building the gradient, or running it);
+            ``wrong-gradient``: it builds and runs a gradient that is wrong.
     """
 
     op_type: str
@@ -451,6 +453,7 @@ class OpFailure:
     trainer_message: str | None = None
     domain: str | None = None
     scope: Literal["path", "graph"] = "path"
+    effect: Literal["fails", "wrong-gradient"] = "fails"
 
     def matches(self, site: NodeSite) -> bool:
         """Whether every condition holds for ``site``."""
@@ -757,7 +760,7 @@ def _rules_from_data(data: Mapping[str, Any], checks: Mapping[str, Check],
     op_failures = tuple(
         OpFailure(str(entry["op_type"]), when(entry), str(entry["reason"]), str(entry["hint"]),
                   entry.get("trainer_message"), entry.get("domain"),
-                  entry.get("scope", "path"))
+                  entry.get("scope", "path"), entry.get("effect", "fails"))
         for entry in data.get("op_failures", ()))
     trainer_failures = tuple(
         TrainerFailure(entry["kind"], str(entry["reason"]), str(entry["hint"]),
