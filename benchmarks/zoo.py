@@ -105,8 +105,8 @@ def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> 
         f"(tiny configs, random init) x {len(modes)} export modes, each exported, run "
         "through `graphpass run -p train-ready --emit-training-artifacts` and three AdamW "
         "steps of onnxruntime-training, and judged by `tests/zoo` against torch: **trains** "
-        "(outputs and every torch parameter's first-step gradient equal torch's, relative "
-        "1e-3; the loss falls), **refused rightly** (the error names what is missing and its "
+        "(outputs, every torch parameter's first-step gradient (against torch in float64, relative "
+        "1e-3) and the first AdamW step equal torch's; the loss falls), **refused rightly** (the error names what is missing and its "
         "advice, followed, trains) or **wrong**. Versions: "
         + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".", "",
         f"**{counts['trains']} train correctly, {counts['refused rightly']} are refused "
