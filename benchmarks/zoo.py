@@ -105,9 +105,10 @@ def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> 
         f"(tiny configs, random init) x {len(modes)} export modes, each exported, run "
         "through `graphpass run -p train-ready --emit-training-artifacts` and three AdamW "
         "steps of onnxruntime-training, and judged by `tests/zoo` against torch: **trains** "
-        "(outputs, every torch parameter's first-step gradient (against torch in float64, relative "
-        "1e-3) and the first AdamW step equal torch's; the loss falls), **refused rightly** (the error names what is missing and its "
-        "advice, followed, trains) or **wrong**. Versions: "
+        "(outputs, every torch parameter's first-step gradient (against torch in float64, "
+        "relative 1e-3) and the first AdamW step equal torch's; the loss falls), **refused "
+        "rightly** (the error names what is missing and its advice, followed, trains) or "
+        "**wrong**. Versions: "
         + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".", "",
         f"**{counts['trains']} train correctly, {counts['refused rightly']} are refused "
         f"rightly, {counts['wrong']} go wrong** (of {len(records)}); {wall:.0f} s in all "
