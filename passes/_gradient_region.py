@@ -65,6 +65,7 @@ class Region:
         """The node as a condition sees it: which inputs and outputs need gradients."""
         needed = self.gradient_values
         types = [self.type_of(name) if name else TypeInfo(None) for name in node.inputs]
+        outputs = [self.type_of(name) if name else TypeInfo(None) for name in node.outputs]
         return NodeSite(
             node,
             frozenset(i for i, name in enumerate(node.inputs) if name and name in needed),
@@ -72,6 +73,8 @@ class Region:
             trainable,
             tuple(t.elem_type for t in types),
             tuple(t.rank for t in types),
+            tuple(t.shape for t in types),
+            tuple(t.shape for t in outputs),
         )
 
     def ordered(self) -> list[Node]:
