@@ -125,9 +125,9 @@ class Trainer:
         self._carried = [_Carried(self._ort, source, updated, initial[source])
                          for source, updated in step["carry"]]
         self._by_name = {c.input: c for c in self._carried}
-        self._lr = np.array(self.manifest["options"].get("lr", 1e-3) if lr is None else lr,
-                            dtype=np.float32)
-        self.lr = float(self._lr)  # checks it
+        self._lr = np.zeros((), dtype=np.float32)
+        self._lr_given = 0.0
+        self.lr = float(self.manifest["options"].get("lr", 1e-3)) if lr is None else lr
         self._lr_value = self._ort.OrtValue.ortvalue_from_numpy(self._lr)
         self._loss = np.zeros((), dtype=self._type_of(self._session.get_outputs()[0].type))
         self._loss_value = self._ort.OrtValue.ortvalue_from_numpy(self._loss)
@@ -196,13 +196,14 @@ class Trainer:
     @property
     def lr(self) -> float:
         """The learning rate of the next step (settable, e.g. by a schedule)."""
-        return float(self._lr)
+        return self._lr_given
 
     @lr.setter
     def lr(self, value: float) -> None:
-        if not np.isfinite(value) or value <= 0:
+        if not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
             raise TrainingError(f"the learning rate must be a positive number, not {value!r}")
-        self._lr[...] = value  # the bound OrtValue reads this array
+        self._lr_given = float(value)
+        self._lr[...] = value  # the bound OrtValue reads this array (float32)
 
     @property
     def steps(self) -> int:
@@ -426,8 +427,11 @@ def _fitted(name: str, value: Any, dtype: np.dtype[Any],
     if array.ndim != len(shape) or any(isinstance(d, int) and d != n
                                        for d, n in zip(shape, array.shape, strict=False)):
         shown = ", ".join(str(d) if d is not None else "?" for d in shape)
+        named = any(not isinstance(d, int) for d in shape)
         raise TrainingError(f"batch array {name!r} has shape {list(array.shape)}, and the "
                             f"model takes [{shown}]",
-                            hint="named dimensions may take any size (the same size "
-                                 "wherever the name appears)")
+                            hint="named dimensions may take any size (the same size wherever "
+                                 "the name appears); numbers are fixed" if named else
+                            "the model was exported with these fixed sizes; give arrays of "
+                            "those shapes, or export it with dynamic axes")
     return np.require(array, requirements="C")
