@@ -79,6 +79,7 @@ from graphpass.reporting.render import (
 from graphpass.reporting.summary import model_summary, render_summary
 from graphpass.reporting.training import (
     TrainingReport,
+    print_build_summary,
     print_step,
     print_training_summary,
     training_dict,
@@ -493,6 +494,8 @@ def _train(args: argparse.Namespace) -> int:
             return EXIT_FINDINGS
         build = report_dict(outcome.summary, _report_info(args, config, registry, "train",
                                                           args.model, None))
+        if args.format == "text":
+            print_build_summary(outcome.summary, _stdout_console())
         return _train_directory(args, directory, batch, kept=kept, build=build)
 
 

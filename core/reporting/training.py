@@ -13,8 +13,11 @@ from typing import Any
 
 from rich.console import Console
 
-__all__ = ["TRAIN_SCHEMA_ID", "TrainingReport", "print_step", "print_training_summary",
-           "training_dict"]
+from graphpass.findings import Severity
+from graphpass.framework.results import RunSummary
+
+__all__ = ["TRAIN_SCHEMA_ID", "TrainingReport", "print_build_summary", "print_step",
+           "print_training_summary", "training_dict"]
 
 TRAIN_SCHEMA_ID = "graphpass-train/1"
 """The ``schema`` of ``graphpass train --format json``."""
@@ -49,6 +52,17 @@ class TrainingReport:
     seconds: float = 0.0
     build: dict[str, Any] | None = None
     error: str | None = None
+
+
+def print_build_summary(summary: RunSummary, console: Console) -> None:
+    """One line for the passes that built the training graphs, and their warnings."""
+    wrote = next((f for f in summary.findings if f.code == "GP850"), None)
+    weights = len(wrote.data.get("trainable", [])) if wrote is not None else 0
+    console.print(f"built the training graphs ({', '.join(summary.plan)}): {weights} "
+                  f"trainable weight{'s' * (weights != 1)}")
+    for finding in summary.findings:
+        if finding.severity is Severity.WARNING:
+            console.print(f"warning {finding.code}: {finding.message}")
 
 
 def print_step(console: Console, index: int, total: int, loss: float) -> None:
