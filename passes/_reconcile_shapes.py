@@ -13,6 +13,7 @@ from collections.abc import Collection
 
 import onnx
 
+from graphpass.files.checking import infer_shapes
 from graphpass.files.proto import model_to_proto
 from graphpass.ir import Model, Tensor
 
@@ -35,8 +36,7 @@ def undeclared_shape_problems(model: Model, names: Collection[str]) -> list[str]
                 pending.append(following)
     readers = {node.name for node in reached.values() if node.name}
     try:
-        onnx.shape_inference.infer_shapes(model_to_proto(model, _without_data),
-                                          strict_mode=True)
+        infer_shapes(model_to_proto(model, _without_data), strict_mode=True)
     except onnx.shape_inference.InferenceError as error:
         return [line.strip() for line in str(error).splitlines()
                 if any(f"node name: {reader})" in line for reader in readers)
