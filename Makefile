@@ -13,12 +13,13 @@ TORCH       := torch==2.13.0
 ORT_TRAINING := onnxruntime-training==1.19.2
 PYTEST_ARGS ?=
 
-.PHONY: help demo test lint typecheck docs bench clean venv ort-venv
+.PHONY: help demo test lint typecheck docs bench zoo clean venv ort-venv
 
 help:
 	@echo "make demo   - set up and run the demo on the bundled examples"
 	@echo "make test   - set up and run lint, type checks, docs build and the whole test suite"
 	@echo "make bench  - run the benchmarks (slow) and print ratios against peer tools"
+	@echo "make zoo    - judge every zoo architecture x export mode against torch (docs/benchmarks.md)"
 	@echo "make docs   - build the documentation (mkdocs --strict)"
 
 venv: $(STAMP)
@@ -28,7 +29,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || { $(PYTHON) -m venv $(VENV) && $(BIN)/pip install $(PIP_FLAGS) --upgrade pip; }
 	$(BIN)/pip install $(PIP_FLAGS) $(TORCH)
-	$(BIN)/pip install $(PIP_FLAGS) -e '.[dev,torch]' transformers
+	$(BIN)/pip install $(PIP_FLAGS) -e '.[dev,torch,zoo]'
 	touch $@
 
 # A second environment for onnxruntime-training: it ships its own `onnxruntime`
@@ -62,8 +63,12 @@ test: $(STAMP) ort-venv
 	$(MAKE) --no-print-directory lint docs
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(STAMP) ort-venv
 	$(BIN)/python benchmarks/run_all.py
+
+# Exports are cached under $(GRAPHPASS_ZOO_CACHE) (default tests/.cache/zoo).
+zoo: $(STAMP) ort-venv
+	$(BIN)/python benchmarks/zoo.py --jobs 2
 
 clean:
 	rm -rf $(VENV) $(ORT_VENV) build site .pytest_cache .mypy_cache .ruff_cache demo-output

@@ -5,6 +5,9 @@ graphpass run MODEL... -o OUT [-p PASS,PASS...] [-c pipeline.toml] [--checkpoint
                            [--format text|json|sarif] [--verify-each] [--fixed-point] ...
 graphpass lint MODEL_OR_DIR_OR_GLOB... [-p ...] [-j N] [--executor dask --scheduler ADDR]
                            [--format ...]
+graphpass train MODEL_OR_DIR --data BATCH.npz [--steps N] [--lr LR] [--save OUT.onnx]
+                           [--checkpoint-out CK.safetensors] [--emit-training-graph DIR]
+                           [-p ...] [--checkpoint PATH...] [-O ...] [--format text|json]
 graphpass passes | plan -p ... | plugins | inspect MODEL
 ```
 
@@ -22,6 +25,7 @@ import importlib.metadata
 import json
 import os
 import sys
+import tempfile
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Executor
@@ -47,7 +51,7 @@ from graphpass.batch import (
     run_model,
 )
 from graphpass.batch._tasks import Command
-from graphpass.errors import GraphpassError
+from graphpass.errors import GraphpassError, first_line
 from graphpass.files import load
 from graphpass.framework.config import PipelineFile, load_pipeline_file, parse_value
 from graphpass.framework.plugin_loading import default_registry
@@ -64,9 +68,23 @@ from graphpass.reporting.listings import (
     print_plan,
     print_plugins,
 )
-from graphpass.reporting.progress import FileProgress, loading
-from graphpass.reporting.render import ReportInfo, render_json, render_sarif, render_text
+from graphpass.reporting.progress import FileProgress, StepProgress, loading
+from graphpass.reporting.render import (
+    ReportInfo,
+    render_json,
+    render_sarif,
+    render_text,
+    report_dict,
+)
 from graphpass.reporting.summary import model_summary, render_summary
+from graphpass.reporting.training import (
+    TrainingReport,
+    print_build_summary,
+    print_step,
+    print_training_summary,
+    training_dict,
+)
+from graphpass.training.directory import MANIFEST
 
 __all__ = ["main"]
 
@@ -285,6 +303,31 @@ def _parser() -> argparse.ArgumentParser:
                                   help="list plugins, what they give, and their status")
     plugins.set_defaults(handler=_plugins)
 
+    train = commands.add_parser(
+        "train", parents=[common, planning, listing],
+        help="train a model (or a training-graph directory) on stock onnxruntime",
+        description="Train with graphpass's own training graphs on stock onnxruntime. Given a "
+                    "model, build them first (-p train-ready --emit-training-graph, the same "
+                    "options); given a training-graph directory, train it.")
+    train.add_argument("model", metavar="MODEL_OR_DIR",
+                       help="an ONNX model, or a directory build-training-graph wrote")
+    train.add_argument("--data", required=True, metavar="BATCH.npz",
+                       help="the batch: one array per model input, and 'target' for a loss "
+                            "that takes one (numpy.savez)")
+    train.add_argument("--steps", type=int, default=10, metavar="N",
+                       help="optimizer steps to take on the batch (default 10)")
+    train.add_argument("--lr", type=float, metavar="LR",
+                       help="the learning rate (default: the training graph's, 0.001 unless "
+                            "-O build-training-graph.lr=... says otherwise)")
+    train.add_argument("--save", metavar="OUT.onnx",
+                       help="write the model with the trained weights (atomic)")
+    train.add_argument("--checkpoint-out", metavar="CK.safetensors",
+                       help="write the trained weights under their torch state_dict keys")
+    train.add_argument("--emit-training-graph", metavar="DIR",
+                       help="with a MODEL: keep the training graphs in DIR (default: a "
+                            "temporary folder, removed after training)")
+    train.set_defaults(handler=_train)
+
     inspect = commands.add_parser("inspect", parents=[common, listing], help="summarize a model")
     inspect.add_argument("model", metavar="MODEL")
     inspect.set_defaults(handler=_inspect)
@@ -406,6 +449,108 @@ def _executor(args: argparse.Namespace, tasks: int) -> Iterator[Executor | None]
         return
     with process_pool(jobs) as pool:
         yield pool
+
+
+def _train(args: argparse.Namespace) -> int:
+    """``train``: build the training graphs of a model (or take a directory) and train."""
+    name = "graphpass train"
+    if args.steps < 1:
+        raise UsageError("--steps must be at least 1", name)
+    if args.lr is not None and not args.lr > 0:
+        raise UsageError("--lr must be a positive number", name)
+    source = Path(args.model)
+    if not source.exists():
+        raise UsageError(f"{args.model}: no such file or directory", name)
+    batch = _read_batch(Path(args.data))
+    for flag, given in (("--save", args.save), ("--checkpoint-out", args.checkpoint_out)):
+        if given and _same_path(Path(given), source):
+            raise UsageError(f"{flag} {given} is the input; refusing to write over it", name)
+    if source.is_dir():
+        given = [flag for flag, value in (
+            ("-p", args.passes), ("-c", args.config), ("--checkpoint", args.checkpoint),
+            ("-O", args.option), ("--disable-pass", args.disable_pass),
+            ("--emit-training-graph", args.emit_training_graph)) if value]
+        if given:
+            raise UsageError(f"{', '.join(given)} build the training graphs of a model; "
+                             f"{args.model} is a training-graph directory already", name)
+        return _train_directory(args, source, batch, kept=True, build=None)
+    kept = bool(args.emit_training_graph)
+    with contextlib.ExitStack() as stack:
+        if kept:
+            directory = Path(args.emit_training_graph)
+        else:
+            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="graphpass-train-"))
+            directory = Path(scratch) / "train"
+        args.emit_training_graph = str(directory)
+        args.passes = args.passes or ["train-ready"]
+        config, registry = _setup(args)
+        settings = _settings(args, "run", config, registry)
+        task = ModelTask(str(source), replace(settings, progress=True), None, label=args.model)
+        outcome, _ = run_model(task, registry=registry, config=config)
+        assert outcome.summary is not None
+        if outcome.exit_code != EXIT_OK or not (directory / MANIFEST).exists():
+            _report(args, outcome.summary, config, registry, command="train",
+                    model=args.model, output=None)
+            return EXIT_FINDINGS
+        build = report_dict(outcome.summary, _report_info(args, config, registry, "train",
+                                                          args.model, None))
+        if args.format == "text":
+            print_build_summary(outcome.summary, _stdout_console())
+        return _train_directory(args, directory, batch, kept=kept, build=build)
+
+
+def _read_batch(path: Path) -> dict[str, Any]:
+    import numpy as np
+
+    if not path.is_file():
+        raise UsageError(f"--data {path}: no such file", "graphpass train")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                raise ValueError("not an .npz archive")
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError, EOFError) as error:
+        raise GraphpassError(f"cannot read the batch: {first_line(error)}", where=str(path),
+                             hint="write it with numpy.savez(path, input=array, ..., "
+                                  "target=array)") from None
+
+
+def _train_directory(args: argparse.Namespace, directory: Path, batch: dict[str, Any], *,
+                     kept: bool, build: dict[str, Any] | None) -> int:
+    import math
+    import time
+
+    from graphpass.training import Trainer
+
+    trainer = Trainer(directory, lr=args.lr)
+    report = TrainingReport(args.model, str(directory) if kept else None,
+                            trainer.manifest["optimizer"]["kind"], trainer.lr, args.steps,
+                            build=build)
+    text = args.format == "text"
+    console = _stdout_console()
+    started = time.perf_counter()
+    with StepProgress(args.steps) as progress:
+        for index in range(1, args.steps + 1):
+            loss = trainer.step(batch)
+            report.losses.append(loss)
+            progress.done(loss)
+            if text:
+                print_step(console, index, args.steps, loss)
+            if not math.isfinite(loss):
+                report.error = (f"the loss is {loss} at step {index}; the weights are not "
+                                "written (try a smaller --lr)")
+                break
+    report.seconds = time.perf_counter() - started
+    if report.error is None:
+        if args.save:
+            report.saved = str(trainer.save(args.save))
+        if args.checkpoint_out:
+            report.checkpoint = str(trainer.save_checkpoint(args.checkpoint_out))
+    if text:
+        print_training_summary(report, console)
+    else:
+        _write_json(training_dict(report))
+    return EXIT_OK if report.error is None else EXIT_FINDINGS
 
 
 def _passes(args: argparse.Namespace) -> int:
@@ -583,8 +728,9 @@ def _report_info(args: argparse.Namespace, config: PipelineFile | None, registry
                  command: str, model: str | None, output: str | None) -> ReportInfo:
     return ReportInfo(command=command, model=model, output=output,
                       tool_version=_version(), rules=_rule_descriptions(registry),
-                      show_time=args.time or bool(config and config.instruments.time),
-                      timing=not args.no_timing)
+                      show_time=getattr(args, "time", False)
+                      or bool(config and config.instruments.time),
+                      timing=not getattr(args, "no_timing", False))
 
 
 def _report_batch(args: argparse.Namespace, results: Sequence[ModelResult],
@@ -609,14 +755,14 @@ def _report(args: argparse.Namespace, result: RunSummary, config: PipelineFile |
             registry: Registry, *, command: str, model: str, output: str | None) -> None:
     info = _report_info(args, config, registry, command, model, output)
     if args.format == "text":
-        if args.report:
+        if getattr(args, "report", None):
             with open(args.report, "w", encoding="utf-8") as handle:
                 render_text(result, Console(file=handle, width=120, markup=False), info)
         else:
             render_text(result, _stdout_console(), info)
         return
     text = render_json(result, info) if args.format == "json" else render_sarif(result, info)
-    if args.report:
+    if getattr(args, "report", None):
         Path(args.report).write_text(text + "\n", encoding="utf-8")
     else:
         sys.stdout.write(text + "\n")

@@ -24,6 +24,7 @@ Uses inside subgraphs (edge slot ``CAPTURE``) are edges like any other.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -76,6 +77,7 @@ class Region:
         if known is None:
             needed = self.gradient_values
             types = [self.type_of(name) if name else _ABSENT for name in node.inputs]
+            outputs = [self.type_of(name) if name else _ABSENT for name in node.outputs]
             known = self._sites[node] = NodeSite(
                 node,
                 frozenset(i for i, name in enumerate(node.inputs) if name and name in needed),
@@ -83,10 +85,11 @@ class Region:
                 trainable,
                 tuple(t.elem_type for t in types),
                 tuple(t.rank for t in types),
+                tuple(t.shape for t in types),
+                tuple(t.shape for t in outputs),
             )
         if known.trainable is not trainable and known.trainable != trainable:
-            return NodeSite(node, known.inputs_needing_gradient, known.outputs_needing_gradient,
-                            trainable, known.input_types, known.input_ranks)
+            return dataclasses.replace(known, trainable=trainable)
         return known
 
     def ordered(self) -> list[Node]:

@@ -15,7 +15,9 @@ Finding codes (stable):
   identical at export time was split, each consumer reading its own key.
 * ``GP206`` info: graph inputs that stood for weights became initializers (or,
   with ``keep-inputs``, inputs with defaults).
-* ``GP207`` info: names the model used without declaring them (an export saved
+* ``GP207`` info (warning when some shape could not be confirmed: no onnxruntime to
+  run the model, no rule for the consumer): names the model used without declaring
+  them (an export saved
   with ``include_initializers=False``) were filled; their shapes come from the
   checkpoint and were checked by shape inference.
 * ``GP208`` warning: graph inputs that follow filled weight inputs (so probably
@@ -62,7 +64,8 @@ class NameList(list[str]):
 
 
 def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
-                 checkpoint: Checkpoint, input_names: Sequence[str], *, keep_inputs: bool
+                 checkpoint: Checkpoint, input_names: Sequence[str], *, keep_inputs: bool,
+                 unconfirmed: Sequence[str] = (), ran: bool = False
                  ) -> tuple[list[Finding], dict[str, Any]]:
     """The findings and stats for the plan (see the module documentation for codes)."""
     by_name = {t.name: t for t in targets}
@@ -132,11 +135,24 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
                                 f"{_listing(inputs)}", PASS_NAME, data={"inputs": inputs}))
     undeclared = [f.name for f in plan.fills if f.is_plain
                   and by_name[f.name].source == "undefined" and by_name[f.name].shape is None]
-    if undeclared:
+    if undeclared and unconfirmed:
+        findings.append(Finding(
+            "GP207", Severity.WARNING,
+            f"{len(undeclared)} names the model used without defining or declaring them were "
+            f"filled with the checkpoint's shapes, and nothing could confirm "
+            f"{len(unconfirmed)} of them (shape inference does not check them, no rule "
+            f"covers their consumers, onnxruntime is not installed): {_listing(unconfirmed)}",
+            PASS_NAME, value=unconfirmed[0],
+            hint="install onnxruntime (pip install 'graphpass[runtime]') so that the filled "
+                 "model is run once, or run with --verify",
+            data={"names": undeclared, "unconfirmed": list(unconfirmed)}))
+    elif undeclared:
+        how = "and onnxruntime runs the filled model" if ran else \
+            "and their consumers' requirements"
         findings.append(Finding(
             "GP207", Severity.INFO,
             f"{len(undeclared)} names the model used without defining or declaring them were "
-            f"filled; their shapes, taken from the checkpoint, pass shape inference: "
+            f"filled; their shapes, taken from the checkpoint, pass shape inference {how}: "
             f"{_listing(undeclared)}", PASS_NAME, data={"names": undeclared}))
     if left_inputs:
         findings.append(Finding(

@@ -2,21 +2,60 @@
 
 An export saved with ``include_initializers=False`` uses its weights without
 declaring their types, so the checkpoint's shapes cannot be compared with the
-model's. Instead, ONNX shape inference (strict) runs over the filled model, with
-every initializer's type and shape but none of its data, and any error at a node
-that reads such a weight is reported.
+model's. Every other source of truth the model has is asked instead
+(:func:`check_undeclared`):
+
+1. ONNX shape inference (strict) over the filled model, with every initializer's
+   type and shape but none of its data: an error at a node that reads such a weight;
+2. what the consuming operators require given their other inputs' inferred shapes,
+   where inference does not check it: ``LayerNormalization``'s scale and bias are
+   ``X.shape[axis:]``, ``BatchNormalization``'s and ``InstanceNormalization``'s are
+   ``[C]``; and torch's own record of the call (``pkg.torch.onnx.fx_node``:
+   ``aten.layer_norm(x, [32], weight, bias, ...)`` names the normalised shape) when
+   the input's shape is not known;
+3. a run of the filled model in onnxruntime on generated inputs, where onnxruntime is
+   installed: every kernel checks its weights.
+
+A mismatch names the weight, its checkpoint key, both shapes and the consumer. A
+weight that neither (2) nor (3) confirms (no onnxruntime, and an operator without a
+rule) is returned as unconfirmed, for a warning.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import ast
+import importlib.util
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Final
 
 import onnx
 
+from graphpass.files.checking import infer_shapes
 from graphpass.files.proto import model_to_proto
-from graphpass.ir import Model, Tensor
+from graphpass.ir import Graph, Model, Node, Tensor
+from graphpass.torch.export_record import FX_NODE, fx_target
+from graphpass.training.value_types import ModelTypes
 
-__all__ = ["undeclared_shape_problems"]
+__all__ = ["ShapeCheck", "check_undeclared", "undeclared_shape_problems"]
+
+_PER_CHANNEL: Final = {"BatchNormalization": (1, 2, 3, 4), "InstanceNormalization": (1, 2)}
+_FX_ARGS: Final = "](args = "
+
+
+@dataclass
+class ShapeCheck:
+    """What the checks found.
+
+    Attributes:
+        problems: One line per mismatch (weight, key, both shapes, consumer).
+        unconfirmed: Weights whose shape nothing could confirm.
+        ran: Whether onnxruntime ran the filled model.
+    """
+
+    problems: list[str] = field(default_factory=list)
+    unconfirmed: list[str] = field(default_factory=list)
+    ran: bool = False
 
 
 def _without_data(tensor: Tensor) -> onnx.TensorProto:
@@ -35,8 +74,7 @@ def undeclared_shape_problems(model: Model, names: Collection[str]) -> list[str]
                 pending.append(following)
     readers = {node.name for node in reached.values() if node.name}
     try:
-        onnx.shape_inference.infer_shapes(model_to_proto(model, _without_data),
-                                          strict_mode=True)
+        infer_shapes(model_to_proto(model, _without_data), strict_mode=True)
     except onnx.shape_inference.InferenceError as error:
         return [line.strip() for line in str(error).splitlines()
                 if any(f"node name: {reader})" in line for reader in readers)
@@ -44,3 +82,114 @@ def undeclared_shape_problems(model: Model, names: Collection[str]) -> list[str]
     except (onnx.checker.ValidationError, ValueError, RuntimeError):
         return []  # the model itself is malformed; the check pass reports that
     return []
+
+
+def check_undeclared(model: Model, keys: Mapping[str, str]) -> ShapeCheck:
+    """Check the shapes of the filled weights ``keys`` (name -> checkpoint key).
+
+    Runs shape inference, the consumers' requirements, and (where installed)
+    onnxruntime, in that order; the first that finds a mismatch decides.
+    """
+    result = ShapeCheck(problems=undeclared_shape_problems(model, keys))
+    if result.problems:
+        return result
+    confirmed = _requirements(model, keys, result)
+    if result.problems:
+        return result
+    problem = _runtime(model, keys, result)
+    if problem:
+        result.problems.append(problem)
+        return result
+    if not result.ran:
+        result.unconfirmed = [name for name in keys if name not in confirmed]
+    return result
+
+
+# ============================================================== requirements
+def _requirements(model: Model, keys: Mapping[str, str], result: ShapeCheck) -> set[str]:
+    """Check what each consumer requires of the weights; return the names it confirmed."""
+    graph = model.graph
+    types = ModelTypes(model)
+    confirmed: set[str] = set()
+    for name in keys:
+        tensor = graph.initializers.get(name)
+        if tensor is None:
+            continue
+        for node, slot in graph.uses(name):
+            if node is None or node.domain not in ("", "ai.onnx"):
+                continue
+            needed, because = _required_shape(node, slot, types, graph)
+            if needed is None:
+                continue
+            if tuple(tensor.shape) != needed:
+                result.problems.append(
+                    f"{name!r} (checkpoint key {keys[name]!r}) is {list(tensor.shape)}, but "
+                    f"{node.op_type} {node.name or node.op_type!r} needs {list(needed)} at "
+                    f"input {slot} ({because})")
+            else:
+                confirmed.add(name)
+    return confirmed
+
+
+def _required_shape(node: Node, slot: int, types: ModelTypes, graph: Graph
+                    ) -> tuple[tuple[int, ...] | None, str]:
+    if node.op_type == "LayerNormalization" and slot in (1, 2):
+        shape = types.of(graph, node.inputs[0]).static_shape
+        axis = int(node.attribute("axis", -1))
+        if shape is not None and -len(shape) <= axis < len(shape):
+            return tuple(shape[axis:]), (f"its input {node.inputs[0]!r} is {list(shape)}, "
+                                         f"axis {axis}")
+        recorded = _fx_normalized_shape(node)
+        if recorded is not None:
+            return recorded, f"torch recorded aten.layer_norm with normalized_shape " \
+                             f"{list(recorded)}"
+        return None, ""
+    if node.op_type in _PER_CHANNEL and slot in _PER_CHANNEL[node.op_type]:
+        shape = types.of(graph, node.inputs[0]).static_shape
+        if shape is not None and len(shape) >= 2:
+            return (shape[1],), f"its input {node.inputs[0]!r} is {list(shape)}: one per channel"
+    return None, ""
+
+
+def _fx_normalized_shape(node: Node) -> tuple[int, ...] | None:
+    """``normalized_shape`` from torch's record of ``aten.layer_norm(x, shape, ...)``."""
+    if fx_target(node) != "aten.layer_norm.default":
+        return None
+    text = node.metadata.get(FX_NODE, "")
+    _, found, arguments = text.partition(_FX_ARGS)
+    start, end = arguments.find("["), arguments.find("]")
+    if not found or start < 0 or end < start:
+        return None
+    try:
+        value = ast.literal_eval(arguments[start:end + 1])
+    except (ValueError, SyntaxError):
+        return None
+    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+        return tuple(value)
+    return None
+
+
+# ===================================================================== runtime
+def _runtime(model: Model, keys: Mapping[str, str], result: ShapeCheck) -> str | None:
+    """Run the model in onnxruntime (when installed); a failure at a reader is a problem."""
+    if importlib.util.find_spec("onnxruntime") is None:
+        return None
+    from graphpass.framework.verify import VerifyOptions, make_inputs, run_model
+
+    try:
+        inputs = make_inputs(model, VerifyOptions())
+    except Exception:  # inputs it cannot make (sequences...): nothing confirmed
+        return None
+    outcome = run_model(model, inputs, backend="onnxruntime")
+    if outcome.outputs is not None:
+        result.ran = True
+        return None
+    graph = model.graph
+    for name in keys:
+        for node in graph.consumers(name):
+            if node.name and node.name in outcome.reason:
+                tensor = graph.initializers[name]
+                return (f"{name!r} (checkpoint key {keys[name]!r}) is {list(tensor.shape)}, "
+                        f"and onnxruntime refuses it in {node.op_type} {node.name!r}: "
+                        f"{outcome.reason}")
+    return None

@@ -29,6 +29,7 @@ from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Model
 from graphpass.training import GradientError
+from graphpass.training.batch_norm import BatchNormMode
 from graphpass.training.directory import write_training_directory
 from graphpass.training.gradient_rules import DIFFERENTIABLE_TYPES, select_weights
 from graphpass.training.graphs import build_training_graphs
@@ -82,6 +83,13 @@ class BuildTrainingGraph(Pass):
                 initializer; as ``lint-gradients`` chooses).
             frozen: Weights to keep fixed, as names or globs.
             optimizer: ``adamw`` or ``sgd`` (``step.onnx``).
+            batch_norm: ``batch-statistics`` (the default): batch normalizations train
+                as in torch's ``train()`` mode (each batch normalized with its own
+                statistics, the running statistics updated with the node's momentum
+                and carried through ``step.onnx``), which is what a model exported
+                from ``model.eval()`` was trained with; ``running-statistics``: as
+                exported (normalized with the fixed running statistics, as a
+                ``BatchNorm`` module in ``eval()`` mode).
             lr: The learning rate the runner starts with (``lr`` is an input of
                 ``step.onnx``; recorded in the manifest).
             betas: AdamW's ``(beta1, beta2)``.
@@ -98,6 +106,7 @@ class BuildTrainingGraph(Pass):
         trainable: list[str] = field(default_factory=list)
         frozen: list[str] = field(default_factory=list)
         optimizer: Literal["adamw", "sgd"] = "adamw"
+        batch_norm: BatchNormMode = "batch-statistics"
         lr: float = 1e-3
         betas: tuple[float, float] = (0.9, 0.999)
         eps: float = 1e-8
@@ -128,7 +137,7 @@ class BuildTrainingGraph(Pass):
             graphs = build_training_graphs(
                 model, trainable=trainable, frozen=frozen, loss=options.loss,
                 loss_inputs=options.loss_inputs, optimizer=self._optimizer(),
-                builders=registered_builders(context.registry),
+                batch_norm=options.batch_norm, builders=registered_builders(context.registry),
                 torch_names=_torch_names(context), options=self._recorded())
         except GradientError as error:
             findings.append(Finding(CODES["not-differentiable"], Severity.ERROR, error.message,
@@ -199,7 +208,7 @@ class BuildTrainingGraph(Pass):
         o = self.options
         return {"loss": o.loss, "loss_inputs": list(o.loss_inputs),
                 "trainable": list(o.trainable), "frozen": list(o.frozen),
-                "optimizer": o.optimizer, "lr": o.lr}
+                "optimizer": o.optimizer, "batch_norm": o.batch_norm, "lr": o.lr}
 
 
 def _torch_names(context: PassContext) -> dict[str, str]:

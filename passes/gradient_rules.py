@@ -41,12 +41,15 @@ def _dropout_kept(site: NodeSite) -> bool:
     """Whether ORT's optimizer keeps a Dropout (it removes those that do nothing).
 
     It removes a Dropout whose ratio is absent or a constant 0 and whose output is not
-    a graph output.
+    a graph output. When a loss block is added after the outputs (``generate_artifacts``
+    with a loss, as ``emit-training-artifacts`` does by default), the forward model's
+    outputs feed the loss and are graph outputs no more.
     """
     node, graph = site.node, site.node.graph
     if graph is None:
         return True
-    if any(name and graph.value(name).is_graph_output for name in node.outputs):
+    if not site.loss_added and \
+            any(name and graph.value(name).is_graph_output for name in node.outputs):
         return True
     ratio = node.inputs[1] if len(node.inputs) > 1 else ""
     if not ratio:
@@ -55,10 +58,30 @@ def _dropout_kept(site: NodeSite) -> bool:
     return value is None or float(value) != 0.0
 
 
+def _broadcast_input_needs_gradient(site: NodeSite) -> bool:
+    """Whether an input of the node that needs a gradient is broadcast to the output.
+
+    Only known shapes count: both the input's and the output's must be known, and
+    differ (a dimension both name alike, or both leave unknown, is the same).
+    """
+    output = site.output_shape(0)
+    if output is None:
+        return False
+    for index in site.inputs_needing_gradient:
+        shape = site.input_shape(index)
+        if index > 0 and shape is not None and tuple(shape) != tuple(output):
+            return True
+    return False
+
+
 CHECKS: dict[str, Check] = {
     "dropout-kept": Check("dropout-kept", "ORT's optimizer does not remove it first "
-                          "(its output is a graph output, or its ratio is not a constant 0)",
-                          _dropout_kept),
+                          "(its ratio is not a constant 0, or its output stays a graph "
+                          "output: no loss block is added)", _dropout_kept),
+    "broadcast-input-needs-gradient": Check(
+        "broadcast-input-needs-gradient",
+        "an input that needs a gradient has a shape other than the output's (broadcast)",
+        _broadcast_input_needs_gradient),
 }
 """The named conditions the built-in rules refer to (``{ check = "..." }``)."""
 

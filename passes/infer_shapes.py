@@ -32,7 +32,7 @@ from typing import ClassVar, Final
 
 import onnx
 
-from graphpass.files.checking import structural_proto
+from graphpass.files.checking import infer_shapes, structural_proto
 from graphpass.findings import Finding, Severity
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Graph, Model, Value
@@ -57,12 +57,11 @@ class InferShapes(Pass):
         proto = structural_proto(model)
         findings: list[Finding] = []
         try:
-            inferred = onnx.shape_inference.infer_shapes(
-                proto, check_type=False, strict_mode=False, data_prop=False)
+            inferred = infer_shapes(proto, check_type=False, strict_mode=False, data_prop=False)
             longest = _longest_vector(inferred)
             if longest[1] <= DATA_PROPAGATION_LIMIT:
-                inferred = onnx.shape_inference.infer_shapes(
-                    proto, check_type=False, strict_mode=False, data_prop=True)
+                inferred = infer_shapes(proto, check_type=False, strict_mode=False,
+                                        data_prop=True)
             else:
                 findings.append(Finding(
                     "GP511", Severity.INFO,

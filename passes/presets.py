@@ -17,13 +17,15 @@ TRAIN_READY = Pipeline(
     name="train-ready",
     description=(
         "Make an exported model trainable: inline local functions, fill weights from the "
-        "checkpoint (when one is given), find missing buffers, rewrite exported operators "
-        "ORT training cannot differentiate, lint gradients, tidy, check."
+        "checkpoint (when one is given), find missing buffers, restore the parameters the "
+        "exporter folded into copies, rewrite exported operators ORT training cannot "
+        "differentiate, lint gradients, tidy, check."
     ),
     passes=[
         "inline-functions",
         PipelineStep("reconcile-initializers", when="checkpoint"),
         "detect-missing-buffers",
+        "restore-parameters",
         "fix-training-ops",
         "lint-gradients",
         "remove-unused",

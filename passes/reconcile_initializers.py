@@ -46,7 +46,7 @@ from graphpass.ir import Graph, Model, Node
 from graphpass.passes._reconcile_match import match_names
 from graphpass.passes._reconcile_plan import Fill, Plan, plan_fills
 from graphpass.passes._reconcile_report import build_report
-from graphpass.passes._reconcile_shapes import undeclared_shape_problems
+from graphpass.passes._reconcile_shapes import ShapeCheck, check_undeclared
 from graphpass.passes._reconcile_targets import Target, collect_targets
 from graphpass.torch.export_record import (
     fx_arguments,
@@ -154,14 +154,18 @@ class ReconcileInitializers(Pass):
                             "add renames or rules, or run without strict")
         input_names = graph.input_names
         _apply(graph, plan, targets, checkpoint, keep_inputs=self.options.keep_inputs)
-        undeclared = {f.name for f in plan.fills if f.is_plain and f.name in undeclared_names}
-        if undeclared:  # nothing to compare shapes with: let shape inference judge them
+        undeclared = {f.name: f.key for f in plan.fills
+                      if f.is_plain and f.name in undeclared_names}
+        shapes = ShapeCheck()
+        if undeclared:  # nothing to compare shapes with: ask every other source of truth
+            shapes = check_undeclared(model, undeclared)
             _raise_problems("the checkpoint's shapes do not fit the model where it never "
-                            "declared them", undeclared_shape_problems(model, undeclared),
+                            "declared them", shapes.problems,
                             checkpoint, "the checkpoint belongs to another model, or keys "
                                         "matched the wrong weights: add renames")
         findings, stats = build_report(plan, matching, targets, checkpoint, input_names,
-                                       keep_inputs=self.options.keep_inputs)
+                                       keep_inputs=self.options.keep_inputs,
+                                       unconfirmed=shapes.unconfirmed, ran=shapes.ran)
         return PassResult(changed=bool(plan.fills), findings=findings, stats=stats)
 
     def _open(self, context: PassContext) -> Checkpoint:

@@ -34,12 +34,14 @@ def graphpass_passes() -> Iterable[type[Any]]:
     from graphpass.passes.lint_gradients import LintGradients
     from graphpass.passes.reconcile_initializers import ReconcileInitializers
     from graphpass.passes.remove_unused import RemoveUnused
+    from graphpass.passes.restore_parameters import RestoreParameters
     from graphpass.passes.topological_sort import TopologicalSort
 
     return [
         InlineFunctions,
         ReconcileInitializers,
         DetectMissingBuffers,
+        RestoreParameters,
         LintGradients,
         FixTrainingOps,
         BuildTrainingGraph,

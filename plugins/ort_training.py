@@ -12,7 +12,13 @@ says the model can be differentiated::
 The artifacts are written at an IR version the installed runtime accepts (with
 onnx 1.23, ``generate_artifacts`` writes the optimizer model at IR version 14,
 which onnxruntime-training 1.19.2 refuses) and are loaded once with
-``onnxruntime.training.api`` to prove it. Failures come back as findings.
+``onnxruntime.training.api`` to prove it. Then one real training step runs on
+generated inputs (as ``--verify`` makes them) and a random target, and its gradient
+is checked against finite differences along a random direction (two more forward
+runs; :mod:`graphpass.plugins._training_check`): a model that loads but fails in its
+first step, or computes a wrong gradient, is an error, not a "ready". The artifacts
+are built in a scratch folder and moved into place only when every check passes.
+Failures come back as findings.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from graphpass.findings import Finding, Severity
 from graphpass.framework.hookspecs import hookimpl
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Model
+from graphpass.plugins._training_check import StepOutcome, check_training
 from graphpass.torch.export_record import TRAINABLE_TYPES
 from graphpass.training.gradient_rules import select_weights
 
@@ -46,6 +53,9 @@ WROTE_CODE = "GP700"
 FAILED_CODE = "GP701"
 NO_TRAINABLE_CODE = "GP702"
 DOES_NOT_LOAD_CODE = "GP703"
+STEP_FAILS_CODE = "GP704"
+WRONG_GRADIENT_CODE = "GP705"
+NOT_CHECKED_CODE = "GP706"
 
 _PROTO_LIMIT = 1_800_000_000
 _MISSING_BUILDER = re.compile(r"The gradient builder has not been registered: (\S+) for node (\S*)")
@@ -77,6 +87,9 @@ class EmitTrainingArtifacts(Pass):
         FAILED_CODE: "onnxruntime-training could not build the artifacts",
         NO_TRAINABLE_CODE: "no trainable weight",
         DOES_NOT_LOAD_CODE: "the runtime does not load the artifacts it wrote",
+        STEP_FAILS_CODE: "the first training step fails in the runtime",
+        WRONG_GRADIENT_CODE: "the step's gradient disagrees with finite differences",
+        NOT_CHECKED_CODE: "the gradient could not be checked against finite differences",
     }
 
     @dataclass
@@ -95,6 +108,11 @@ class EmitTrainingArtifacts(Pass):
             optimizer: The optimizer model to write.
             max_ir_version: The highest IR version to write (default: the highest the
                 installed runtime accepts).
+            train_step: Run one training step on the artifacts before writing them.
+            check_gradients: With ``train_step``, compare the step's gradient with
+                finite differences along a random direction (two more forward runs).
+            inputs: An ``.npz`` of the model's inputs (and the loss's, such as
+                ``target``) for the step (default: generated, as ``--verify`` does).
         """
 
         directory: str = ""
@@ -104,6 +122,9 @@ class EmitTrainingArtifacts(Pass):
         frozen: list[str] = field(default_factory=list)
         optimizer: Literal["adamw", "sgd"] = "adamw"
         max_ir_version: int | None = None
+        train_step: bool = True
+        check_gradients: bool = True
+        inputs: str = ""
 
         def __post_init__(self) -> None:
             if not self.directory:
@@ -114,34 +135,116 @@ class EmitTrainingArtifacts(Pass):
         options = self.options
         directory = context.resolve_path(options.directory)
         trainable, frozen = _weights(model, options.trainable, options.frozen)
+        findings: list[Finding]
         if not trainable:
             return PassResult(findings=[Finding(
                 NO_TRAINABLE_CODE, Severity.ERROR, "no trainable weight: nothing to train",
                 hint="name weights with the trainable option, or check that the model has float "
                      "initializers (run reconcile-initializers to fill them from a checkpoint)")])
-        try:
-            _generate(model, directory, options, trainable, frozen)
-        except Exception as error:  # onnxruntime-training raises plain RuntimeErrors
-            return PassResult(findings=[_generation_failure(error)])
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".{directory.name}.",
+                                         dir=directory.parent) as scratch_name:
+            scratch = Path(scratch_name)
+            findings, step = self._build_and_check(model, context, scratch, trainable, frozen)
+            if any(f.severity is Severity.ERROR for f in findings):
+                return PassResult(findings=findings)
+            files = _move_into(scratch, directory)
         max_ir = options.max_ir_version or _max_ir_version()
-        rewritten = _cap_ir_versions(directory, max_ir)
-        problem = _load_artifacts(directory)
+        checked = "" if step is None or step.relative_error is None else (
+            f"; one training step ran (loss {step.loss:.6g}) and its gradient agrees with "
+            f"finite differences (relative difference {step.relative_error:.1e})")
+        findings.append(Finding(
+            WROTE_CODE, Severity.INFO,
+            f"wrote training artifacts for {len(trainable)} trainable weight"
+            f"{'s' * (len(trainable) != 1)} to {directory} ({', '.join(files)}); "
+            f"onnxruntime-training {_runtime_version()} loads them{checked}",
+            data={"directory": str(directory), "files": files, "trainable": trainable,
+                  "frozen": frozen, "max_ir_version": max_ir,
+                  "loss": None if step is None else step.loss,
+                  "gradient_check": None if step is None else {
+                      "analytic": step.analytic, "numeric": step.numeric,
+                      "relative_error": step.relative_error}}))
+        return PassResult(findings=findings,
+                          stats={"artifacts": str(directory),
+                                 "trainable weights": len(trainable)})
+
+    def _build_and_check(self, model: Model, context: PassContext, scratch: Path,
+                         trainable: list[str], frozen: list[str]
+                         ) -> tuple[list[Finding], StepOutcome | None]:
+        """Generate the artifacts into ``scratch``, load them, run and check a step."""
+        options = self.options
+        try:
+            _generate(model, scratch, options, trainable, frozen)
+        except Exception as error:  # onnxruntime-training raises plain RuntimeErrors
+            return [_generation_failure(error)], None
+        _cap_ir_versions(scratch, options.max_ir_version or _max_ir_version())
+        problem = _load_artifacts(scratch)
         if problem:
-            return PassResult(findings=[Finding(
+            return [Finding(
                 DOES_NOT_LOAD_CODE, Severity.ERROR,
-                f"onnxruntime-training wrote artifacts to {directory} but cannot load them: "
-                f"{problem}", hint="check the onnx and onnxruntime-training versions")])
-        files = sorted(p.name for p in directory.iterdir())
-        return PassResult(
-            findings=[Finding(
-                WROTE_CODE, Severity.INFO,
-                f"wrote training artifacts for {len(trainable)} trainable weight"
-                f"{'s' * (len(trainable) != 1)} to {directory} ({', '.join(files)}); "
-                f"onnxruntime-training {_runtime_version()} loads them",
-                data={"directory": str(directory), "files": files, "trainable": trainable,
-                      "frozen": frozen, "ir_version_capped": rewritten,
-                      "max_ir_version": max_ir})],
-            stats={"artifacts": str(directory), "trainable weights": len(trainable)})
+                f"onnxruntime-training wrote artifacts but cannot load them: {problem}",
+                hint="check the onnx and onnxruntime-training versions")], None
+        if not options.train_step:
+            return [], None
+        inputs = context.resolve_path(options.inputs) if options.inputs else None
+        with _quiet_native_stderr():
+            step = check_training(scratch, model, inputs=inputs,
+                                  gradients=options.check_gradients)
+        return _step_findings(model, step), step
+
+
+def _step_findings(model: Model, step: StepOutcome) -> list[Finding]:
+    if step.error is not None:
+        node = _forward_node(model, step.node)
+        where = f" in node {step.node!r}" + (
+            f" (the gradient of {node!r})" if node and node != step.node else "") \
+            if step.node else ""
+        return [Finding(
+            STEP_FAILS_CODE, Severity.ERROR,
+            f"onnxruntime-training builds and loads the artifacts, but the first training "
+            f"step fails{where}: {step.error}", node=node or step.node,
+            hint="lint-gradients should have named this node; freeze the weights whose "
+                 "gradient passes through it, or rewrite it, and please report the model")]
+    if step.gradient_wrong:
+        weight = f"; weight {step.weight!r}'s own part is off by {step.weight_error:.0%}" \
+            if step.weight and step.weight_error is not None else ""
+        return [Finding(
+            WRONG_GRADIENT_CODE, Severity.ERROR,
+            f"onnxruntime-training's gradient disagrees with finite differences: along a "
+            f"random direction d, g . d = {step.analytic:.6g} but (L(w + d) - L(w - d)) / 2 "
+            f"= {step.numeric:.6g} ({step.relative_error:.0%} apart){weight}",
+            value=step.weight,
+            hint="see the warnings of lint-gradients (a BatchNormalization over very few "
+                 "values a channel makes float32 gradients meaningless); freeze the weights "
+                 "whose gradient is wrong, or train with larger inputs")]
+    if step.skipped and step.skipped != "not asked for":
+        return [Finding(NOT_CHECKED_CODE, Severity.INFO,
+                        f"one training step ran; its gradient was not checked: {step.skipped}")]
+    return []
+
+
+def _forward_node(model: Model, node: str | None) -> str | None:
+    """The model's node a gradient node comes from (``node_cat/.../SplitTraining_0``)."""
+    if not node:
+        return None
+    names = {n.name for n in model.graph if n.name}
+    if node in names:
+        return node
+    parts = node.split("/")
+    for end in range(len(parts) - 1, 0, -1):
+        candidate = "/".join(parts[:end])
+        if candidate in names:
+            return candidate
+    return None
+
+
+def _move_into(scratch: Path, directory: Path) -> list[str]:
+    """Move every file of ``scratch`` into ``directory`` (replacing files of those names)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    names = sorted(p.name for p in scratch.iterdir())
+    for name in names:
+        os.replace(scratch / name, directory / name)
+    return names
 
 
 def _weights(model: Model, trainable: list[str], frozen: list[str]) -> tuple[list[str], list[str]]:

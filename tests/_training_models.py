@@ -58,9 +58,11 @@ def _modules() -> dict[str, Recipe]:
     class ConvNet(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+            # No bias before a batch norm (as real CNNs): with batch statistics its exact
+            # gradient is 0, so AdamW would turn rounding noise into steps.
+            self.conv1 = nn.Conv2d(3, 8, 3, padding=1, bias=False)
             self.bn1 = nn.BatchNorm2d(8)
-            self.conv2 = nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=2)
+            self.conv2 = nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=2, bias=False)
             self.bn2 = nn.BatchNorm2d(8)
             self.depthwise = nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=8)
             self.head = nn.Linear(8, 4)
@@ -258,6 +260,20 @@ def torch_gradients(name: str) -> tuple[float, dict[str, np.ndarray]]:
              if p.grad is not None}
     del functional
     return float(loss), grads
+
+
+def batch_norms_in_train_mode(module: Any) -> Any:
+    """``module`` with its batch norms in ``train()`` mode, the rest as it was (eval).
+
+    What ``build-training-graph`` trains with ``batch-norm = "batch-statistics"`` (its
+    default): batch statistics, running statistics updated; no dropout.
+    """
+    import torch
+
+    for sub in module.modules():
+        if isinstance(sub, torch.nn.modules.batchnorm._BatchNorm):
+            sub.train()
+    return module
 
 
 def torch_loss(module: Any, recipe: Recipe) -> Any:

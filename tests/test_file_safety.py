@@ -10,7 +10,8 @@ Complements ``test_files.py`` (``..``/absolute/symlinked external data, atomic s
 * data files are written only inside the output folder, in subfolders too;
 * a save that fails, raises or is interrupted (SIGINT) leaves the previous output as it
   was and no temporary file; a save killed outright (SIGKILL) leaves the previous output
-  intact and only hidden ``*.graphpass-tmp`` files, which the next save removes.
+  intact and only hidden ``*.graphpass-tmp`` files (and the output's lock file), which
+  the next save removes.
 """
 
 from __future__ import annotations
@@ -62,14 +63,18 @@ def _external(folder: Path, location: str = "weights.bin", size: int = 1024,
     return path
 
 
+_HIDDEN = (".graphpass-tmp", ".graphpass-lock")
+"""A save's temporary files, and the lock of the output it writes (left if killed)."""
+
+
 def _digests(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.iterdir())
-            if p.is_file() and not p.name.endswith(".graphpass-tmp")}
+            if p.is_file() and not p.name.endswith(_HIDDEN)}
 
 
 def _temporaries(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".graphpass-tmp"))
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(_HIDDEN))
 
 
 # ================================================================ reading out
@@ -156,9 +161,15 @@ def test_save_refuses_to_replace_the_input_models_data_file(tmp_path: Path) -> N
     assert _digests(tmp_path) == before and not _temporaries(tmp_path)
     np.testing.assert_array_equal(graphpass.load(path).graph.initializers["w"].numpy(),
                                   np.arange(1024, dtype=np.float32))
+    # Asked for, it is allowed: the input model keeps its data file, and the output
+    # gets one of its own under the next free name.
     graphpass.save(model, tmp_path / "out.onnx", external_data=True, location="weights.bin",
-                   overwrite_input=True)  # asked for: allowed, and the result is whole
+                   overwrite_input=True)
+    assert _digests(tmp_path)["weights.bin"] == before["weights.bin"]
+    assert _digests(tmp_path)["m.onnx"] == before["m.onnx"]
     saved = onnx.load(tmp_path / "out.onnx")
+    assert {entry.value for t in saved.graph.initializer for entry in t.external_data
+            if entry.key == "location"} <= {"weights.1.bin"}
     arrays = {t.name: numpy_helper.to_array(t) for t in saved.graph.initializer}
     np.testing.assert_array_equal(arrays["w"], np.arange(1024, dtype=np.float32))
     np.testing.assert_array_equal(arrays["extra"], np.ones(2048, np.float32))

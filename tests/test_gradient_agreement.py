@@ -155,13 +155,19 @@ def test_after_inline_functions_the_lint_is_silent_and_ort_trains(blocks_case,
     assert len(losses) == 4 and losses[-1] < losses[0]  # it trains: the loss falls
 
 
-def test_by_default_exporter_constants_are_trainable_and_named_as_such():
+def test_by_default_exporter_constants_are_not_trained_and_named_when_asked_for():
     (case,), _ = corpus.torch_cases(CACHE, ["torch_rmsnorm[dynamo]"])
     model = graphpass.Model.from_proto(case.model)
     default = LintGradients({"loss": case.loss}).run(
         model, PassContext(registry=default_registry())).findings
-    constants = [f for f in default if f.code == "GP404"]
+    # torch's record is there: the default trainable set is exactly its parameters.
+    [left_out] = [f for f in default if f.code == "GP423"]
+    assert not [f for f in default if f.severity.value == "error"]
+    everything = LintGradients({"loss": case.loss, "trainable": ["*"]}).run(
+        model, PassContext(registry=default_registry())).findings
+    constants = [f for f in everything if f.code == "GP404"]
     assert constants and all("an exporter constant" in f.message for f in constants)
+    assert {f.value for f in constants} <= set(left_out.data["left_out"])
     chosen = LintGradients({"loss": case.loss, "trainable": case.trainable}).run(
         model, PassContext(registry=default_registry())).findings
     assert chosen == []

@@ -193,9 +193,14 @@ def test_a_weight_that_reaches_no_loss_gets_ort_s_unreachable_diagnosis():
 def test_running_statistics_marked_trainable_get_no_gradient():
     model = build([helper.make_node("BatchNormalization", ["x", "S", "B", "M", "V"], ["n"],
                                     name="bn"), loss("n")],
-                  [weight(n, (3,)) for n in "SBMV"], inputs=[tensor("x", (2, 3, 4))])
-    assert sorted(summary(lint(model))) == [("GP404", "M"), ("GP404", "V")]
-    assert lint(model, frozen=["M", "V"]) == []
+                  [weight(n, (3,)) for n in "SBMV"], inputs=[tensor("x", (4, 3, 8))])
+    trained = ["S", "B", "M", "V"]
+    assert sorted(summary(lint(model, trainable=trained))) == [("GP404", "M"), ("GP404", "V")]
+    assert lint(model, trainable=trained, frozen=["M", "V"]) == []
+    # By default they are left out: read only as BatchNormalization's statistics, buffers.
+    [left_out] = lint(model)
+    assert left_out.code == "GP423" and left_out.data["left_out"] == {"M": "buffer",
+                                                                       "V": "buffer"}
 
 
 def test_a_node_reading_a_weight_twice_defines_its_gradient_twice():
@@ -406,7 +411,8 @@ def test_codes_are_stable():
     assert CODES == {"missing": "GP401", "unreachable": "GP402", "broken": "GP403",
                      "no-gradient": "GP404", "duplicate": "GP405", "captured": "GP406",
                      "loss-type": "GP407", "function": "GP410", "borrowed": "GP420",
-                     "no-match": "GP421", "not-float": "GP422", "not-parameters": "GP423"}
+                     "no-match": "GP421", "not-float": "GP422", "not-parameters": "GP423",
+                     "few-values": "GP424", "wrong-gradient": "GP425"}
 
 
 def test_a_long_chain_is_linted(tmp_path: Path):

@@ -157,7 +157,8 @@ def test_functions_export_is_inlined_verified_and_equal_to_torch(functions_expor
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert [p["name"] for p in report["passes"]] == [
-        "inline-functions", "detect-missing-buffers", "fix-training-ops", "lint-gradients",
+        "inline-functions", "detect-missing-buffers", "restore-parameters", "fix-training-ops",
+        "lint-gradients",
         "remove-unused", "check"]
     assert any(f["code"] == "GP600" for f in report["findings"])
     assert not [f for f in report["findings"] if f["severity"] != "info"]

@@ -50,8 +50,8 @@ def test_directory_follows_the_contract(tmp_path: Path) -> None:
     assert [f.code for f in result.findings] == ["GP850"]
     train = tmp_path / "train"
     assert sorted(p.name for p in train.iterdir()) == [
-        "eval.onnx", "gradient.onnx", "manifest.json", "optimizer_state.safetensors",
-        "step.onnx", "weights.safetensors"]
+        "buffers.safetensors", "eval.onnx", "gradient.onnx", "manifest.json", "model.onnx",
+        "optimizer_state.safetensors", "step.onnx", "weights.safetensors"]
     assert _io(train / "gradient.onnx") == (["x", "target", "w", "b"],
                                             ["loss", "w.grad", "b.grad"])
     assert _io(train / "step.onnx") == (
@@ -71,6 +71,21 @@ def test_directory_follows_the_contract(tmp_path: Path) -> None:
     state = load_file(str(train / "optimizer_state.safetensors"))
     assert state["step"].shape == () and int(state["step"]) == 0
     assert not np.any(state["w.exp_avg_sq"])
+
+
+def test_the_forward_model_keeps_its_trainable_weights_in_the_safetensors_file(
+        tmp_path: Path) -> None:
+    _run(graphpass.Model.from_proto(_model()), tmp_path / "train")
+    train = tmp_path / "train"
+    proto = onnx.load(str(train / "model.onnx"), load_external_data=False)
+    locations = {t.name: {e.key: e.value for e in t.external_data}.get("location")
+                 for t in proto.graph.initializer}
+    assert locations == {"w": "weights.safetensors", "b": "weights.safetensors", "f": None}
+    assert [n.op_type for n in proto.graph.node] == [n.op_type for n in _model().graph.node]
+    x = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    expected = ort.InferenceSession(_model().SerializeToString()).run(None, {"x": x})[0]
+    found = ort.InferenceSession(str(train / "model.onnx")).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(found, expected)
 
 
 def test_the_eval_graph_computes_the_models_outputs(tmp_path: Path) -> None:
@@ -144,7 +159,7 @@ def test_large_frozen_weights_are_written_once_and_shared(tmp_path: Path) -> Non
     data = [p.name for p in train.iterdir() if p.name.endswith(".data")]
     assert len(data) == 1  # frozen.data, or the source's data file copied whole
     assert (train / data[0]).stat().st_size >= 200_000
-    for file in ("gradient.onnx", "step.onnx", "eval.onnx"):
+    for file in ("gradient.onnx", "step.onnx", "eval.onnx", "model.onnx"):
         proto = onnx.load(str(train / file), load_external_data=False)
         (frozen,) = [t for t in proto.graph.initializer if t.name == "f"]
         location = {e.key: e.value for e in frozen.external_data}["location"]

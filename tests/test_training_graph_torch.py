@@ -8,7 +8,9 @@ with its blocks as local functions, and tiny Hugging Face GPT-2 and Llama models
 ``build-training-graph`` writes the directory; stock onnxruntime runs
 ``gradient.onnx``, whose loss and gradients must equal torch's for the same batch and
 loss, and ten runs of ``step.onnx`` must move the weights as ``torch.optim.AdamW`` (or
-``SGD``) does.
+``SGD``) does. Batch normalizations train with batch statistics (the default), as torch
+with the batch norms in ``train()`` mode: the running statistics after ten steps must
+equal torch's too; with ``batch-norm = "running-statistics"`` as torch in ``eval()``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,12 @@ import graphpass
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
-from _training_models import exported, recipes, torch_loss  # noqa: E402
+from _training_models import (  # noqa: E402
+    batch_norms_in_train_mode,
+    exported,
+    recipes,
+    torch_loss,
+)
 
 MODELS = ["mlp", "convnet", "tinylm", "gated", "tinylm-functions", "hf-gpt2", "hf-llama"]
 
@@ -54,9 +61,11 @@ def _weights(directory: Path) -> dict[str, np.ndarray]:
     return load_file(str(directory / "weights.safetensors"))
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_gradient_graph_equals_torch_autograd(name: str, tmp_path: Path) -> None:
-    manifest = _build(name, tmp_path / "train")
+@pytest.mark.parametrize(("name", "batch_norm"), [
+    *((name, "batch-statistics") for name in MODELS), ("convnet", "running-statistics")])
+def test_gradient_graph_equals_torch_autograd(name: str, batch_norm: str,
+                                              tmp_path: Path) -> None:
+    manifest = _build(name, tmp_path / "train", batch_norm=batch_norm)
     recipe = recipes()[name]
     session = _session(tmp_path / "train" / "gradient.onnx")
     feeds = {**recipe.batch(), "target": recipe.target(), **_weights(tmp_path / "train")}
@@ -66,6 +75,8 @@ def test_gradient_graph_equals_torch_autograd(name: str, tmp_path: Path) -> None
     loss, *grads = session.run(None, feeds)
 
     module = recipe.make()
+    if batch_norm == "batch-statistics":
+        batch_norms_in_train_mode(module)
     expected = torch_loss(module, recipe)
     expected.backward()
     state = module.state_dict(keep_vars=True)
@@ -91,9 +102,12 @@ def test_every_file_is_standard_onnx(name: str, tmp_path: Path) -> None:
         assert not proto.functions, file
 
 
-def _torch_steps(name: str, optimizer: str, steps: int, lr: float) -> dict[str, np.ndarray]:
+def _torch_steps(name: str, optimizer: str, steps: int, lr: float,
+                 batch_norm: str = "batch-statistics") -> dict[str, np.ndarray]:
     recipe = recipes()[name]
     module = recipe.make()
+    if batch_norm == "batch-statistics":
+        batch_norms_in_train_mode(module)
     if optimizer == "adamw":
         opt = torch.optim.AdamW(module.parameters(), lr=lr)
     else:
@@ -106,11 +120,14 @@ def _torch_steps(name: str, optimizer: str, steps: int, lr: float) -> dict[str, 
     return {key: value.detach().numpy() for key, value in module.state_dict().items()}
 
 
-@pytest.mark.parametrize(("name", "optimizer"), [("mlp", "adamw"), ("convnet", "adamw"),
-                                                 ("tinylm", "adamw"), ("gated", "sgd")])
-def test_ten_steps_equal_torch_optim(name: str, optimizer: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "optimizer", "batch_norm"), [
+    ("mlp", "adamw", "batch-statistics"), ("convnet", "adamw", "batch-statistics"),
+    ("convnet", "sgd", "running-statistics"), ("tinylm", "adamw", "batch-statistics"),
+    ("gated", "sgd", "batch-statistics")])
+def test_ten_steps_equal_torch_optim(name: str, optimizer: str, batch_norm: str,
+                                     tmp_path: Path) -> None:
     lr = 1e-2
-    options: dict[str, object] = {"optimizer": optimizer}
+    options: dict[str, object] = {"optimizer": optimizer, "batch_norm": batch_norm}
     if optimizer == "sgd":
         options.update(momentum=0.9, weight_decay=0.01, nesterov=True)
     manifest = _build(name, tmp_path / "train", **options)
@@ -118,9 +135,9 @@ def test_ten_steps_equal_torch_optim(name: str, optimizer: str, tmp_path: Path) 
     session = _session(tmp_path / "train" / "step.onnx")
     from safetensors.numpy import load_file
 
-    values: dict[str, np.ndarray] = {**_weights(tmp_path / "train"),
-                                     **load_file(str(tmp_path / "train" /
-                                                     "optimizer_state.safetensors"))}
+    values: dict[str, np.ndarray] = {
+        name: value for file in ("weights", "optimizer_state", "buffers")
+        for name, value in load_file(str(tmp_path / "train" / f"{file}.safetensors")).items()}
     step = manifest["step"]
     for _ in range(10):
         feeds = {**recipe.batch(), "target": recipe.target(), "lr": np.array(lr, np.float32),
@@ -129,7 +146,13 @@ def test_ten_steps_equal_torch_optim(name: str, optimizer: str, tmp_path: Path) 
         for source, updated in step["carry"]:
             values[source] = outputs[updated]
     assert values["step"].shape == () and int(values["step"]) == 10, values["step"]
-    expected = _torch_steps(name, optimizer, 10, lr)
-    for weight in manifest["trainable"]:
+    expected = _torch_steps(name, optimizer, 10, lr, batch_norm)
+    assert len(manifest["buffers"]) == (4 if name == "convnet" and batch_norm ==
+                                        "batch-statistics" else 0)
+    for weight in [*manifest["trainable"], *manifest["buffers"]]:
         difference = float(np.abs(values[weight] - expected[weight]).max())
         assert difference < 1e-4, (weight, difference)
+    if batch_norm == "batch-statistics" and name == "convnet":  # they moved, as torch's
+        initial = recipes()[name].make().state_dict()
+        assert all(float(np.abs(values[b] - initial[b].numpy()).max()) > 1e-2
+                   for b in manifest["buffers"])

@@ -9,18 +9,20 @@ load them on demand; :meth:`CheckpointEntry.tensor` turns it into a
 
 from __future__ import annotations
 
+import operator
 import os
+import struct
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 from graphpass.errors import CheckpointError
 from graphpass.ir import Tensor, dtype_name, dtype_size, numpy_dtype
 
-__all__ = ["Checkpoint", "CheckpointEntry"]
+__all__ = ["MAX_TENSORS", "Checkpoint", "CheckpointEntry", "check_member_count"]
 
 
 class CheckpointEntry:
@@ -66,10 +68,12 @@ class CheckpointEntry:
             raise ValueError("give either a file region (offset, length) or a load function")
         self.key = key
         self.dtype = int(dtype)
-        self.shape: tuple[int, ...] = tuple(int(d) for d in shape)
         self.file = Path(file)
+        self.shape: tuple[int, ...] = _checked_shape(key, shape, self.file)
         self._offset = offset
         self._length = length
+        if offset is not None:
+            _check_region(self, offset, length)
         self._load = load
         if storage is None:
             storage = ("array", id(self)) if offset is None else (str(self.file), offset, length)
@@ -203,6 +207,7 @@ class Checkpoint(Mapping[str, CheckpointEntry]):
                     where=str(self.path),
                     hint="a checkpoint must give every key once; remove the duplicate shard")
             self._entries[entry.key] = entry
+        _check_regions_fit(self._entries.values())
         self.files: tuple[Path, ...] = tuple(Path(f) for f in files) or (self.path,)
         self.metadata: Mapping[str, str] = MappingProxyType(dict(metadata or {}))
         self.skipped: Mapping[str, str] = MappingProxyType(dict(skipped or {}))
@@ -256,3 +261,100 @@ class Checkpoint(Mapping[str, CheckpointEntry]):
 
     def __repr__(self) -> str:
         return f"<Checkpoint {self.format} {str(self.path)!r}: {len(self)} tensors>"
+
+
+MAX_TENSORS: Final = 200_000
+"""The most tensors (or archive members) one checkpoint file may hold; models have thousands."""
+_MAX_BYTES = 2**62
+"""No tensor of a checkpoint holds more bytes than this (a shape past it is a lie)."""
+
+
+def _checked_shape(key: str, shape: Iterable[object], file: Path) -> tuple[int, ...]:
+    """The dimensions as ints, each a whole number >= 0; their product below 2**62."""
+    try:
+        given = list(shape) if not isinstance(shape, (str, bytes, dict)) else None
+    except TypeError:
+        given = None
+    if given is None:
+        raise CheckpointError(f"tensor {key!r} has a shape that is not a list ({shape!r:.100})",
+                              where=str(file), hint="the checkpoint's header is corrupt")
+    dims: list[int] = []
+    count = 1
+    for dim in given:
+        try:
+            if isinstance(dim, bool):
+                raise TypeError
+            value = operator.index(dim)  # type: ignore[arg-type]
+        except TypeError:
+            raise CheckpointError(f"tensor {key!r} has a dimension that is not a whole number "
+                                  f"({dim!r})", where=str(file),
+                                  hint="the checkpoint's header is corrupt") from None
+        if value < 0:
+            raise CheckpointError(f"tensor {key!r} has a negative dimension ({value})",
+                                  where=str(file), hint="the checkpoint's header is corrupt")
+        dims.append(value)
+        count *= value
+        if count > _MAX_BYTES:
+            raise CheckpointError(f"tensor {key!r} claims a shape of more than 2**62 elements",
+                                  where=str(file), hint="the checkpoint's header is corrupt")
+    return tuple(dims)
+
+
+def _check_region(entry: CheckpointEntry, offset: int, length: int | None) -> None:
+    """A file region's bytes are exactly what its element type and shape need."""
+    bits = round(dtype_size(entry.dtype) * 8)
+    expected = (entry.size * bits + 7) // 8
+    if not isinstance(offset, int) or offset < 0 or length != expected or bits == 0:
+        raise CheckpointError(
+            f"tensor {entry.key!r} ({entry.dtype_name}{list(entry.shape)}, {expected} bytes) is "
+            f"said to take {length} bytes at offset {offset}", where=str(entry.file),
+            hint="the checkpoint's header lies about its tensors; write the checkpoint again")
+
+
+def _check_regions_fit(entries: Iterable[CheckpointEntry]) -> None:
+    """Every file region ends inside its file (one ``stat`` per file)."""
+    sizes: dict[Path, int] = {}
+    for entry in entries:
+        if entry._offset is None:
+            continue
+        if entry.file not in sizes:
+            try:
+                sizes[entry.file] = entry.file.stat().st_size
+            except OSError as error:
+                raise CheckpointError(f"cannot read the file ({error.strerror})",
+                                      where=str(entry.file)) from None
+        assert entry._length is not None
+        if entry._offset + entry._length > sizes[entry.file]:
+            raise CheckpointError(
+                f"tensor {entry.key!r} would end at byte {entry._offset + entry._length}, past "
+                f"the end of the file ({sizes[entry.file]} bytes)", where=str(entry.file),
+                hint="the file is truncated, or its header lies; copy or save it again")
+
+
+def check_member_count(path: Path) -> None:
+    """Refuse a zip archive with more than :data:`MAX_TENSORS` members, before listing them.
+
+    Reads the end-of-central-directory record (zip64 too); a file without one is left
+    to the zip reader, which reports it.
+
+    Raises:
+        CheckpointError: The archive says it has too many members.
+    """
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            handle.seek(max(0, size - 65_557))
+            tail = handle.read()
+    except OSError:
+        return
+    spot = tail.rfind(b"PK\x05\x06")
+    if spot < 0 or spot + 22 > len(tail):
+        return
+    (count,) = struct.unpack("<H", tail[spot + 10:spot + 12])
+    zip64 = tail.rfind(b"PK\x06\x06", 0, spot)
+    if count == 0xFFFF and zip64 >= 0 and zip64 + 40 <= len(tail):
+        (count,) = struct.unpack("<Q", tail[zip64 + 32:zip64 + 40])
+    if count > MAX_TENSORS + 16:
+        raise CheckpointError(f"the archive has {count} members, more than graphpass accepts "
+                              f"in one checkpoint file ({MAX_TENSORS} tensors)", where=str(path),
+                              hint="split the checkpoint into shards with an index")

@@ -15,7 +15,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.lib import format as npy_format
 
-from graphpass.checkpoint._checkpoint import Checkpoint, CheckpointEntry
+from graphpass.checkpoint._checkpoint import Checkpoint, CheckpointEntry, check_member_count
 from graphpass.checkpoint._dtypes import numpy_to_onnx
 from graphpass.checkpoint._loader import CheckpointLoader, read_magic
 from graphpass.errors import CheckpointError
@@ -46,6 +46,7 @@ class NumpyLoader(CheckpointLoader):
         where = str(path)
         entries: list[CheckpointEntry] = []
         skipped: dict[str, str] = {}
+        check_member_count(path)
         try:
             with zipfile.ZipFile(path) as archive, open(path, "rb") as raw:
                 for info in archive.infolist():
@@ -59,6 +60,7 @@ class NumpyLoader(CheckpointLoader):
                     if onnx_type is None:
                         skipped[key] = f"numpy dtype {dtype} has no ONNX equivalent"
                         continue
+                    _check_member_size(key, shape, dtype, info.file_size - header_size, where)
                     plain = (info.compress_type == zipfile.ZIP_STORED and dtype.byteorder != ">"
                              and not (fortran and len(shape) > 1))
                     if plain:
@@ -76,6 +78,25 @@ class NumpyLoader(CheckpointLoader):
         if not entries:
             raise CheckpointError("the archive holds no arrays", where=where)
         return Checkpoint(entries, path=path, format=self.name, skipped=skipped)
+
+
+def _check_member_size(key: str, shape: tuple[int, ...], dtype: np.dtype[Any], size: int,
+                       where: str) -> None:
+    """The member holds exactly the bytes its header's shape needs (no more, no less).
+
+    Checked before any data is read: a compressed member that claims more data than
+    it holds (or a shape its data cannot fill) never gets to allocate it.
+    """
+    count = 1
+    for dim in shape:
+        if not isinstance(dim, int) or dim < 0:
+            raise CheckpointError(f"array {key!r} has an impossible shape {shape}", where=where,
+                                  hint="the archive is corrupt; save it again")
+        count *= dim
+    if count * dtype.itemsize != size:
+        raise CheckpointError(
+            f"array {key!r} ({dtype}{list(shape)}) needs {count * dtype.itemsize} bytes, but its "
+            f"member holds {size}", where=where, hint="the archive is corrupt; save it again")
 
 
 def _npy_header(member: Any) -> tuple[tuple[int, ...], bool, np.dtype[Any], int]:

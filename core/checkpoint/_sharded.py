@@ -7,16 +7,25 @@ with the loader that recognises its content (among the loaders
 :class:`~graphpass.checkpoint.Checkpoint` (a key in two shards is an error). A
 folder is read through its index when it has one; otherwise all its shards of one
 format are joined (safetensors first, then torch files, then ``.npz``).
+
+Shards are read only inside the checkpoint's folder: a ``weight_map`` entry that is
+absolute, climbs out with ``..``, or is a link (or goes through a linked folder) that
+resolves outside the folder is refused before anything is opened, as is a shard that
+is not a regular file (a pipe would block). The one exception is the layout of the
+Hugging Face cache, where every file of ``<repo>/snapshots/<revision>/`` is a link to
+``<repo>/blobs/<hash>``.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from graphpass.checkpoint._checkpoint import Checkpoint, CheckpointEntry
+from graphpass.checkpoint._checkpoint import MAX_TENSORS, Checkpoint, CheckpointEntry
 from graphpass.checkpoint._loader import CheckpointLoader, open_checkpoint, read_magic
 from graphpass.checkpoint._numpy import NumpyLoader
 from graphpass.checkpoint._safetensors import SafetensorsLoader
@@ -84,25 +93,24 @@ class ShardedLoader(CheckpointLoader):
             raise CheckpointError(f"not a readable index JSON ({error})", where=where,
                                   hint="a sharded checkpoint's index is a JSON object with a "
                                        "\"weight_map\" of keys to shard files") from None
+        except RecursionError:
+            raise CheckpointError("the index JSON nests too deeply to read", where=where,
+                                  hint="this is not a sharded checkpoint index") from None
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
             raise CheckpointError("the JSON has no \"weight_map\" of keys to shard files",
                                   where=where, hint="this is not a sharded checkpoint index")
+        if len(weight_map) > MAX_TENSORS:
+            raise CheckpointError(f"the index maps {len(weight_map)} keys, more than graphpass "
+                                  f"accepts in one checkpoint ({MAX_TENSORS})", where=where)
         by_shard: dict[str, list[str]] = {}
         for key, shard in weight_map.items():
             by_shard.setdefault(shard, []).append(key)
         entries: list[CheckpointEntry] = []
         parts: list[Checkpoint] = []
         for shard, keys in by_shard.items():
-            shard_path = path.parent / shard
-            if Path(shard).is_absolute() or ".." in Path(shard).parts:
-                raise CheckpointError(f"the index names shard {shard!r} outside its folder",
-                                      where=where)
-            if not shard_path.is_file():
-                raise CheckpointError(f"shard {shard!r} named by the index is missing",
-                                      where=where, hint="download or copy every shard next to "
-                                                        "the index")
+            shard_path = _shard_path(path, shard)
             part = open_checkpoint(shard_path, shard_loaders)
             parts.append(part)
             for key in keys:
@@ -111,7 +119,8 @@ class ShardedLoader(CheckpointLoader):
                         f"the index puts {key!r} in shard {shard!r}, which has no such tensor",
                         where=where, hint="the index and the shards do not belong together")
                 entries.append(part[key])
-        metadata = {k: str(v) for k, v in (index.get("metadata") or {}).items()}
+        given = index.get("metadata")
+        metadata = {str(k): str(v) for k, v in given.items()} if isinstance(given, dict) else {}
         combined = Checkpoint.combine(parts, path=path)
         return Checkpoint(entries, path=path, format=f"sharded {combined.format}",
                           files=combined.files, metadata={**combined.metadata, **metadata},
@@ -120,12 +129,15 @@ class ShardedLoader(CheckpointLoader):
     def _load_folder(self, path: Path, shard_loaders: Sequence[Any]) -> Checkpoint:
         for name in _INDEX_PREFERENCE:
             if (path / name).is_file():
-                return self._load_index(path / name, shard_loaders)
+                return self._load_index(_shard_path(path / name, name, what="index"),
+                                        shard_loaders)
         indexes = sorted(path.glob("*.index.json"))
         if indexes:
-            return self._load_index(indexes[0], shard_loaders)
+            return self._load_index(_shard_path(indexes[0], indexes[0].name, what="index"),
+                                    shard_loaders)
         for patterns in _SHARD_PATTERNS:
-            shards = sorted({p for pattern in patterns for p in path.glob(pattern) if p.is_file()})
+            shards = sorted({_shard_path(p, p.name) for pattern in patterns
+                             for p in path.glob(pattern) if p.is_file()})
             if shards:
                 parts = [open_checkpoint(shard, shard_loaders) for shard in shards]
                 formats = "+".join(sorted({part.format for part in parts}))
@@ -133,3 +145,48 @@ class ShardedLoader(CheckpointLoader):
         raise CheckpointError("the folder holds no checkpoint shards or index", where=str(path),
                               hint="expected *.safetensors, *.bin/*.pt/*.pth or *.npz files, "
                                    "or a *.index.json")
+
+
+def _shard_path(index: Path, shard: str, *, what: str = "shard") -> Path:
+    """``index``'s folder / ``shard``, if it is a regular file inside that folder.
+
+    Raises:
+        CheckpointError: The name is empty, absolute, climbs out or holds a NUL; the
+            file is missing or not a regular file; or a link leads outside the folder.
+    """
+    where = str(index)
+    folder = index.parent
+    if not shard or "\0" in shard or Path(shard).is_absolute() or ".." in Path(shard).parts:
+        raise CheckpointError(f"the index names {what} {shard!r}, which is not a plain name "
+                              "inside its folder", where=where,
+                              hint="a shard is named relative to the index's folder")
+    path = folder / shard
+    target = path.resolve()
+    if not _inside(target, folder.resolve()) and not _hugging_face_blob(path, target):
+        raise CheckpointError(
+            f"{what} {shard!r} is a link (or inside a linked folder) that leads outside the "
+            f"checkpoint's folder, to {str(target)!r}", where=where,
+            hint="graphpass reads a checkpoint's shards only from its own folder; copy the "
+                 "shard there")
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        raise CheckpointError(f"{what} {shard!r} named by the index is missing", where=where,
+                              hint="download or copy every shard next to the index") from None
+    if not stat.S_ISREG(mode):
+        raise CheckpointError(f"{what} {shard!r} is not a regular file", where=where,
+                              hint="a shard is a checkpoint file (a pipe or a folder is not)")
+    return path
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _hugging_face_blob(path: Path, target: Path) -> bool:
+    """Whether ``path`` is in ``<repo>/snapshots/<rev>/`` and ``target`` in ``<repo>/blobs``."""
+    folder = path.parent.resolve()
+    for ancestor in (folder, *folder.parents):
+        if ancestor.parent.name == "snapshots":
+            return target.parent == ancestor.parent.parent / "blobs"
+    return False

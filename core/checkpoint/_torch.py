@@ -11,6 +11,12 @@ a region of the checkpoint file, streamed when the model is saved, exactly like
 safetensors. Anything else (a strided view, a big-endian file, the legacy
 non-zip format) is loaded on first use with ``torch.load(weights_only=True,
 mmap=True)``.
+
+Before torch reads anything, the zip archive is checked: every member stored
+uncompressed (``torch.save`` never compresses; a compressed member could be a zip
+bomb, and its bytes could not be referenced in place) and the byte order little-endian
+(torch crashes with a segmentation fault reading a big-endian archive lazily). After,
+every storage must fit in its record, and every tensor in its storage.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from graphpass.checkpoint._checkpoint import Checkpoint, CheckpointEntry
+from graphpass.checkpoint._checkpoint import Checkpoint, CheckpointEntry, check_member_count
 from graphpass.checkpoint._dtypes import torch_to_onnx
 from graphpass.checkpoint._loader import CheckpointLoader, read_magic
 from graphpass.errors import CheckpointError
@@ -64,10 +70,11 @@ class TorchLoader(CheckpointLoader):
                 "installed", where=where,
                 hint="pip install torch (the CPU wheel is enough), or convert the checkpoint "
                      "to safetensors") from None
-        state = _unwrap(_torch_load(torch, path, map_location="meta"), where)
         is_zip = read_magic(path, 4) == _ZIP_MAGIC
-        little_endian = not is_zip or _zip_byteorder(path) == "little"
+        records = _check_archive(path) if is_zip else None
+        state = _unwrap(_torch_load(torch, path, map_location="meta"), where)
         on_demand = _OnDemand(path, is_zip)
+        storages = _Storages(path, records)
         entries: list[CheckpointEntry] = []
         skipped: dict[str, str] = {}
         for key, value in state.items():
@@ -82,12 +89,12 @@ class TorchLoader(CheckpointLoader):
                 skipped[key] = f"{value.dtype} {value.layout} tensors have no ONNX equivalent"
                 continue
             shape = tuple(value.shape)
-            offset = getattr(value.untyped_storage(), "_checkpoint_offset", None)
-            if offset is not None and little_endian and value.is_contiguous():
+            offset = storages.check(key, value)
+            if offset is not None and value.is_contiguous():
                 itemsize = value.element_size()
                 entries.append(CheckpointEntry.from_file_region(
-                    key, dtype, shape, path, offset + value.storage_offset() * itemsize,
-                    value.numel() * itemsize))
+                    key, dtype, shape, path, offset + int(value.storage_offset()) * itemsize,
+                    int(value.numel()) * itemsize))
             else:
                 entries.append(CheckpointEntry.from_loader(
                     key, dtype, shape, on_demand.loader(key, dtype), file=path,
@@ -146,11 +153,106 @@ def _torch_load(torch: Any, path: Path, **options: Any) -> Any:
                  "torch.load(path, weights_only=False) and save just the tensors: "
                  "torch.save(model.state_dict(), 'weights.pt'), or "
                  "safetensors.torch.save_model(model, 'weights.safetensors')") from None
-    except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile,
-            struct.error) as error:
+    except (RuntimeError, OSError, EOFError, ValueError, zipfile.BadZipFile, struct.error,
+            AssertionError, KeyError, IndexError, TypeError, AttributeError,
+            OverflowError) as error:  # what torch's readers raise on damaged files
         raise CheckpointError(f"cannot read the torch checkpoint: {_first_line(error)}",
                               where=where, hint="the file is truncated or corrupt; copy or "
                                                 "save it again") from None
+
+
+def _check_archive(path: Path) -> dict[int, tuple[str, int]]:
+    """Check a torch zip before torch reads it; the records by where their bytes start.
+
+    Raises:
+        CheckpointError: A member is compressed, the archive is unreadable, or its
+            byte order is not little-endian.
+    """
+    where = str(path)
+    records: dict[int, tuple[str, int]] = {}
+    check_member_count(path)
+    try:
+        with zipfile.ZipFile(path) as archive, open(path, "rb") as raw:
+            members = archive.infolist()
+            for info in members:
+                if info.compress_type != zipfile.ZIP_STORED:
+                    raise CheckpointError(
+                        f"member {info.filename!r} is compressed ({info.file_size} bytes from "
+                        f"{info.compress_size}); torch.save stores every member as it is, so "
+                        "graphpass refuses it (a compressed member can be a zip bomb)",
+                        where=where, hint="save the checkpoint again with torch.save")
+                if "/data/" in info.filename:
+                    records[_data_start(raw, info)] = (info.filename, info.file_size)
+            byteorder = next((archive.read(info).decode("ascii", "replace").strip()
+                              for info in members if info.filename.endswith("/byteorder")
+                              and info.file_size <= 64), "little")
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, struct.error) as error:
+        raise CheckpointError(f"cannot read the torch checkpoint: {_first_line(error)}",
+                              where=where, hint="the file is truncated or corrupt; copy or "
+                                                "save it again") from None
+    if byteorder == "big":
+        raise CheckpointError(
+            "the checkpoint was saved on a big-endian machine; torch crashes reading such a "
+            "file without loading all of it, so graphpass refuses it", where=where,
+            hint="load it once with torch and save it again on a little-endian machine: "
+                 "torch.save(torch.load(path, weights_only=True), 'weights.pt')")
+    return records
+
+
+def _data_start(raw: Any, info: zipfile.ZipInfo) -> int:
+    """Where a stored member's bytes start: after its local header, name and extra field."""
+    raw.seek(info.header_offset)
+    header = raw.read(30)
+    if len(header) < 30 or header[:4] != _ZIP_MAGIC:
+        raise ValueError(f"bad local header for {info.filename!r}")
+    name_length, extra_length = struct.unpack("<HH", header[26:30])
+    return int(info.header_offset) + 30 + int(name_length) + int(extra_length)
+
+
+class _Storages:
+    """Checks that tensors lie inside their storages, and storages inside the file.
+
+    In a zip, a storage is a record and must be at least as long as the storage says;
+    in the legacy format, all storages together must fit in the file.
+    """
+
+    def __init__(self, path: Path, records: dict[int, tuple[str, int]] | None):
+        self.path = path
+        self.records = records
+        self.seen: dict[int, int] = {}
+
+    def check(self, key: str, value: Any) -> int | None:
+        """The tensor's storage offset in the file (``None`` if it has none)."""
+        storage = value.untyped_storage()
+        nbytes = int(storage.nbytes())
+        found = getattr(storage, "_checkpoint_offset", None)
+        offset = None if found is None else int(found)
+        itemsize = value.element_size()
+        extent = 0 if value.numel() == 0 else 1 + sum(
+            (size - 1) * abs(stride) for size, stride in zip(value.shape, value.stride(),
+                                                            strict=True))
+        if value.numel() and (value.storage_offset() + extent) * itemsize > nbytes:
+            raise CheckpointError(
+                f"tensor {key!r} reaches past its storage ({nbytes} bytes)", where=str(self.path),
+                hint="the checkpoint's pickle lies about its tensors; save it again")
+        identity = offset if offset is not None else id(storage)
+        self.seen.setdefault(identity, nbytes)
+        if self.records is not None and offset is not None:
+            name, size = self.records.get(offset, ("", -1))
+            if size < nbytes:
+                raise CheckpointError(
+                    f"tensor {key!r} needs a storage of {nbytes} bytes, but "
+                    + (f"its record {name!r} holds {size}" if name else
+                       "no record of the archive starts where it says"),
+                    where=str(self.path), hint="the archive is corrupt; save it again")
+        elif self.records is None:
+            total = sum(self.seen.values())
+            size = self.path.stat().st_size
+            if total > size:
+                raise CheckpointError(
+                    f"the storages add up to {total} bytes, more than the file holds ({size})",
+                    where=str(self.path), hint="the file is truncated or corrupt")
+        return offset
 
 
 def _unsafe_globals(torch: Any, path: Path) -> list[str]:
@@ -205,17 +307,6 @@ def _first_zip_name(head: bytes) -> str:
         return ""
     (length,) = struct.unpack("<H", head[26:28])
     return head[30:30 + length].decode("utf-8", errors="replace")
-
-
-def _zip_byteorder(path: Path) -> str:
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for name in archive.namelist():
-                if name.endswith("/byteorder"):
-                    return archive.read(name).decode().strip()
-    except (OSError, zipfile.BadZipFile):
-        pass
-    return "little"
 
 
 def _first_line(error: BaseException) -> str:

@@ -3,7 +3,8 @@
 :func:`load` parses the model and references external data without reading it.
 :func:`save` writes atomically: every file goes to a temporary name in the target
 folder and is renamed into place only when everything has been written, so a
-failed or interrupted save leaves no partial file and never touches the input.
+failed or interrupted save leaves no partial file and never touches the input; the
+model and its data files are replaced as one (:mod:`graphpass.files._commit`).
 External data stays external: data files next to the output are referenced in
 place, others are copied or streamed chunk by chunk, so peak memory stays near
 the largest single tensor, not the model size.
@@ -11,11 +12,8 @@ the largest single tensor, not the model size.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Final
@@ -31,6 +29,7 @@ from graphpass.errors import (
     ModelSaveError,
     first_line,
 )
+from graphpass.files._commit import Transaction, is_temporary
 from graphpass.files.proto import (
     TENSOR_ATTRIBUTE_TYPES,
     attribute_tensors,
@@ -47,9 +46,6 @@ AUTO_EXTERNAL_BYTES: Final = 512 * 1024 * 1024
 """With ``external_data=None``, weights go to a data file when they add up to more than this."""
 
 _PROTOBUF_LIMIT: Final = 2**31 - 1
-_TEMPORARY_SUFFIX: Final = ".graphpass-tmp"
-_TEMPORARY: Final = re.compile(r"^\..+\.(?P<pid>\d+)\.[^.]+\.graphpass-tmp$")
-"""``.<final name>.<pid>.<random>.graphpass-tmp``: a temporary file of a save in progress."""
 _ALIGN_SMALL: Final = 64
 _ALIGN_LARGE: Final = 64 * 1024
 _LARGE_TENSOR: Final = 1024 * 1024
@@ -192,7 +188,7 @@ def save(
         raise ModelSaveError(f"external data location {data_name!r} must be a plain relative path",
                              where=where)
     try:
-        with _Transaction(out_dir) as transaction:
+        with Transaction(out_path, model.source_path) as transaction:
             _write_model(model, out_path, data_name, external_data, size_threshold,
                          overwrite_input, transaction)
     except OSError as error:  # a rename failed while committing; nothing was left behind
@@ -217,14 +213,18 @@ def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
 
 
 def _write_model(model: Model, out_path: Path, data_name: str, external_data: bool | None,
-                 size_threshold: int, overwrite_input: bool, transaction: _Transaction) -> None:
-    """Write the data files and the model into ``transaction`` (renamed on success)."""
+                 size_threshold: int, overwrite_input: bool, transaction: Transaction) -> None:
+    """Write the data files and the model into ``transaction``, then commit it."""
     where = str(out_path)
     out_dir = out_path.parent
     try:
         plan = _plan_tensors(model, out_dir.resolve(), out_dir / data_name, data_name,
                              external_data, size_threshold)
         _check_destinations(plan, out_path, overwrite_input)
+        transaction.prepare(_destinations(plan, out_path), plan.read)
+        if plan.stream:  # the data file may get another name (m.onnx.1.data)
+            plan.data_path = transaction.name_for(plan.data_path)
+            plan.data_name = Path(os.path.relpath(plan.data_path, out_dir)).as_posix()
         emitted = _write_data(plan, transaction, where)
         # Serialized once (with protobuf's upb backend ByteSize() serializes too), in
         # pieces written one after another: the model is never in memory twice.
@@ -236,11 +236,7 @@ def _write_model(model: Model, out_path: Path, data_name: str, external_data: bo
                 where=where,
                 hint="save with external_data=True (weights go to a separate file)",
             )
-        model_tmp = transaction.new_file(out_path.name)
-        with open(model_tmp, "wb") as handle:
-            handle.writelines(serialized)
-            _sync(handle)
-        transaction.commit_order.append((model_tmp, out_path))
+        transaction.commit(serialized)
     except GraphpassError as error:
         if isinstance(error, ModelSaveError):
             raise
@@ -357,7 +353,11 @@ def _plan_tensors(model: Model, out_dir: Path, data_path: Path, data_name: str,
     sources = {source for source, _ in by_file}
     for (source, location), group in by_file.items():
         destination = (out_dir / location).resolve()
-        if destination == source:
+        if is_temporary(source):
+            # Left by a killed save and referenced by its output: it is removed once that
+            # output is saved again, so no other model may reference it.
+            plan.stream.extend(group)
+        elif destination == source:
             plan.keep.extend(group)  # already where the output needs it: reference in place
         elif (destination not in sources and _inside(destination, out_dir)
               and _mostly_used(source, by_file) and source not in plan.copy_files):
@@ -393,11 +393,7 @@ def _check_destinations(plan: _Plan, out_path: Path, overwrite_input: bool) -> N
         raise ModelSaveError(
             "refusing to write the model over a data file it reads its weights from",
             where=str(out_path), hint="write the model to another path")
-    destinations = [plan.data_path] if plan.stream else []
-    destinations.extend(out_path.parent / _proto_location(group[0])
-                        for group in plan.copy_files.values())
-    destinations.extend(out_path.parent / location for location in plan.copy_loose.values())
-    for destination in destinations:
+    for destination in _destinations(plan, out_path):
         if destination.is_dir():
             raise ModelSaveError(f"the data file {str(destination)!r} would replace a folder",
                                  where=str(out_path), hint="save with another location=")
@@ -413,6 +409,15 @@ def _check_destinations(plan: _Plan, out_path: Path, overwrite_input: bool) -> N
                 "(it belongs to the input model or a checkpoint)", where=str(out_path),
                 hint="save with another location= (or to another folder), or ask for it "
                      "explicitly with overwrite_input=True (--in-place on the command line)")
+
+
+def _destinations(plan: _Plan, out_path: Path) -> list[Path]:
+    """The data files the save writes (the new data file, and copies)."""
+    destinations = [plan.data_path] if plan.stream else []
+    destinations.extend(out_path.parent / _proto_location(group[0])
+                        for group in plan.copy_files.values())
+    destinations.extend(out_path.parent / location for location in plan.copy_loose.values())
+    return destinations
 
 
 def _plan_loose(model: Model, plan: _Plan, loose: list[onnx.TensorProto], out_dir: Path,
@@ -477,7 +482,7 @@ def _inside(path: Path, folder: Path) -> bool:
 
 
 # ====================================================================== writing
-def _write_data(plan: _Plan, transaction: _Transaction, where: str) -> dict[int, onnx.TensorProto]:
+def _write_data(plan: _Plan, transaction: Transaction, where: str) -> dict[int, onnx.TensorProto]:
     emitted: dict[int, onnx.TensorProto] = {}
     for tensor in plan.embed:
         emitted[id(tensor)] = tensor.to_embedded_proto() if tensor.is_external \
@@ -488,27 +493,26 @@ def _write_data(plan: _Plan, transaction: _Transaction, where: str) -> dict[int,
     copies = {source: _proto_location(group[0]) for source, group in plan.copy_files.items()}
     copies.update(plan.copy_loose)
     for source, location in copies.items():
-        destination = transaction.out_dir / location
+        destination = transaction.name_for(transaction.out_dir / location, relocate=True)
         destination.parent.mkdir(parents=True, exist_ok=True)
-        tmp = transaction.new_file(destination.name, folder=destination.parent)
+        tmp = transaction.new_file(destination.parent)
         try:
             _copy_file(source, tmp)
         except OSError as error:
             raise ExternalDataError(f"cannot copy external data file {str(source)!r} "
                                     f"({error.strerror})") from None
-        transaction.commit_order.append((tmp, destination))
+        transaction.add_data(tmp, destination)
     for group in plan.copy_files.values():
         for tensor in group:
             assert tensor.proto is not None
             emitted[id(tensor)] = tensor.proto
     if plan.stream:
         plan.data_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = transaction.new_file(plan.data_path.name, folder=plan.data_path.parent)
+        tmp = transaction.new_file(plan.data_path.parent)
         with open(tmp, "wb") as handle:
             for tensor in plan.stream:
                 emitted[id(tensor)] = _stream_tensor(tensor, handle, plan.data_name)
-            _sync(handle)
-        transaction.commit_order.insert(0, (tmp, plan.data_path))
+        transaction.add_data(tmp, plan.data_path)
     return emitted
 
 
@@ -535,96 +539,6 @@ def _stream_tensor(tensor: Tensor, handle: BinaryIO, location: str) -> onnx.Tens
     return proto
 
 
-class _Transaction:
-    """Temporary files in the output folder, renamed into place only on success.
-
-    Any exception (``KeyboardInterrupt`` included) removes the temporary files. A
-    process killed outright (SIGKILL, power loss) leaves them behind under a hidden
-    name with its process id; the next save into the folder removes those whose
-    process no longer runs.
-    """
-
-    def __init__(self, out_dir: Path):
-        self.out_dir = out_dir
-        self.temporaries: list[Path] = []
-        self.commit_order: list[tuple[Path, Path]] = []
-
-    def new_file(self, final_name: str, folder: Path | None = None) -> Path:
-        handle, name = tempfile.mkstemp(prefix=f".{final_name}.{os.getpid()}.",
-                                        suffix=_TEMPORARY_SUFFIX, dir=folder or self.out_dir)
-        os.close(handle)
-        path = Path(name)
-        self.temporaries.append(path)
-        return path
-
-    def __enter__(self) -> _Transaction:
-        _remove_stale_temporaries(self.out_dir)
-        return self
-
-    def __exit__(self, kind: object, error: object, traceback: object) -> None:
-        try:
-            if kind is None:
-                umask = _umask()
-                for tmp, final in self.commit_order:
-                    os.chmod(tmp, 0o666 & ~umask)
-                    os.replace(tmp, final)
-                    self.temporaries.remove(tmp)
-                _sync_dir(self.out_dir)
-        finally:
-            for tmp in self.temporaries:
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-            self.temporaries.clear()
-
-
-def _remove_stale_temporaries(folder: Path) -> None:
-    """Remove temporary files of saves whose process is gone (killed mid-write)."""
-    if os.name != "posix":
-        return  # no cheap, safe way to ask whether a process runs
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return
-    for entry in entries:
-        match = _TEMPORARY.match(entry.name)
-        if match is not None and not _process_runs(int(match["pid"])):
-            with contextlib.suppress(OSError):
-                os.unlink(entry.path)
-
-
-def _process_runs(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # it runs, as another user
-    return True
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _sync(handle: BinaryIO) -> None:
-    handle.flush()
-    with contextlib.suppress(OSError):
-        os.fsync(handle.fileno())
-
-
-def _sync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):
-        descriptor = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-
-
 # ======================================================================= helpers
 def _copy_file(source: Path, destination: Path) -> None:
     """Copy a file inside the kernel where it can, else with ``shutil.copyfile``.
@@ -643,13 +557,10 @@ def _copy_file(source: Path, destination: Path) -> None:
                         break
                     remaining -= copied
                 if remaining == 0:
-                    _sync(dst)
                     return
         except OSError:
             pass  # not supported here (another filesystem, an old kernel): copy plainly
     shutil.copyfile(source, destination)
-    with open(destination, "rb+") as handle:
-        _sync(handle)
 
 
 def _resolved(path: Path | None) -> Path:

@@ -1,4 +1,5 @@
-"""Progress on long runs: the pass running, a big model loading, a batch's files done.
+"""Progress on long runs: the pass running, a big model loading, a batch's files done,
+the steps of a training run.
 
 Shown on standard error, and only when it is a terminal: logs, pipes and CI output
 stay clean. The display disappears when the work is done.
@@ -21,7 +22,7 @@ from graphpass.framework.results import PassRecord, RunResult
 from graphpass.ir import Model
 from graphpass.reporting.summary import format_bytes
 
-__all__ = ["FileProgress", "PassProgress", "loading"]
+__all__ = ["FileProgress", "PassProgress", "StepProgress", "loading"]
 
 
 class PassProgress(Instrument):
@@ -116,6 +117,53 @@ class FileProgress:
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, completed=self.completed,
                                   description=f"{self.verb}: {name}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+class StepProgress:
+    """A progress bar over training steps: ``7/10 steps``, and the last loss.
+
+    Use it as a context manager and call :meth:`done` after each step::
+
+        with StepProgress(steps) as progress:
+            for _ in range(steps):
+                progress.done(trainer.step(batch))
+
+    Attributes:
+        console: Where it draws (standard error by default).
+        enabled: Whether it draws at all (only on a terminal).
+        completed: How many steps are done.
+    """
+
+    def __init__(self, total: int, *, console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self.enabled = self.console.is_terminal
+        self.total = total
+        self.completed = 0
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> StepProgress:
+        if self.enabled:
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                                      BarColumn(), TextColumn("{task.completed}/{task.total} "
+                                                              "steps"),
+                                      TimeElapsedColumn(), console=self.console,
+                                      transient=True)
+            self._task = self._progress.add_task("training", total=self.total)
+            self._progress.start()
+        return self
+
+    def done(self, loss: float) -> None:
+        """Count one more step as done (``loss`` is shown as the latest)."""
+        self.completed += 1
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, completed=self.completed,
+                                  description=f"training: loss {loss:.6g}")
 
     def __exit__(self, *exc: object) -> None:
         if self._progress is not None:

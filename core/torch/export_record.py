@@ -39,6 +39,7 @@ __all__ = [
     "FX_NODE",
     "INPUT_KIND",
     "INPUT_PERSISTENT",
+    "LEGACY_CONSTANT_NAME",
     "NAME_SCOPES",
     "ORIGINAL_NAME",
     "SIGNATURE",
@@ -55,6 +56,8 @@ __all__ = [
     "is_placeholder_name",
     "module_scope",
     "placeholder_stem",
+    "records_state",
+    "signature_parameters",
     "state_kinds",
 ]
 
@@ -88,6 +91,8 @@ _PLACEHOLDER_KINDS: Final[dict[str, StateKind]] = {
     "p": "parameter", "b": "buffer", "c": "constant"}
 _SIGNATURE_LINE: Final = re.compile(
     r"^\s*(\w+): (?:PARAMETER|BUFFER|CONSTANT_TENSOR) target='([^']+)'", re.MULTILINE)
+_SIGNATURE_KIND: Final = re.compile(
+    r"^\s*(\w+): (PARAMETER|BUFFER|CONSTANT_TENSOR) target='([^']+)'", re.MULTILINE)
 _FX_ARGUMENT: Final = re.compile(r"%(\w+)")
 _FX_TARGET: Final = re.compile(r"target=(?:torch\.ops\.)?([\w.]+)\]")
 _PLACEHOLDER: Final = re.compile(r"([pbc])_(\w+)")
@@ -134,6 +139,17 @@ def graph_signature(graph: Graph) -> dict[str, str]:
     """Placeholder names and the state-dict names they stand for (dynamo exports)."""
     text = graph.metadata.get(SIGNATURE, "")
     return dict(_SIGNATURE_LINE.findall(text))
+
+
+def signature_parameters(graph: Graph) -> dict[str, str]:
+    """The parameters torch.export's graph signature lists: state-dict name -> placeholder.
+
+    Every parameter of the exported module, in signature order (tied parameters once,
+    under the name torch.export chose), whether or not the ONNX graph still has it.
+    """
+    text = graph.metadata.get(SIGNATURE, "")
+    return {target: placeholder for placeholder, kind, target in _SIGNATURE_KIND.findall(text)
+            if kind == "PARAMETER"}
 
 
 # ================================================================= node records
@@ -228,18 +244,42 @@ def state_kinds(graph: Graph) -> dict[str, StateKind]:
     return kinds
 
 
+LEGACY_CONSTANT_NAME: Final = re.compile(r"onnx::[A-Za-z]+_\d+")
+"""The names the legacy exporter gives constants it makes (``onnx::MatMul_303``,
+``onnx::Div_12``): its constant folding's results, never a parameter, which it names
+by ``state_dict()`` key."""
+
+
+def records_state(graph: Graph) -> bool:
+    """Whether ``graph`` carries torch's record of what its state is (dynamo exports).
+
+    True when the graph has torch.export's graph signature, or some value of it the
+    ``InputSpec.kind`` of a placeholder.
+    """
+    if SIGNATURE in graph.metadata:
+        return True
+    return any(INPUT_KIND in value.metadata for value in graph.values.values())
+
+
 def default_trainable(graph: Graph) -> tuple[list[str], dict[str, StateKind]]:
     """The weights to train when the user names none.
 
-    Every floating-point initializer, except those torch's export record marks as
-    buffers or constants (a causal mask, rotary frequencies, folded constants):
-    PyTorch never trains those either.
+    When torch's export record is there (:func:`records_state`), exactly the float
+    initializers it says are parameters: buffers (a causal mask, rotary frequencies),
+    tensor constants, folded constants and every constant the exporter or its optimizer
+    made (lifted scalars, ``Pow`` exponents: named ``val_N``, no record of their own)
+    are left out, as PyTorch never trains them. Without a record (other exporters, the
+    legacy one), every floating-point initializer except those named like the legacy
+    exporter's constants (:data:`LEGACY_CONSTANT_NAME`) and the running statistics of
+    ``BatchNormalization`` (initializers read only as its inputs 3 and 4: buffers).
 
     Returns:
         The trainable initializer names, in order, and the float initializers left
         out with what they are.
     """
     kinds = state_kinds(graph)
+    only_parameters = records_state(graph)
+    statistics = _running_statistics(graph)
     trainable: list[str] = []
     left_out: dict[str, StateKind] = {}
     for name, tensor in graph.initializers.items():
@@ -248,6 +288,22 @@ def default_trainable(graph: Graph) -> tuple[list[str], dict[str, StateKind]]:
         kind = kinds.get(name)
         if kind in ("buffer", "constant"):
             left_out[name] = kind
+        elif kind is None and (only_parameters or LEGACY_CONSTANT_NAME.fullmatch(name)):
+            left_out[name] = "constant"
+        elif kind is None and name in statistics:
+            left_out[name] = "buffer"
         else:
             trainable.append(name)
     return trainable, left_out
+
+
+def _running_statistics(graph: Graph) -> set[str]:
+    """Initializers every node reads only as ``BatchNormalization``'s mean or variance."""
+    found: set[str] = set()
+    for name in graph.initializers:
+        uses = graph.uses(name)
+        if uses and all(node is not None and node.op_type == "BatchNormalization"
+                        and node.domain in ("", "ai.onnx") and slot in (3, 4)
+                        for node, slot in uses):
+            found.add(name)
+    return found

@@ -7,10 +7,12 @@
 * gradient builders (:class:`GradientBuilder`, the built-in ones in
   :mod:`graphpass.training.builders`), reverse-mode differentiation in standard ONNX
   (:func:`differentiate`), losses, optimizers and the training-graph directory
-  (:mod:`graphpass.training.graphs`, :mod:`graphpass.training.directory`).
+  (:mod:`graphpass.training.graphs`, :mod:`graphpass.training.directory`);
+* the runner :class:`Trainer` (:mod:`graphpass.training.trainer`), which trains such a
+  directory on stock onnxruntime.
 
 ```python
-from graphpass.training import GradientBuilder, GradientContext, differentiate
+from graphpass.training import GradientBuilder, GradientContext, Trainer, differentiate
 ```
 """
 
@@ -25,11 +27,13 @@ from graphpass.training.builder import (
 )
 from graphpass.training.gradient_rules import GradientRules
 from graphpass.training.table import BuilderTable, registered_builders
+from graphpass.training.trainer import Evaluation, Trainer, TrainingError
 
 __all__ = [
     "BuilderResult",
     "BuilderTable",
     "Emitter",
+    "Evaluation",
     "GradientBuilder",
     "GradientContext",
     "GradientError",
@@ -37,6 +41,8 @@ __all__ = [
     "Gradients",
     "NameScope",
     "Refusal",
+    "Trainer",
+    "TrainingError",
     "differentiate",
     "prune",
     "registered_builders",

@@ -2,8 +2,12 @@
 
 The directory holds ``gradient.onnx``, ``step.onnx``, ``eval.onnx`` (frozen weights
 inside, or in one shared ``frozen.data`` file when they are large), the initial
-trainable weights ``weights.safetensors``, the initial optimizer state
-``optimizer_state.safetensors`` (zeros, and ``step`` = 0) and ``manifest.json``.
+trainable weights ``weights.safetensors``, the initial running statistics of the batch
+normalizations that train with batch statistics ``buffers.safetensors``, the initial
+optimizer state ``optimizer_state.safetensors`` (zeros, and ``step`` = 0), the forward
+model ``model.onnx`` (what a runner saves with the trained weights; its trainable
+weights and running statistics are external data inside the two safetensors files,
+so they are on disk once) and ``manifest.json``.
 
 Everything is written into a temporary folder next to the destination, checked
 (``onnx.checker.check_model(full_check=True)`` on every model, no node outside the
@@ -25,9 +29,10 @@ from typing import Any
 import numpy as np
 import onnx
 
+from graphpass.checkpoint import SafetensorsLoader
 from graphpass.errors import ModelSaveError, first_line
 from graphpass.files import load, save
-from graphpass.ir import Model
+from graphpass.ir import Model, Tensor
 from graphpass.training.graphs import FORMAT, TrainingGraphs
 
 __all__ = ["MANIFEST", "read_manifest", "write_training_directory"]
@@ -90,6 +95,32 @@ def _share_frozen(model: Model, saved: Model) -> None:
             model.graph.set_initializer(tensor)
 
 
+def _write_forward(forward: Model, gradient: Model, scratch: Path, files: dict[str, str]
+                   ) -> None:
+    """Write ``model.onnx``: trained and carried weights point into the safetensors files."""
+    model = forward.copy()
+    _share_frozen(model, gradient)
+    for key in ("weights", "buffers"):
+        checkpoint = SafetensorsLoader().load(scratch / files[key])
+        for name, entry in checkpoint.items():
+            if name in model.graph.initializers:
+                model.graph.set_initializer(_in_place(entry.tensor(name), scratch))
+    save(model, scratch / files["model"], location=f"{files['model']}.data")
+
+
+def _in_place(tensor: Tensor, folder: Path) -> Tensor:
+    """``tensor`` (a region of a file in ``folder``) as ONNX external data of that file."""
+    path, offset = tensor.external_path, tensor.external_offset
+    assert path is not None and offset is not None
+    proto = onnx.TensorProto(name=tensor.name, data_type=tensor.dtype, dims=tensor.shape,
+                             data_location=onnx.TensorProto.EXTERNAL)
+    for key, value in (("location", path.name), ("offset", str(offset)),
+                       ("length", str(tensor.nbytes))):
+        entry = proto.external_data.add()
+        entry.key, entry.value = key, value
+    return Tensor.from_proto(proto, base_dir=folder)
+
+
 def write_training_directory(graphs: TrainingGraphs, directory: str | os.PathLike[str]
                              ) -> list[str]:
     """Write ``graphs`` into ``directory`` atomically; return the files written.
@@ -130,14 +161,19 @@ def _write_all(graphs: TrainingGraphs, scratch: Path, allowed: set[str]) -> list
             save(model, scratch / files[key], location=f"{files[key]}.data")
         _save_arrays({name: tensor.numpy() for name, tensor in graphs.weights.items()},
                      scratch / files["weights"])
+        _save_arrays({name: tensor.numpy() for name, tensor in graphs.buffers.items()},
+                     scratch / files["buffers"])
         _save_arrays(graphs.state, scratch / files["optimizer_state"])
+        if graphs.forward is not None:
+            _write_forward(graphs.forward, written, scratch, files)
         (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n",
                                         encoding="utf-8")
     except OSError as error:
         raise ModelSaveError(f"cannot write ({error.strerror or error})",
                              where=str(scratch)) from None
-    for key in ("gradient", "step", "eval"):
-        _checked(scratch / files[key], allowed)
+    for key in ("gradient", "step", "eval", "model"):
+        if (scratch / files[key]).exists():
+            _checked(scratch / files[key], allowed)
     for path in scratch.iterdir():
         with open(path, "rb") as handle:
             os.fsync(handle.fileno())

@@ -45,6 +45,9 @@ from graphpass.errors import PluginError
 from graphpass.ir import Graph, Node
 from graphpass.torch.export_record import TRAINABLE_TYPES, StateKind, default_trainable
 
+Shape = tuple["int | str | None", ...]
+"""A tensor shape: numbers, symbolic names, or ``None`` for unknown dimensions."""
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -124,6 +127,11 @@ class NodeSite:
         input_types: The element type of each input (``None``: absent or unknown;
             ``0``: not a tensor).
         input_ranks: The rank of each input (``None``: absent or unknown).
+        input_shapes: The shape of each input (``None``: absent or unknown; dimensions
+            are numbers, symbolic names or ``None``).
+        output_shapes: The shape of each output, likewise.
+        loss_added: Whether the trainer adds a loss block after the model's outputs
+            (``generate_artifacts`` with a loss), so that they stop being graph outputs.
     """
 
     node: Node
@@ -132,6 +140,9 @@ class NodeSite:
     trainable: frozenset[str] = frozenset()
     input_types: tuple[int | None, ...] = ()
     input_ranks: tuple[int | None, ...] = ()
+    input_shapes: tuple[Shape | None, ...] = ()
+    output_shapes: tuple[Shape | None, ...] = ()
+    loss_added: bool = False
 
     def input_type(self, index: int) -> int | None:
         """The element type of input ``index`` (``None``: absent or unknown)."""
@@ -140,6 +151,14 @@ class NodeSite:
     def input_rank(self, index: int) -> int | None:
         """The rank of input ``index`` (``None``: absent or unknown)."""
         return self.input_ranks[index] if index < len(self.input_ranks) else None
+
+    def input_shape(self, index: int) -> Shape | None:
+        """The shape of input ``index`` (``None``: absent or unknown)."""
+        return self.input_shapes[index] if index < len(self.input_shapes) else None
+
+    def output_shape(self, index: int) -> Shape | None:
+        """The shape of output ``index`` (``None``: absent or unknown)."""
+        return self.output_shapes[index] if index < len(self.output_shapes) else None
 
 
 def _attribute_value(node: Node, name: str, default: Any) -> Any:
@@ -425,6 +444,8 @@ class OpFailure:
             ``graph``: anywhere in the model (the trainer's graph optimizer fails on
             it before any gradient is built). Conditions of a ``graph`` failure cannot
             use gradient information.
+        effect: ``fails``: the trainer refuses (building the gradient, or running it);
+            ``wrong-gradient``: it builds and runs a gradient that is wrong.
     """
 
     op_type: str
@@ -434,6 +455,7 @@ class OpFailure:
     trainer_message: str | None = None
     domain: str | None = None
     scope: Literal["path", "graph"] = "path"
+    effect: Literal["fails", "wrong-gradient"] = "fails"
 
     def matches(self, site: NodeSite) -> bool:
         """Whether every condition holds for ``site``."""
@@ -800,7 +822,7 @@ def _rules_from_data(data: Mapping[str, Any], checks: Mapping[str, Check],
     op_failures = tuple(
         OpFailure(str(entry["op_type"]), when(entry), str(entry["reason"]), str(entry["hint"]),
                   entry.get("trainer_message"), entry.get("domain"),
-                  entry.get("scope", "path"))
+                  entry.get("scope", "path"), entry.get("effect", "fails"))
         for entry in data.get("op_failures", ()))
     trainer_failures = tuple(
         TrainerFailure(entry["kind"], str(entry["reason"]), str(entry["hint"]),

@@ -9,13 +9,19 @@ and appends the optimizer step. The three models share one forward graph:
   outputs are ``loss``, then ``<weight>.grad`` for every trainable weight, in the same
   order. Frozen weights stay initializers.
 * ``step``: the inputs of ``gradient``, then the optimizer state (``<weight>.<kind>``,
-  by kind then weight), ``step`` (``int64``, steps taken so far) and ``lr``; outputs
-  ``loss``, then ``<weight>.new`` per weight, the new state (``<weight>.<kind>.new``)
-  and ``step.new``. One session run is one training step.
-* ``eval``: the inputs of ``gradient``; outputs ``loss``, then the model's outputs.
+  by kind then weight), the running statistics of the batch normalizations (with
+  ``batch_norm="batch-statistics"``), ``step`` (``int64``, steps taken so far) and
+  ``lr``; outputs ``loss``, then ``<weight>.new`` per weight, the new state
+  (``<weight>.<kind>.new``), the new running statistics (``<name>.new``) and
+  ``step.new``. One session run is one training step.
+* ``eval``: the inputs of ``gradient``, then the running statistics; outputs ``loss``,
+  then the model's outputs (batch normalizations in inference mode, as
+  ``model.eval()``).
 
 The models only reference the weights' tensors (nothing is copied); the initial
-values of the trainable weights and the optimizer state are returned alongside.
+values of the trainable weights, the running statistics and the optimizer state are
+returned alongside, and so is the model itself (a runner saves it with the trained
+weights).
 """
 
 from __future__ import annotations
@@ -27,11 +33,19 @@ from typing import Any
 import numpy as np
 import onnx
 
-from graphpass.ir import Model, Tensor, numpy_dtype
+from graphpass.ir import Graph, Model, Tensor, numpy_dtype
+from graphpass.ir._gc import paused_gc
 from graphpass.training._emit import Emitter, NameScope, names_in
 from graphpass.training.autodiff import differentiate, model_opset, prune
+from graphpass.training.batch_norm import (
+    BATCH_NORM_MODES,
+    BatchNormMode,
+    RunningStatistics,
+    finish_batch_statistics,
+    use_batch_statistics,
+)
 from graphpass.training.builder import GradientError
-from graphpass.training.gradient_rules import DIFFERENTIABLE_TYPES
+from graphpass.training.gradient_rules import DIFFERENTIABLE_TYPES, normalize_domain
 from graphpass.training.losses import LOSS, TARGET, LossKind, add_loss
 from graphpass.training.optimizers import LR, STEP, Optimizer, add_update
 from graphpass.training.sequences import split_sequences
@@ -43,7 +57,8 @@ __all__ = ["FORMAT", "TrainingGraphs", "build_training_graphs"]
 FORMAT = "graphpass-training-graph"
 """The ``format`` of the manifest (``manifest.json``)."""
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""The manifest's ``version`` (2: the forward model and the running statistics)."""
 
 
 @dataclass
@@ -58,6 +73,10 @@ class TrainingGraphs:
         state: The initial optimizer state (zeros) and step count, by input name.
         manifest: Names, order and options, for the runner (JSON-ready).
         frozen_unreached: Trainable weights no gradient reaches (left frozen).
+        forward: The model the graphs were built from (unchanged; what a runner saves
+            with the trained weights).
+        buffers: The initial running statistics of the batch normalizations that train
+            with batch statistics (state of ``step.onnx``, inputs of ``eval.onnx``).
     """
 
     gradient: Model
@@ -67,6 +86,8 @@ class TrainingGraphs:
     state: dict[str, np.ndarray]
     manifest: dict[str, Any]
     frozen_unreached: list[str] = field(default_factory=list)
+    forward: Model | None = None
+    buffers: dict[str, Tensor] = field(default_factory=dict)
 
 
 def _free_reserved(model: Model, reserved: Sequence[str]) -> dict[str, str]:
@@ -109,6 +130,7 @@ def _set_inputs(model: Model, names: Sequence[str],
 def build_training_graphs(model: Model, *, trainable: Sequence[str],
                           frozen: Sequence[str] = (), loss: LossKind = "mse",
                           loss_inputs: Sequence[str] = (), optimizer: Optimizer,
+                          batch_norm: BatchNormMode = "batch-statistics",
                           builders: BuilderTable | None = None,
                           torch_names: Mapping[str, str] | None = None,
                           options: Mapping[str, Any] | None = None) -> TrainingGraphs:
@@ -121,6 +143,9 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
         loss: The loss appended after the model's outputs.
         loss_inputs: The output the loss reads (default: the first).
         optimizer: The optimizer of the step model.
+        batch_norm: ``batch-statistics``: batch normalizations train as in torch's
+            ``train()`` mode, their running statistics carried through ``step.onnx``
+            (:mod:`graphpass.training.batch_norm`); ``running-statistics``: as exported.
         builders: The gradient builders (default: the built-in ones).
         torch_names: For each weight, its name in the torch ``state_dict``, if known.
         options: Options to record in the manifest.
@@ -129,6 +154,18 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
         GradientError: The model cannot be differentiated (the message names the
             node), or the loss cannot be built.
     """
+    # Building allocates millions of small objects that all stay alive: with the
+    # collector running, each burst rescans the growing heap (quadratic in the model).
+    with paused_gc():
+        return _build(model, trainable=trainable, frozen=frozen, loss=loss,
+                      loss_inputs=loss_inputs, optimizer=optimizer, batch_norm=batch_norm,
+                      builders=builders, torch_names=torch_names, options=options)
+
+
+def _build(model: Model, *, trainable: Sequence[str], frozen: Sequence[str], loss: LossKind,
+           loss_inputs: Sequence[str], optimizer: Optimizer, batch_norm: BatchNormMode,
+           builders: BuilderTable | None, torch_names: Mapping[str, str] | None,
+           options: Mapping[str, Any] | None) -> TrainingGraphs:
     work = model.copy()
     graph = work.graph
     if not graph.is_sorted():
@@ -140,9 +177,14 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
             raise GradientError(f"trainable weight {name!r} is not an initializer")
         if initializers[name].dtype not in DIFFERENTIABLE_TYPES:
             raise GradientError(f"trainable weight {name!r} is not of a float type")
+    if batch_norm not in BATCH_NORM_MODES:
+        raise GradientError(f"unknown batch-norm mode {batch_norm!r}",
+                            hint=f"choose one of {', '.join(BATCH_NORM_MODES)}")
     model_inputs = [name for name in graph.input_names if name not in initializers]
+    statistics_names = _running_statistics(graph) if batch_norm == "batch-statistics" else []
+    carried = [*trainable, *statistics_names]
     reserved = [LOSS, TARGET, STEP, LR, f"{STEP}.new",
-                *(f"{w}.grad" for w in trainable), *(f"{w}.new" for w in trainable),
+                *(f"{w}.grad" for w in trainable), *(f"{w}.new" for w in carried),
                 *(f"{w}.{kind}" for w in trainable for kind in optimizer.state),
                 *(f"{w}.{kind}.new" for w in trainable for kind in optimizer.state)]
     renamed = _free_reserved(work, reserved)  # a model output called "loss", say
@@ -152,25 +194,31 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
     for name in reserved:
         names.reserve(name)
     types = ModelTypes(work)
-    emit = Emitter(graph, model_opset(work), names, lambda n: types.of(graph, n))
+    opset = model_opset(work)
+    emit = Emitter(graph, opset, names, lambda n: types.of(graph, n))
     added = add_loss(work, loss, loss_inputs, emit, types)
     inputs = [*model_inputs, *([added.target] if added.target else [])]
 
     evaluation = work.copy()  # the forward graph and the loss, before any backward node
+    statistics = (use_batch_statistics(graph, emit, opset, frozenset(trainable))
+                  if batch_norm == "batch-statistics" else [])
+    buffers = [name for s in statistics for name in (s.mean, s.variance)]
     gradients = differentiate(work, trainable, {LOSS: None}, builders=builders, names=names)
+    finish_batch_statistics(graph, statistics)
     reached = [w for w in trainable if gradients.values[w] is not None]
     unreached = [w for w in trainable if gradients.values[w] is None]
-    declarations = {w: _weight_input(work, w) for w in reached}
-    _make_inputs(evaluation, reached)
+    declarations = {w: _weight_input(work, w) for w in (*reached, *buffers)}
+    _make_inputs(evaluation, [*reached, *buffers])
     evaluation.graph.set_outputs([added.declaration, *original_outputs])
-    _set_inputs(evaluation, [*inputs, *reached], declarations)
+    _set_inputs(evaluation, [*inputs, *reached, *buffers], declarations)
     prune(evaluation.graph, evaluation.graph.output_names)
     emit.prefix = "grad"
+    naming = _Naming(emit)
     grad_outputs = []
     for weight in reached:
         grad = gradients.values[weight]
         assert grad is not None
-        emit.node("Identity", [grad], [f"{weight}.grad"])
+        naming.name(grad, f"{weight}.grad")
         grad_outputs.append(_renamed(declarations[weight], f"{weight}.grad"))
     _make_inputs(work, reached)
 
@@ -179,6 +227,7 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
     _set_inputs(gradient_model, [*inputs, *reached], declarations)
     prune(gradient_model.graph, gradient_model.graph.output_names)
 
+    _make_inputs(work, buffers)
     state_inputs = {(w, kind): f"{w}.{kind}" for kind in optimizer.state for w in reached}
     for (weight, _), name in state_inputs.items():
         declarations[name] = _renamed(declarations[weight], name)
@@ -192,16 +241,20 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
     emit.prefix = "step"
     step_outputs: list[str | onnx.ValueInfoProto] = [added.declaration]
     for weight in reached:
-        emit.node("Identity", [update.weights[weight]], [f"{weight}.new"])
+        naming.name(update.weights[weight], f"{weight}.new")
         step_outputs.append(_renamed(declarations[weight], f"{weight}.new"))
     for slot in update.state:
-        emit.node("Identity", [slot.output], [f"{slot.input}.new"])
+        naming.name(slot.output, f"{slot.input}.new")
         step_outputs.append(_renamed(declarations[slot.weight], f"{slot.input}.new"))
-    emit.node("Identity", [update.step_output], [f"{STEP}.new"])
+    for found in statistics:
+        for name, value in ((found.mean, found.new_mean), (found.variance, found.new_variance)):
+            naming.name(value, f"{name}.new")
+            step_outputs.append(_renamed(declarations[name], f"{name}.new"))
+    naming.name(update.step_output, f"{STEP}.new")
     step_outputs.append(onnx.helper.make_tensor_value_info(f"{STEP}.new",
                                                            onnx.TensorProto.INT64, []))
     graph.set_outputs(step_outputs)
-    step_inputs = [*inputs, *reached, *state_inputs.values(), STEP, LR]
+    step_inputs = [*inputs, *reached, *state_inputs.values(), *buffers, STEP, LR]
     _set_inputs(work, step_inputs, declarations)
     prune(graph, graph.output_names)
 
@@ -210,12 +263,50 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
                             numpy_dtype(model.graph.initializers[w].dtype))
              for (w, _), name in state_inputs.items()}
     state[STEP] = np.array(0, dtype=np.int64)
-    manifest = _manifest(inputs, added.target, loss, added.inputs, reached, list(frozen),
-                         unreached, optimizer, original_outputs, update, step_inputs,
-                         [o.name if isinstance(o, onnx.ValueInfoProto) else o
-                          for o in step_outputs], torch_names, options)
+    manifest = _manifest(
+        inputs, added.target, loss, added.inputs, reached, list(frozen), unreached, optimizer,
+        original_outputs, update, step_inputs,
+        [o.name if isinstance(o, onnx.ValueInfoProto) else o for o in step_outputs],
+        torch_names, options, batch_norm, statistics)
     return TrainingGraphs(gradient_model, work, evaluation, weights, state, manifest,
-                          unreached)
+                          unreached, forward=model,
+                          buffers={b: model.graph.initializers[b] for b in buffers})
+
+
+def _running_statistics(graph: Graph) -> list[str]:
+    """The inputs batch normalizations read their running statistics from (reserved names)."""
+    return [name for node in graph if node.op_type == "BatchNormalization"
+            and not normalize_domain(node.domain) for name in node.inputs[3:5] if name]
+
+
+class _Naming:
+    """Gives computed values the names the contract asks for (``<weight>.new`` ...).
+
+    A value is renamed when that is safe, else copied by an ``Identity``: renaming spares
+    the runtime a copy per step, since the node computing a new weight then writes
+    straight into the output buffer a runner binds.
+    """
+
+    def __init__(self, emit: Emitter):
+        self.emit = emit
+        self._renamed: dict[str, str] = {}
+
+    def name(self, value: str, name: str) -> None:
+        """Make ``name`` hold ``value``."""
+        emit = self.emit
+        graph = emit.graph
+        current = self._renamed.get(value, value)
+        found = graph.values.get(current)
+        producer = found.producer if found is not None else None
+        if (current == value and found is not None and producer is not None
+                and producer.op_type != "Constant" and not found.is_graph_output
+                and not found.is_graph_input and not found.is_initializer):
+            info = emit.type_of(value)
+            graph.rename_value(value, name)
+            emit.note_type(name, info)
+            self._renamed[value] = name
+            return
+        emit.node("Identity", [current], [name])
 
 
 def _make_inputs(model: Model, weights: Sequence[str]) -> None:
@@ -233,14 +324,17 @@ def _manifest(inputs: list[str], target: str | None, loss: str, loss_inputs: Seq
               trainable: list[str], frozen: list[str], unreached: list[str],
               optimizer: Optimizer, outputs: list[str], update: Any, step_inputs: list[str],
               step_outputs: list[str], torch_names: Mapping[str, str] | None,
-              options: Mapping[str, Any] | None) -> dict[str, Any]:
+              options: Mapping[str, Any] | None, batch_norm: str,
+              statistics: Sequence[RunningStatistics]) -> dict[str, Any]:
     hyper = {key: value for key, value in vars(optimizer).items() if key != "kind"}
+    buffers = [name for s in statistics for name in (s.mean, s.variance)]
     return {
         "format": FORMAT,
         "version": FORMAT_VERSION,
         "files": {"gradient": "gradient.onnx", "step": "step.onnx", "eval": "eval.onnx",
-                  "weights": "weights.safetensors",
-                  "optimizer_state": "optimizer_state.safetensors"},
+                  "model": "model.onnx", "weights": "weights.safetensors",
+                  "optimizer_state": "optimizer_state.safetensors",
+                  "buffers": "buffers.safetensors"},
         "inputs": inputs[:len(inputs) - (1 if target else 0)],
         "target": target,
         "loss": {"kind": loss, "inputs": list(loss_inputs), "output": LOSS},
@@ -249,6 +343,10 @@ def _manifest(inputs: list[str], target: str | None, loss: str, loss_inputs: Seq
         "gradients": [f"{w}.grad" for w in trainable],
         "frozen": frozen,
         "unreached": unreached,
+        "batch_norm": batch_norm,
+        "buffers": buffers,
+        "running_statistics": [{"node": s.node, "mean": s.mean, "variance": s.variance}
+                               for s in statistics],
         "torch_names": dict(torch_names or {}),
         "optimizer": {"kind": optimizer.kind, **hyper, "state": list(optimizer.state)},
         "step": {
@@ -256,6 +354,7 @@ def _manifest(inputs: list[str], target: str | None, loss: str, loss_inputs: Seq
             "outputs": step_outputs,
             "carry": [[f"{w}", f"{w}.new"] for w in trainable]
             + [[slot.input, f"{slot.input}.new"] for slot in update.state]
+            + [[name, f"{name}.new"] for name in buffers]
             + [[STEP, f"{STEP}.new"]],
             "lr": LR,
             "step": STEP,

@@ -334,12 +334,17 @@ def confusion(pairs: Iterable[tuple[str, str]]) -> dict[str, int]:
 
 
 def lint_findings(case: Case) -> list[Any]:
-    """The findings of ``lint-gradients`` on a case (its trainable, frozen and loss)."""
+    """The findings of ``lint-gradients`` on a case (its trainable, frozen and loss).
+
+    The oracle differentiates the model's first output itself (``loss = none``: no loss
+    block is added), hence ``loss_added = False``.
+    """
     import graphpass
     from graphpass.passes.lint_gradients import LintGradients
 
     model = graphpass.Model.from_proto(case.model)
-    options = {"trainable": case.trainable, "frozen": case.frozen, "loss": case.loss}
+    options = {"trainable": case.trainable, "frozen": case.frozen, "loss": case.loss,
+               "loss_added": False}
     context = graphpass.PassContext(registry=default_registry())
     return LintGradients(options).run(model, context).findings
 

@@ -1,0 +1,437 @@
+"""The runner: train a training-graph directory on stock onnxruntime.
+
+:class:`Trainer` loads ``step.onnx`` of a directory ``build-training-graph`` wrote into
+one onnxruntime session, and keeps every value a step carries over (the trainable
+weights, the optimizer state, the running statistics of batch normalizations, the
+step count) as ``OrtValue``\\ s, bound to the session with IO binding::
+
+    from graphpass.training import Trainer
+
+    trainer = Trainer("train/")
+    for _ in range(10):
+        loss = trainer.step({"x": x, "target": y})
+    trainer.save("trained.onnx")                       # the model, trained weights inside
+    trainer.save_checkpoint("trained.safetensors")     # under the torch state_dict keys
+
+**A step copies nothing.** Each carried value has two buffers: the session reads one
+and writes the other, and the next step swaps them. Two IO bindings, made once, hold
+the two arrangements, so a step binds only the batch (whose arrays the session reads
+in place) and runs; the nodes that compute the new weights write straight into the
+buffers (``step.onnx`` names their outputs ``<weight>.new`` without an ``Identity``
+in between). ``eval.onnx`` gets its own session when :meth:`Trainer.evaluate` is
+first called, bound to the same buffers.
+
+onnxruntime is an optional dependency of graphpass (``pip install graphpass[runtime]``);
+this is the only module that imports it, when a :class:`Trainer` is made.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphpass.errors import GraphpassError, ModelSaveError, first_line
+from graphpass.files import load, save
+from graphpass.ir import Tensor
+from graphpass.training.directory import MANIFEST, read_manifest
+from graphpass.training.graphs import FORMAT_VERSION
+
+__all__ = ["Evaluation", "Trainer", "TrainingError"]
+
+_BUILD_HINT = ("build one with `graphpass run MODEL -o READY.onnx -p train-ready "
+               "--emit-training-graph DIR`, or train the model directly with "
+               "`graphpass train MODEL --data BATCH.npz`")
+
+
+class TrainingError(GraphpassError):
+    """A training-graph directory cannot be trained: a bad directory, a bad batch, no runtime."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What :meth:`Trainer.evaluate` computed.
+
+    Attributes:
+        loss: The loss on the batch (the model in inference mode).
+        outputs: The model's outputs, by name.
+    """
+
+    loss: float
+    outputs: dict[str, np.ndarray]
+
+
+def _runtime() -> Any:
+    try:
+        import onnxruntime
+    except ImportError:
+        raise TrainingError(
+            "training needs onnxruntime, which is not installed",
+            hint="pip install graphpass[runtime] (stock onnxruntime; onnxruntime-training "
+                 "is not needed)") from None
+    return onnxruntime
+
+
+class _Carried:
+    """One value a step carries over: two buffers, the session reads one and writes the other."""
+
+    __slots__ = ("buffers", "input", "output", "values")
+
+    def __init__(self, runtime: Any, input_name: str, output_name: str, initial: np.ndarray):
+        self.input = input_name
+        self.output = output_name
+        first = np.require(initial, requirements=("C", "W"))  # the runtime writes into it
+        self.buffers = (first, np.empty_like(first))
+        self.values = tuple(runtime.OrtValue.ortvalue_from_numpy(b) for b in self.buffers)
+
+
+class Trainer:
+    """Train a training-graph directory on stock onnxruntime (see the module docstring).
+
+    Attributes:
+        directory: The training-graph directory.
+        manifest: Its ``manifest.json``.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, lr: float | None = None,
+                 providers: Sequence[str] | None = None, session_options: Any = None):
+        """Load ``directory`` (written by ``build-training-graph``).
+
+        Args:
+            directory: The training-graph directory.
+            lr: The learning rate (default: the one the directory was built with).
+            providers: onnxruntime execution providers (default: the CPU).
+            session_options: ``onnxruntime.SessionOptions`` for both sessions.
+
+        Raises:
+            TrainingError: onnxruntime is not installed, the folder is not a
+                training-graph directory (or one of its files is missing or does not
+                load), or the learning rate is not positive.
+        """
+        self._ort = _runtime()
+        self.directory = Path(directory)
+        self.manifest = _read(self.directory)
+        self._providers = list(providers or ["CPUExecutionProvider"])
+        self._options = session_options
+        step = self.manifest["step"]
+        self._session = self._open(self.manifest["files"]["step"])
+        _check_names(self._session, step["inputs"], step["outputs"], self.directory / "step")
+        initial = self._initial_values()
+        self._carried = [_Carried(self._ort, source, updated, initial[source])
+                         for source, updated in step["carry"]]
+        self._by_name = {c.input: c for c in self._carried}
+        self._lr = np.zeros((), dtype=np.float32)
+        self._lr_given = 0.0
+        self.lr = float(self.manifest["options"].get("lr", 1e-3)) if lr is None else lr
+        self._lr_value = self._ort.OrtValue.ortvalue_from_numpy(self._lr)
+        self._loss = np.zeros((), dtype=self._type_of(self._session.get_outputs()[0].type))
+        self._loss_value = self._ort.OrtValue.ortvalue_from_numpy(self._loss)
+        self._batch_names = [*self.manifest["inputs"],
+                             *([self.manifest["target"]] if self.manifest["target"] else [])]
+        self._batch_types = {i.name: i for i in self._session.get_inputs()
+                             if i.name in self._batch_names}
+        self._bindings = [self._binding(phase) for phase in (0, 1)]
+        self._phase = 0
+        self._eval_session: Any = None
+
+    # ---------------------------------------------------------------- loading
+    def _open(self, file: str) -> Any:
+        path = self.directory / file
+        try:
+            return self._ort.InferenceSession(str(path), self._options,
+                                              providers=self._providers)
+        except Exception as error:  # onnxruntime's own exception types
+            raise TrainingError(f"onnxruntime cannot load {file}: {first_line(error)}",
+                                where=str(self.directory),
+                                hint="rebuild the directory with this graphpass version; "
+                                     + _BUILD_HINT) from None
+
+    def _initial_values(self) -> dict[str, np.ndarray]:
+        from safetensors import SafetensorError
+        from safetensors.numpy import load_file
+
+        files = self.manifest["files"]
+        values: dict[str, np.ndarray] = {}
+        for key in ("weights", "optimizer_state", "buffers"):
+            path = self.directory / files[key]
+            try:
+                values.update(load_file(str(path)))
+            except (OSError, SafetensorError) as error:
+                raise TrainingError(f"cannot read {files[key]}: {first_line(error)}",
+                                    where=str(self.directory),
+                                    hint="the directory is incomplete; " + _BUILD_HINT) from None
+        missing = [source for source, _ in self.manifest["step"]["carry"]
+                   if source not in values]
+        if missing:
+            raise TrainingError(f"no initial value for {', '.join(map(repr, missing[:5]))} in "
+                                "the directory's safetensors files", where=str(self.directory),
+                                hint="the directory is incomplete; " + _BUILD_HINT)
+        return values
+
+    def _binding(self, phase: int) -> Any:
+        binding = self._session.io_binding()
+        for carried in self._carried:
+            binding.bind_ortvalue_input(carried.input, carried.values[phase])
+            binding.bind_ortvalue_output(carried.output, carried.values[1 - phase])
+        binding.bind_ortvalue_input(self.manifest["step"]["lr"], self._lr_value)
+        binding.bind_ortvalue_output(self.manifest["loss"]["output"], self._loss_value)
+        return binding
+
+    @staticmethod
+    def _type_of(type_name: str) -> np.dtype[Any]:
+        names = {"tensor(float)": np.float32, "tensor(double)": np.float64,
+                 "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+                 "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
+                 "tensor(int8)": np.int8, "tensor(uint8)": np.uint8}
+        if type_name not in names:
+            raise TrainingError(f"graphpass's trainer does not handle values of type {type_name}")
+        return np.dtype(names[type_name])
+
+    # --------------------------------------------------------------- training
+    @property
+    def lr(self) -> float:
+        """The learning rate of the next step (settable, e.g. by a schedule)."""
+        return self._lr_given
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        if not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
+            raise TrainingError(f"the learning rate must be a positive number, not {value!r}")
+        self._lr_given = float(value)
+        self._lr[...] = value  # the bound OrtValue reads this array (float32)
+
+    @property
+    def steps(self) -> int:
+        """How many steps the weights have taken (from the directory's start)."""
+        return int(self._current(self.manifest["step"]["step"]))
+
+    @property
+    def values(self) -> Mapping[str, Any]:
+        """The current value of everything a step carries, as ``OrtValue``\\ s (not copied).
+
+        Trainable weights, optimizer state, running statistics and ``step``, by the
+        names ``step.onnx`` reads them under. The next step writes into the other
+        buffer of each value, so read them before stepping again.
+        """
+        return {c.input: c.values[self._phase] for c in self._carried}
+
+    def _current(self, name: str) -> np.ndarray:
+        return self._by_name[name].buffers[self._phase]
+
+    def step(self, batch: Mapping[str, Any]) -> float:
+        """Take one optimizer step on ``batch``; return its loss (before the step).
+
+        Args:
+            batch: The model's inputs and ``target`` (for a loss that takes one), by
+                name, as numpy arrays (read in place when their type and layout
+                already fit).
+
+        Raises:
+            TrainingError: A batch name is missing or unknown, an array has the
+                wrong element type or shape, or onnxruntime fails to run the step.
+        """
+        arrays = self._batch(batch, self._batch_types, "step")
+        binding = self._bindings[self._phase]
+        bound = [self._bind_array(binding, name, array) for name, array in arrays.items()]
+        try:
+            self._session.run_with_iobinding(binding)
+        except Exception as error:  # onnxruntime's own exception types
+            raise TrainingError(f"onnxruntime could not run the step: {first_line(error)}",
+                                where=str(self.directory / self.manifest["files"]["step"]),
+                                hint="check the batch's shapes against the model's inputs"
+                                ) from None
+        del bound  # the arrays were read in place; the binding may let go of them now
+        self._phase = 1 - self._phase
+        return float(self._loss)
+
+    def _bind_array(self, binding: Any, name: str, array: np.ndarray) -> Any:
+        """Bind ``array`` as input ``name``: the session reads its memory (no copy)."""
+        value = self._ort.OrtValue.ortvalue_from_numpy(array)
+        binding.bind_ortvalue_input(name, value)
+        return value
+
+    def _batch(self, batch: Mapping[str, Any], declared: Mapping[str, Any],
+               action: str) -> dict[str, np.ndarray]:
+        names = self._batch_names
+        unknown = [name for name in batch if name not in names]
+        missing = [name for name in names if name not in batch]
+        if unknown or missing:
+            problems = []
+            if missing:
+                problems.append(f"no {', '.join(map(repr, missing))}")
+            if unknown:
+                problems.append(f"{', '.join(map(repr, unknown))}, which the model does not "
+                                "take")
+            raise TrainingError(f"the batch has {' and '.join(problems)}",
+                                hint=f"a {action} takes {', '.join(names)}")
+        arrays = {}
+        for name in names:
+            info = declared[name]
+            arrays[name] = _fitted(name, batch[name], self._type_of(info.type), info.shape)
+        return arrays
+
+    # ------------------------------------------------------------- evaluating
+    def evaluate(self, batch: Mapping[str, Any]) -> Evaluation:
+        """The loss and the model's outputs on ``batch`` with the current weights.
+
+        Runs ``eval.onnx`` (batch normalizations in inference mode, reading the
+        current running statistics, as ``model.eval()``); nothing changes.
+
+        Raises:
+            TrainingError: As :meth:`step`.
+        """
+        if self._eval_session is None:
+            self._eval_session = self._open(self.manifest["files"]["eval"])
+        session = self._eval_session
+        declared = {i.name: i for i in session.get_inputs()}
+        arrays = self._batch(batch, declared, "evaluation")
+        binding = session.io_binding()
+        bound = [self._bind_array(binding, name, array) for name, array in arrays.items()]
+        for name in declared:
+            if name not in arrays:
+                binding.bind_ortvalue_input(name, self._by_name[name].values[self._phase])
+        for output in session.get_outputs():
+            binding.bind_output(output.name, "cpu")
+        try:
+            session.run_with_iobinding(binding)
+        except Exception as error:  # onnxruntime's own exception types
+            raise TrainingError(f"onnxruntime could not evaluate: {first_line(error)}",
+                                where=str(self.directory / self.manifest["files"]["eval"]),
+                                hint="check the batch's shapes against the model's inputs"
+                                ) from None
+        del bound
+        results = dict(zip([o.name for o in session.get_outputs()],
+                           binding.copy_outputs_to_cpu(), strict=True))
+        loss = float(results.pop(self.manifest["loss"]["output"]))
+        return Evaluation(loss, results)
+
+    # ----------------------------------------------------------------- saving
+    def weights(self) -> dict[str, np.ndarray]:
+        """Copies of the trained weights and running statistics, by initializer name."""
+        names = [*self.manifest["trainable"], *self.manifest.get("buffers", [])]
+        return {name: self._current(name).copy() for name in names}
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the model with the trained weights (and running statistics) inside.
+
+        The model is the one the directory was built from (after the passes before
+        ``build-training-graph``: functions inlined, weights filled), written with
+        :func:`graphpass.save` (atomic; external data as the model needs it).
+
+        Raises:
+            ModelSaveError: The file cannot be written (nothing is changed on disk).
+        """
+        model = load(self.directory / self.manifest["files"]["model"])
+        for name in (*self.manifest["trainable"], *self.manifest.get("buffers", [])):
+            model.graph.set_initializer(Tensor.from_array(name, self._current(name)))
+        return save(model, path)
+
+    def checkpoint(self) -> dict[str, np.ndarray]:
+        """The trained weights and running statistics under their torch ``state_dict`` keys.
+
+        The keys are those ``reconcile-initializers`` matched the initializers with
+        (the manifest's ``torch_names``); a weight it did not fill keeps its
+        initializer name (which is the torch name in a ``dynamo=True`` export).
+        """
+        names = self.manifest.get("torch_names", {})
+        arrays: dict[str, np.ndarray] = {}
+        for name, value in self.weights().items():
+            key = names.get(name, name)
+            if key in arrays:
+                raise TrainingError(f"two weights map to the checkpoint key {key!r}",
+                                    hint="check the manifest's torch_names")
+            arrays[key] = value
+        return arrays
+
+    def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
+        """Write :meth:`checkpoint` as a safetensors file (atomic).
+
+        Load it into the torch model with ``model.load_state_dict(
+        safetensors.torch.load_file(path), strict=False)`` (it holds what training
+        changed, not buffers the export dropped).
+
+        Raises:
+            ModelSaveError: The file cannot be written (nothing is changed on disk).
+        """
+        from safetensors.numpy import save_file
+
+        target = Path(path)
+        arrays = self.checkpoint()
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            handle, scratch = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+            os.close(handle)
+        except OSError as error:
+            raise ModelSaveError(f"cannot write ({error.strerror})", where=str(target)) from None
+        try:
+            save_file(arrays, scratch, metadata={"format": "pt"})
+            os.replace(scratch, target)
+        except OSError as error:
+            raise ModelSaveError(f"cannot write ({error.strerror})", where=str(target)) from None
+        finally:
+            if os.path.exists(scratch):
+                os.unlink(scratch)
+        return target
+
+    def __repr__(self) -> str:
+        return (f"Trainer({str(self.directory)!r}: {len(self.manifest['trainable'])} weights, "
+                f"{self.manifest['optimizer']['kind']}, lr {self.lr:g}, step {self.steps})")
+
+
+def _read(directory: Path) -> dict[str, Any]:
+    if not directory.is_dir():
+        raise TrainingError("no such folder" if not directory.exists() else "not a folder",
+                            where=str(directory), hint=_BUILD_HINT)
+    manifest = read_manifest(directory)
+    if manifest is None:
+        raise TrainingError(f"not a graphpass training-graph directory (no valid {MANIFEST})",
+                            where=str(directory), hint=_BUILD_HINT)
+    version = manifest.get("version")
+    if version != FORMAT_VERSION:
+        newer = isinstance(version, int) and version > FORMAT_VERSION
+        raise TrainingError(
+            f"the directory has format version {version}; this graphpass reads version "
+            f"{FORMAT_VERSION}", where=str(directory),
+            hint="upgrade graphpass" if newer else "rebuild it: " + _BUILD_HINT)
+    missing = [file for file in manifest["files"].values() if not (directory / file).exists()]
+    if missing:
+        raise TrainingError(f"the directory has no {', '.join(missing)}", where=str(directory),
+                            hint="it is incomplete; " + _BUILD_HINT)
+    return manifest
+
+
+def _check_names(session: Any, inputs: Sequence[str], outputs: Sequence[str],
+                 where: Path) -> None:
+    found_inputs = [i.name for i in session.get_inputs()]
+    found_outputs = [o.name for o in session.get_outputs()]
+    if found_inputs != list(inputs) or found_outputs != list(outputs):
+        raise TrainingError("step.onnx does not have the inputs and outputs its manifest "
+                            "lists", where=str(where), hint="rebuild the directory; "
+                            + _BUILD_HINT)
+
+
+def _fitted(name: str, value: Any, dtype: np.dtype[Any],
+            shape: Sequence[int | str | None]) -> np.ndarray:
+    """``value`` as a C-contiguous array of ``dtype`` (no copy when it already is one)."""
+    array = np.asarray(value)
+    if array.dtype != dtype:
+        if not np.can_cast(array.dtype, dtype, casting="same_kind"):
+            raise TrainingError(f"batch array {name!r} holds {array.dtype}, and the model "
+                                f"takes {dtype}", hint=f"convert it: .astype(np.{dtype})")
+        array = array.astype(dtype)
+    if array.ndim != len(shape) or any(isinstance(d, int) and d != n
+                                       for d, n in zip(shape, array.shape, strict=False)):
+        shown = ", ".join(str(d) if d is not None else "?" for d in shape)
+        named = any(not isinstance(d, int) for d in shape)
+        raise TrainingError(f"batch array {name!r} has shape {list(array.shape)}, and the "
+                            f"model takes [{shown}]",
+                            hint="named dimensions may take any size (the same size wherever "
+                                 "the name appears); numbers are fixed" if named else
+                            "the model was exported with these fixed sizes; give arrays of "
+                            "those shapes, or export it with dynamic axes")
+    return np.require(array, requirements="C")

@@ -1,0 +1,256 @@
+"""Export a zoo case to ONNX the ways people do (cached; see :mod:`zoo.cache`).
+
+The four modes of issue 12, and two that follow graphpass's advice:
+
+``dynamo``
+    ``torch.onnx.export(..., dynamo=True)`` with its weights and the default optimizer.
+``dynamo-state-dict``
+    ``dynamo=True, optimize=False``, saved with ``include_initializers=False``; the
+    checkpoint is the Hugging Face model's own ``state_dict()`` as safetensors
+    (``safetensors.torch.save_model``: keys without the wrapper's ``model.`` prefix, one
+    name per tied tensor, non-persistent buffers absent). Not ``save_pretrained``:
+    transformers 5 writes some architectures under their older key names there (ViT's
+    ``layers.0.attention.k_proj`` as ``encoder.layer.0.attention.attention.key``).
+``dynamo-full-state``
+    The same export; the checkpoint is ``graphpass.torch.save_state`` of the Hugging
+    Face model (every parameter, buffer and tensor constant; same keys).
+``legacy-functions``
+    ``dynamo=False`` (TorchScript) with ``export_modules_as_functions`` on the model's
+    layer classes, weights included, the default ``do_constant_folding=True``. torch
+    2.13 fails on any Hugging Face model here (see :func:`legacy_export`); the zoo
+    records that failure and exports with the workaround.
+``dynamo-unoptimized`` (advice)
+    ``dynamo=True, optimize=False`` with its weights.
+``legacy-unfolded`` (advice)
+    ``legacy-functions`` with ``do_constant_folding=False``.
+
+Every export gets its own deep copy of the model: a failed legacy export leaves
+BatchNorm statistics updated in the model it traced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import time
+import traceback
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zoo.cache import cached_entry, versions
+from zoo.cases import Case, ZooError, load_class
+
+__all__ = ["ADVICE_MODES", "MODES", "Export", "export", "hidden_annotations", "legacy_export"]
+
+MODES = ("dynamo", "dynamo-state-dict", "dynamo-full-state", "legacy-functions")
+"""The export modes every case is judged in."""
+ADVICE_MODES = ("dynamo-unoptimized", "legacy-unfolded")
+"""Modes graphpass's hints lead to (re-export without the optimizer / constant folding)."""
+OUTPUT = "logits"
+"""The name of the one graph output."""
+LEGACY_OPSET = 17
+
+
+@dataclass(frozen=True)
+class Export:
+    """One export of one case (files in a cache folder; treat them as read-only).
+
+    Attributes:
+        case: The case's name.
+        mode: The export mode.
+        folder: The cache folder.
+        model: ``model.onnx``.
+        checkpoint: The checkpoint to fill it from (``None``: the model has its weights).
+        inputs: ``inputs.npz``: the model's inputs by graph input name.
+        batch: ``batch.npz``: the inputs and ``target`` (the MSE target), one training batch.
+        manifest: ``export.json``: how it was made, versions, seconds, notes.
+    """
+
+    case: str
+    mode: str
+    folder: Path
+    model: Path
+    checkpoint: Path | None
+    inputs: Path
+    batch: Path
+    manifest: dict[str, Any]
+
+
+def export(case: Case, mode: str) -> Export:
+    """The export of ``case`` in ``mode``, from the cache or made now.
+
+    Raises:
+        ZooError: unknown mode, or the exporter failed (the message has its error).
+    """
+    if mode not in MODES + ADVICE_MODES:
+        raise ZooError(f"unknown export mode {mode!r}; known: {', '.join(MODES + ADVICE_MODES)}")
+    folder = cached_entry(case.name, mode, lambda scratch: _build(case, mode, scratch),
+                          sources=("exporting.py",))
+    manifest = json.loads((folder / "export.json").read_text())
+    if manifest.get("error"):
+        raise ZooError(f"{case.name}/{mode}: the export failed: {manifest['error']}")
+    checkpoint = folder / "checkpoint.safetensors"
+    return Export(case.name, mode, folder, folder / "model.onnx",
+                  checkpoint if checkpoint.exists() else None,
+                  folder / "inputs.npz", folder / "batch.npz", manifest)
+
+
+# ===================================================================== building
+def _build(case: Case, mode: str, folder: Path) -> None:
+    import torch
+
+    wrapper = case.wrapped()
+    inputs = case.inputs()
+    arguments = tuple(torch.from_numpy(value) for value in inputs.values())
+    with torch.no_grad():
+        output = wrapper(*arguments)
+    manifest: dict[str, Any] = {
+        "case": case.name, "mode": mode, "versions": versions(),
+        "inputs": {name: list(value.shape) for name, value in inputs.items()},
+        "output": OUTPUT, "output_shape": list(output.shape), "error": None, "notes": []}
+    started = time.perf_counter()
+    try:
+        with warnings.catch_warnings(), _quiet():
+            warnings.simplefilter("ignore")
+            _export_mode(case, mode, wrapper, arguments, folder, manifest)
+    except Exception as error:  # recorded, so that a failing export is not retried
+        manifest["error"] = f"{type(error).__name__}: {error}"[:2000]
+        manifest["traceback"] = traceback.format_exc()[-4000:]
+    manifest["seconds"] = round(time.perf_counter() - started, 3)
+    np.savez(folder / "inputs.npz", **inputs)
+    np.savez(folder / "batch.npz", **inputs, target=case.target(tuple(output.shape)))
+    (folder / "export.json").write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def _export_mode(case: Case, mode: str, wrapper: Any, arguments: tuple[Any, ...],
+                 folder: Path, manifest: dict[str, Any]) -> None:
+    import torch
+
+    model_path = folder / "model.onnx"
+    names = {"input_names": list(case.input_names), "output_names": [OUTPUT]}
+    if mode.startswith("dynamo"):
+        optimize = mode == "dynamo"
+        program = torch.onnx.export(copy.deepcopy(wrapper), arguments, dynamo=True,
+                                    optimize=optimize, verbose=False, **names)
+        weights = mode in ("dynamo", "dynamo-unoptimized")
+        program.save(str(model_path), include_initializers=weights)
+        manifest["exporter"] = {"dynamo": True, "optimize": optimize,
+                                "include_initializers": weights}
+        if mode == "dynamo-state-dict":
+            from safetensors.torch import save_model
+
+            save_model(wrapper.model, str(folder / "checkpoint.safetensors"))
+        elif mode == "dynamo-full-state":
+            import graphpass.torch
+
+            graphpass.torch.save_state(wrapper.model, folder / "checkpoint.safetensors")
+        return
+    folding = mode == "legacy-functions"
+    classes = {load_class(path) for path in case.function_classes}
+    plain_error = _legacy_without_workaround(wrapper, arguments, classes, folding, names)
+    legacy_export(copy.deepcopy(wrapper), arguments, model_path, classes,
+                  do_constant_folding=folding, **names)
+    manifest["exporter"] = {"dynamo": False, "opset_version": LEGACY_OPSET,
+                            "export_modules_as_functions": sorted(case.function_classes),
+                            "do_constant_folding": folding,
+                            "workaround": "hidden_annotations" if plain_error else None}
+    if plain_error:
+        manifest["notes"].append(f"without the workaround the legacy exporter fails: "
+                                 f"{plain_error}")
+
+
+# ======================================================== the legacy exporter
+def legacy_export(model: Any, arguments: tuple[Any, ...], path: Path, classes: set[type], *,
+                  do_constant_folding: bool = True, **names: Any) -> None:
+    """``torch.onnx.export(dynamo=False, export_modules_as_functions=classes)`` that works.
+
+    torch 2.13's legacy exporter, asked for ``export_modules_as_functions``, hooks every
+    module and hands each one's *annotated* attributes (``typing.get_type_hints`` of its
+    class) to ``_jit_pass_onnx_track_scope_attributes``, which takes only TorchScript
+    values. Every Hugging Face ``PreTrainedModel`` annotates ``config`` (a config
+    object), ``config_class`` (a type), sets, dicts and ``None``, so any model holding
+    one fails: ``_jit_pass_onnx_track_scope_attributes(): incompatible function
+    arguments``, whichever classes are asked for and whatever wraps the model. The
+    workaround hides those annotations while exporting (:func:`hidden_annotations`);
+    the layers exported as functions are plain ``nn.Module`` subclasses whose
+    annotations are fine.
+    """
+    import torch
+
+    with hidden_annotations(model):
+        torch.onnx.export(model, arguments, str(path), dynamo=False,
+                          opset_version=LEGACY_OPSET, export_modules_as_functions=classes,
+                          do_constant_folding=do_constant_folding, **names)
+
+
+@contextlib.contextmanager
+def hidden_annotations(model: Any) -> Iterator[None]:
+    """Hide the class annotations of the Hugging Face models in ``model`` for a while.
+
+    Affects the ``PreTrainedModel`` subclasses (and their mixins) in the module tree;
+    torch's own classes are left alone. Restored on exit.
+    """
+    from transformers import PreTrainedModel
+
+    saved: dict[type, Any] = {}
+    for module in model.modules():
+        if not isinstance(module, PreTrainedModel):
+            continue
+        for cls in type(module).__mro__:
+            if ("__annotations__" in cls.__dict__ and cls not in saved
+                    and not cls.__module__.startswith("torch")):
+                saved[cls] = cls.__dict__["__annotations__"]  # noqa: RUF063 (restored as is)
+    try:
+        for cls in saved:
+            cls.__annotations__ = {}
+        yield
+    finally:
+        for cls, annotations in saved.items():
+            cls.__annotations__ = annotations
+
+
+def _legacy_without_workaround(wrapper: Any, arguments: tuple[Any, ...], classes: set[type],
+                               folding: bool, names: dict[str, Any]) -> str | None:
+    """Try the plain legacy export (on a copy); its error, or ``None`` if it worked."""
+    import tempfile
+
+    import torch
+
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            torch.onnx.export(copy.deepcopy(wrapper), arguments, f"{scratch}/plain.onnx",
+                              dynamo=False, opset_version=LEGACY_OPSET,
+                              export_modules_as_functions=classes,
+                              do_constant_folding=folding, **names)
+        except TypeError as error:
+            return str(error).splitlines()[0][:300]
+    return None
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence what the exporters print, native code included (file descriptors 1 and 2)."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for handle in saved:
+            os.close(handle)

@@ -1,0 +1,323 @@
+"""Judge a zoo case against the torch oracle: trains, refused rightly, or wrong.
+
+:func:`judge` exports a case, runs ``train-ready`` and training on it
+(:func:`zoo.training.train_ready`) and compares with :func:`zoo.torch_reference`:
+
+``trains``
+    graphpass exits 0; the model it wrote computes torch's outputs in onnxruntime; the
+    first training step's gradient of **every** torch parameter equals torch's
+    (torch's, computed in float64: relative 1e-3 of the parameter's largest gradient,
+    see :data:`GRADIENT_FLOOR`), each
+    parameter trained once and under its own name, nothing else trained; and the loss
+    falls over the steps; the first AdamW step gives torch's weights
+    (:data:`WEIGHT_TOLERANCE`).
+``refused``
+    graphpass exits 1 with error findings. The refusal is *right* when every error names
+    the node, weight or buffer it is about and gives a hint, and the hint, followed,
+    gives a model that trains (see :data:`ADVICE`); otherwise it is a false refusal.
+``wrong``
+    anything else: a false refusal, a "ready" followed by a failing training step, wrong
+    outputs or gradients, torch parameters left untrained or copies trained instead, a
+    crash.
+
+Following a hint means one of the re-exports or extra state a user can act on:
+``save_state`` (fill from the full state: ``dynamo-state-dict`` -> ``dynamo-full-state``),
+``optimize=False`` (``dynamo`` -> ``dynamo-unoptimized``) and ``do_constant_folding=False``
+(``legacy-functions`` -> ``legacy-unfolded``). A refusal whose only advice is to change
+which weights are trained is a false one: the export holds everything needed.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from zoo.cases import Case, ZooError
+from zoo.exporting import Export, export
+from zoo.reference import ADAMW, Reference, torch_reference
+from zoo.training import TrainingRun, train_ready
+
+__all__ = ["ADVICE", "GRADIENT_RTOL", "GradientCheck", "Outcome", "compare_gradients", "judge"]
+
+GRADIENT_RTOL = 1e-3
+"""Largest gradient error, relative to the parameter's largest gradient (in float64)."""
+GRADIENT_FLOOR = 1e-3
+"""Gradients smaller than this fraction of the model's largest gradient are compared as if
+they were this large: float32 rounding, in torch and in onnxruntime alike, reaches them
+from the large gradients they are computed with (an attention key's bias has a zero
+gradient in exact arithmetic, 1e-10 in float32)."""
+OUTPUT_RTOL, OUTPUT_ATOL = 1e-4, 1e-5
+WEIGHT_TOLERANCE = 1e-2
+"""Largest difference, in units of ``lr``, between a weight after onnxruntime-training's
+first AdamW step and the torch weight moved by that AdamW step of onnxruntime's own
+gradient. (Not torch's weight after torch's step: AdamW's first step is
+``lr * g / (|g| + 31.6 eps)``, so a gradient element near ``31.6 eps = 3e-5`` moves by
+half a step for a rounding difference in ``g``; the gradients are compared above.)"""
+
+ADVICE: tuple[tuple[str, str, str], ...] = (
+    (r"save_state", "dynamo-state-dict", "dynamo-full-state"),
+    (r"optimize\s*=\s*False", "dynamo", "dynamo-unoptimized"),
+    (r"do_constant_folding\s*=\s*False", "legacy-functions", "legacy-unfolded"),
+)
+"""(hint pattern, mode it applies to, the mode that follows the hint)."""
+
+Verdict = Literal["trains", "refused", "wrong"]
+
+
+@dataclass
+class GradientCheck:
+    """First-step gradients of onnxruntime-training against torch's.
+
+    Attributes:
+        errors: Canonical torch name -> relative error of its gradient.
+        untrained: Torch parameters the loss reaches that onnxruntime-training did not train.
+        copies: Torch parameters trained under several names (each copy updated alone).
+        extra: Trained tensors that are no torch parameter (exporter copies, buffers).
+        weight_drift: Largest difference of a weight after the first optimizer step from
+            the expected one, in units of ``lr`` (see :data:`WEIGHT_TOLERANCE`).
+        torch32: The largest error of torch's own float32 gradients by the same measure
+            (how well-conditioned the case is: well under :data:`GRADIENT_RTOL`).
+    """
+
+    errors: dict[str, float] = field(default_factory=dict)
+    untrained: list[str] = field(default_factory=list)
+    copies: dict[str, list[str]] = field(default_factory=dict)
+    extra: list[str] = field(default_factory=list)
+    weight_drift: float = 0.0
+    torch32: float = 0.0
+
+    @property
+    def wrong(self) -> dict[str, float]:
+        """The parameters whose gradient is off by more than :data:`GRADIENT_RTOL`."""
+        return {name: e for name, e in self.errors.items() if e > GRADIENT_RTOL}
+
+    @property
+    def ok(self) -> bool:
+        """Every torch parameter trained once, with torch's gradient, nothing else trained,
+        and the weights after the steps are torch's."""
+        return not (self.wrong or self.untrained or self.copies or self.extra
+                    or self.weight_drift > WEIGHT_TOLERANCE)
+
+    def summary(self) -> str:
+        """One line: what is wrong, or the largest error."""
+        parts = []
+        if self.untrained:
+            parts.append(f"{len(self.untrained)} of {len(self.errors) + len(self.untrained)} "
+                         f"torch parameters untrained ({_some(self.untrained)})")
+        if self.extra:
+            parts.append(f"{len(self.extra)} non-parameters trained ({_some(self.extra)})")
+        if self.copies:
+            parts.append(f"{len(self.copies)} parameters trained as several copies "
+                         f"({_some(list(self.copies))})")
+        if self.wrong:
+            worst = max(self.wrong, key=self.wrong.__getitem__)
+            parts.append(f"{len(self.wrong)} gradients off (worst {worst}: "
+                         f"{self.wrong[worst]:.1e} relative)")
+        if not parts and self.weight_drift > WEIGHT_TOLERANCE:
+            parts.append(f"gradients equal torch's, but the weights after an AdamW step differ "
+                         f"by {self.weight_drift:.2f} x lr")
+        if not parts:
+            worst_error = max(self.errors.values(), default=0.0)
+            return (f"{len(self.errors)} gradients equal torch's (max rel. error "
+                    f"{worst_error:.1e}; torch's own float32: {self.torch32:.1e}), and so "
+                    "do the weights after a step")
+        return "; ".join(parts)
+
+
+@dataclass
+class Outcome:
+    """The verdict on one case in one mode.
+
+    Attributes:
+        case: The case's name.
+        mode: The export mode.
+        verdict: ``trains``, ``refused`` or ``wrong``.
+        right: For ``trains``: correct; for ``refused``: the refusal is right (and its
+            advice works); for ``wrong``: ``False``.
+        reason: One line: why.
+        seconds: ``export``, ``graphpass``, ``training`` (the runner process) and ``total``.
+        run: The training run (``None`` when the export failed).
+        gradients: The gradient check (``None`` unless training ran).
+        followed: For a refusal: the outcome of following its hint.
+        findings: The error findings (for refusals).
+    """
+
+    case: str
+    mode: str
+    verdict: Verdict
+    right: bool
+    reason: str
+    seconds: dict[str, float] = field(default_factory=dict)
+    run: TrainingRun | None = None
+    gradients: GradientCheck | None = None
+    followed: Outcome | None = None
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """``trains``, ``refused rightly`` or ``wrong``."""
+        if self.verdict == "refused":
+            return "refused rightly" if self.right else "wrong"
+        return "trains" if self.right else "wrong"
+
+
+def compare_gradients(reference: Reference, run: TrainingRun) -> GradientCheck:
+    """Map onnxruntime-training's trained tensors to torch parameters and compare."""
+    check = GradientCheck()
+    by_parameter: dict[str, list[str]] = {}
+    largest = max((float(np.abs(g).max(initial=0.0)) for g in reference.gradients.values()),
+                  default=0.0)
+    for name in run.gradients:
+        canonical = reference.aliases.get(name)
+        if canonical is None:
+            check.extra.append(name)
+        else:
+            by_parameter.setdefault(canonical, []).append(name)
+    for name, expected in reference.gradients.items():
+        names = by_parameter.get(name, [])
+        if not names:
+            check.untrained.append(name)
+            continue
+        if len(names) > 1:
+            check.copies[name] = names
+        got = run.gradients[names[0]]
+        if got.shape != expected.shape:
+            check.errors[name] = float("inf")
+            continue
+        scale = max(float(np.abs(expected).max(initial=0.0)), GRADIENT_FLOOR * largest, 1e-30)
+        check.errors[name] = float(np.abs(got - expected).max(initial=0.0)) / scale
+        own = float(np.abs(reference.gradients32[name] - expected).max(initial=0.0)) / scale
+        check.torch32 = max(check.torch32, own)
+    drifts = []
+    for name, names in by_parameter.items():
+        after, gradient = run.weights.get(names[0]), run.gradients[names[0]]
+        start = reference.initial[name]
+        if after is not None and after.shape == start.shape == gradient.shape:
+            expected = start - _first_adamw_step(gradient.astype(np.float64))
+            drifts.append(float(np.abs(after - expected).max(initial=0.0)))
+    check.weight_drift = max(drifts, default=0.0) / float(ADAMW["lr"])
+    return check
+
+
+def _first_adamw_step(gradient: np.ndarray) -> np.ndarray:
+    """The first update of onnxruntime-training's AdamW (:func:`zoo.reference.adamw_step`)."""
+    beta1, beta2 = ADAMW["betas"]
+    size = ADAMW["lr"] * (1 - beta2) ** 0.5 / (1 - beta1)
+    moment = (1 - beta1) * gradient
+    second = np.sqrt((1 - beta2) * gradient * gradient) + ADAMW["eps"]
+    return np.asarray(size * moment / second)
+
+
+def judge(case: Case, mode: str, workdir: Path, *, follow_hints: bool = True) -> Outcome:
+    """Export ``case`` in ``mode``, run ``train-ready`` and training, compare with torch.
+
+    Args:
+        case: The case.
+        mode: An export mode (:data:`zoo.MODES`, or an advice mode).
+        workdir: A folder of its own for this run (graphpass's output, artifacts).
+        follow_hints: For a refusal, also judge the export its hint leads to.
+    """
+    started = time.perf_counter()
+    try:
+        exported = export(case, mode)
+    except ZooError as error:
+        return Outcome(case.name, mode, "wrong", False, f"export failed: {error}",
+                       {"total": time.perf_counter() - started})
+    reference = torch_reference(case)
+    run = train_ready(exported, workdir / mode)
+    seconds = {"export": float(exported.manifest.get("seconds", 0.0)),
+               "graphpass": run.seconds.get("graphpass", 0.0),
+               "training": run.seconds.get("process", 0.0)}
+    outcome = _verdict(case, mode, exported, reference, run, workdir, follow_hints)
+    seconds["total"] = time.perf_counter() - started
+    outcome.seconds = seconds
+    return outcome
+
+
+def _verdict(case: Case, mode: str, exported: Export, reference: Reference, run: TrainingRun,
+             workdir: Path, follow_hints: bool) -> Outcome:
+    def outcome(verdict: Verdict, right: bool, reason: str, **more: Any) -> Outcome:
+        return Outcome(case.name, mode, verdict, right, reason, run=run, **more)
+
+    if run.exit_code is None:
+        return outcome("wrong", False, f"graphpass or onnxruntime-training crashed: {run.crash}")
+    if run.exit_code == 1 and run.errors:
+        return _refusal(case, mode, run, workdir, follow_hints)
+    if run.exit_code != 0:
+        first = _first_line(run.report.get("stderr") or run.report.get("error") or "")
+        return outcome("wrong", False, f"graphpass exit {run.exit_code}: {first}")
+    if not run.trained:
+        return outcome("wrong", False, "graphpass said ready, then the training step failed: "
+                       f"{_first_line(run.training_error or '')}")
+    problem = _output_mismatch(exported, reference, run.output)
+    if problem:
+        return outcome("wrong", False, problem)
+    check = compare_gradients(reference, run)
+    if not check.ok:
+        return outcome("wrong", False, check.summary(), gradients=check)
+    if not run.losses or not run.losses[-1] < run.losses[0]:
+        return outcome("wrong", False, f"the loss does not fall: {run.losses}", gradients=check)
+    return outcome("trains", True, check.summary(), gradients=check)
+
+
+def _refusal(case: Case, mode: str, run: TrainingRun, workdir: Path,
+             follow_hints: bool) -> Outcome:
+    errors = run.errors
+    codes = ", ".join(sorted({f["code"] for f in errors}))
+    named = [f for f in errors if f.get("node") or f.get("value") or f.get("function")]
+    unnamed = [f["code"] for f in errors if f not in named]
+    about = _first_line(errors[0]["message"])
+    if unnamed:
+        return Outcome(case.name, mode, "refused", False,
+                       f"refused ({codes}) without naming where: {about}", run=run,
+                       findings=errors)
+    hints = " ".join(f.get("hint") or "" for f in errors)
+    target = next((follow for pattern, source, follow in ADVICE
+                   if source == mode and re.search(pattern, hints)), None)
+    if target is None:
+        return Outcome(case.name, mode, "refused", False,
+                       f"false refusal ({codes}): {about}", run=run, findings=errors)
+    if not follow_hints:
+        return Outcome(case.name, mode, "refused", True, f"refused ({codes}): {about}",
+                       run=run, findings=errors)
+    followed = judge(case, target, workdir / "followed", follow_hints=False)
+    right = followed.label == "trains"
+    verdict_line = (f"refused ({codes}): {about}; advice followed ({target}): "
+                    f"{followed.label}")
+    return Outcome(case.name, mode, "refused", right, verdict_line, run=run,
+                   followed=followed, findings=errors)
+
+
+def _output_mismatch(exported: Export, reference: Reference, model: Path) -> str | None:
+    import onnxruntime
+
+    try:
+        session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        with np.load(exported.inputs) as data:
+            feeds = {name: data[name] for name in data.files}
+        got = session.run(None, feeds)[0]
+    except Exception as error:  # the runtime's own exception types
+        return f"the written model does not run in onnxruntime: {_first_line(str(error))}"
+    expected = reference.outputs
+    if got.shape != expected.shape:
+        return f"output shape {list(got.shape)} != torch's {list(expected.shape)}"
+    scale = float(np.abs(expected).max(initial=0.0))
+    difference = float(np.abs(got - expected).max(initial=0.0))
+    if difference > OUTPUT_ATOL + OUTPUT_RTOL * scale:
+        return f"outputs differ from torch's by {difference:.2e} (scale {scale:.2e})"
+    return None
+
+
+def _first_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[0][:300] if lines else ""
+
+
+def _some(names: list[str], shown: int = 3) -> str:
+    text = ", ".join(names[:shown])
+    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")

@@ -1,0 +1,184 @@
+"""The torch oracle of a zoo case: outputs, first-step gradients, weights after AdamW steps.
+
+Computed on the model the zoo exports (:meth:`zoo.cases.Case.wrapped`), under the names
+its exports give (``model.bert.embeddings.word_embeddings.weight``):
+
+* ``outputs``: the first output in eval mode (what the exported model computes);
+* ``loss`` and ``gradients``: ``torch.autograd`` of ``mse_loss(output, target)`` on the
+  case's batch, in eval mode with every BatchNorm module in train mode (batch
+  statistics: what onnxruntime-training computes for ``BatchNormalization``), computed
+  in float64 (the model cast to double), so that the float32 rounding of torch and of
+  onnxruntime are measured against the same exact-enough value; ``gradients32`` are
+  torch's own float32 gradients, which show how well-conditioned the case is;
+* ``losses``: :data:`STEPS` steps of AdamW as onnxruntime-training 1.19.2 does them
+  (:func:`adamw_step`), same batch each step; ``initial`` and ``weights``: the
+  parameters before and after the first step.
+
+Parameters are keyed by their canonical name (``named_parameters()``); ``aliases`` maps
+every name a tensor has (tied weights, ALBERT's shared layers are one tensor) to it.
+The result is cached (:mod:`zoo.cache`); it does not depend on the export mode.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zoo.cache import cached_entry
+from zoo.cases import Case
+
+__all__ = ["ADAMW", "STEPS", "Reference", "adamw_step", "torch_reference"]
+
+STEPS = 3
+"""AdamW steps the zoo trains (in torch and in onnxruntime-training)."""
+ADAMW = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-6, "weight_decay": 0.0}
+"""onnxruntime-training 1.19.2's AdamW defaults (``onnxblock.optim.AdamW``, ``Optimizer``)."""
+
+
+def adamw_step(parameter: Any, state: dict[str, Any], step: int) -> None:
+    """One AdamW update of ``parameter`` from its ``.grad``, as onnxruntime-training does it.
+
+    ``generate_artifacts``' AdamW is ``AdamWOptimizer`` with ``adam_mode=1``, the
+    Hugging Face variant: ``eps`` is added to ``sqrt(v)`` before the bias correction,
+    which is folded into the step size (``lr * sqrt(1 - beta2**t) / (1 - beta1**t)``).
+    ``torch.optim.AdamW`` adds ``eps`` after correcting ``v``, so its steps differ for
+    small gradients (by up to half the step size in these models).
+    """
+    import torch
+
+    beta1, beta2 = ADAMW["betas"]
+    grad = parameter.grad
+    if "m" not in state:
+        state["m"], state["v"] = torch.zeros_like(parameter), torch.zeros_like(parameter)
+    state["m"].mul_(beta1).add_(grad, alpha=1 - beta1)
+    state["v"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    size = ADAMW["lr"] * (1 - beta2 ** step) ** 0.5 / (1 - beta1 ** step)
+    with torch.no_grad():
+        parameter.addcdiv_(state["m"], state["v"].sqrt().add_(ADAMW["eps"]), value=-size)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What torch computes for a case.
+
+    Attributes:
+        outputs: The first output, eval mode.
+        loss: The first step's loss (BatchNorm with batch statistics).
+        gradients: Canonical parameter name -> its first-step gradient, in float64
+            (parameters the loss does not reach are absent; see ``unused``).
+        gradients32: The same computed by torch in float32.
+        losses: The loss at each of the AdamW steps.
+        initial: Canonical parameter name -> its value before training.
+        weights: Canonical parameter name -> its value after the first AdamW step.
+        aliases: Every name of every parameter -> the canonical name.
+        unused: Parameters that get no gradient from the loss.
+        buffers: Every buffer name (all aliases) -> ``persistent`` or ``non-persistent``.
+        prefix: The wrapper's prefix on every name (``model.``).
+    """
+
+    outputs: np.ndarray
+    loss: float
+    gradients: dict[str, np.ndarray]
+    gradients32: dict[str, np.ndarray]
+    losses: list[float]
+    initial: dict[str, np.ndarray]
+    weights: dict[str, np.ndarray]
+    aliases: dict[str, str]
+    unused: list[str]
+    buffers: dict[str, str]
+    prefix: str
+
+
+def torch_reference(case: Case) -> Reference:
+    """The torch oracle for ``case`` (cached)."""
+    folder = cached_entry(case.name, "reference", lambda scratch: _compute(case, scratch),
+                          sources=("reference.py",))
+    meta = json.loads((folder / "reference.json").read_text())
+    with np.load(folder / "reference.npz") as data:
+        arrays = {name: data[name] for name in data.files}
+    return Reference(
+        outputs=arrays["outputs"], loss=meta["loss"],
+        gradients={name: arrays[f"grad64/{name}"] for name in meta["gradients"]},
+        gradients32={name: arrays[f"grad/{name}"] for name in meta["gradients"]},
+        losses=meta["losses"],
+        initial={name: arrays[f"initial/{name}"] for name in meta["parameters"]},
+        weights={name: arrays[f"weight/{name}"] for name in meta["parameters"]},
+        aliases=meta["aliases"], unused=meta["unused"], buffers=meta["buffers"],
+        prefix=meta["prefix"])
+
+
+def _compute(case: Case, folder: Path) -> None:
+    import torch
+
+    wrapper = case.wrapped()
+    inputs = [torch.from_numpy(v) for v in case.inputs().values()]
+    with torch.no_grad():
+        outputs = wrapper(*inputs)
+    target = torch.from_numpy(case.target(tuple(outputs.shape)))
+    for module in wrapper.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.train()
+    parameters = dict(wrapper.named_parameters())
+    initial = {name: p.detach().numpy().copy() for name, p in parameters.items()}
+    aliases = _aliases(wrapper)
+    states: dict[str, dict[str, Any]] = {name: {} for name in parameters}
+    losses: list[float] = []
+    gradients: dict[str, Any] = {}
+    weights: dict[str, Any] = {}
+    for step in range(1, STEPS + 1):
+        for parameter in parameters.values():
+            parameter.grad = None
+        loss = torch.nn.functional.mse_loss(wrapper(*inputs), target)
+        loss.backward()
+        losses.append(float(loss.detach()))
+        if step == 1:
+            gradients = {name: p.grad.detach().numpy().copy()
+                         for name, p in parameters.items() if p.grad is not None}
+        for name, parameter in parameters.items():
+            if parameter.grad is not None:
+                adamw_step(parameter, states[name], step)
+        if step == 1:
+            weights = {name: p.detach().numpy().copy() for name, p in parameters.items()}
+    arrays = {"outputs": outputs.numpy()}
+    arrays.update({f"grad/{name}": grad for name, grad in gradients.items()})
+    arrays.update({f"grad64/{name}": grad for name, grad in _gradients64(case).items()})
+    arrays.update({f"weight/{name}": value for name, value in weights.items()})
+    arrays.update({f"initial/{name}": value for name, value in initial.items()})
+    np.savez(folder / "reference.npz", **arrays)
+    persistent = set(wrapper.state_dict())
+    buffers = {name: "persistent" if name in persistent else "non-persistent"
+               for name, _ in wrapper.named_buffers(remove_duplicate=False)}
+    meta = {"loss": losses[0], "losses": losses, "parameters": list(parameters),
+            "gradients": list(gradients), "aliases": aliases,
+            "unused": [name for name in parameters if name not in gradients],
+            "buffers": buffers, "prefix": "model."}
+    (folder / "reference.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def _gradients64(case: Case) -> dict[str, np.ndarray]:
+    """The first-step gradients, computed in float64."""
+    import torch
+
+    wrapper = case.wrapped().double()
+    inputs = [torch.from_numpy(v) for v in case.inputs().values()]
+    inputs = [v.double() if v.is_floating_point() else v for v in inputs]
+    for module in wrapper.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.train()
+    output = wrapper(*inputs)
+    target = torch.from_numpy(case.target(tuple(output.shape))).double()
+    torch.nn.functional.mse_loss(output, target).backward()
+    return {name: p.grad.numpy() for name, p in wrapper.named_parameters()
+            if p.grad is not None}
+
+
+def _aliases(module: Any) -> dict[str, str]:
+    canonical: dict[int, str] = {}
+    aliases: dict[str, str] = {}
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        aliases[name] = canonical.setdefault(id(parameter), name)
+    return aliases
