@@ -63,13 +63,19 @@ def peak_rss_bytes() -> int:
     return kib * 1024
 
 
-def run_worker(script: str, *arguments: str) -> dict[str, Any]:
+def run_worker(script: str, *arguments: str, python: str | None = None) -> dict[str, Any]:
     """Run ``script --worker ARGUMENTS`` in a fresh Python; return the JSON it prints last.
+
+    Args:
+        script: The benchmark script.
+        arguments: What follows ``--worker``.
+        python: The interpreter (default: this one). Another checkout's venv measures
+            that version of graphpass with the same script ("before" columns).
 
     Raises:
         RuntimeError: the worker failed; the message ends with the end of its stderr.
     """
-    completed = subprocess.run([sys.executable, script, "--worker", *arguments],
+    completed = subprocess.run([python or sys.executable, script, "--worker", *arguments],
                                capture_output=True, text=True, check=False)
     if completed.returncode != 0:
         raise RuntimeError(f"{Path(script).name} {' '.join(arguments)} failed:\n"

@@ -5,10 +5,16 @@ starts with ``_``. Each runs in its own process with its default arguments (the
 sizes its author chose); its output is shown as it comes, and a table at the end
 lists each script's status and time. ``make bench`` calls this.
 
+``--before PYTHON`` runs every script twice, first with another interpreter (a venv
+whose ``graphpass`` is an older checkout: see ``benchmarks/limits.py``), then with
+this one, and adds both runs' CPU seconds (the script and its workers) and their
+ratio to the summary. Scripts that measure several tools print their own figures
+for each version; ``benchmarks/limits.py --before`` measures the two side by side.
+
 Usage::
 
     .venv/bin/python benchmarks/run_all.py [--only roundtrip,inline] [--skip NAME,...]
-                                           [--list]
+                                           [--before PYTHON] [--list]
 
 Exit status: 0 when every script succeeded, 1 otherwise.
 """
@@ -16,6 +22,7 @@ Exit status: 0 when every script succeeded, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import resource
 import subprocess
 import sys
 import time
@@ -39,6 +46,8 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated script names to run")
     parser.add_argument("--skip", default="", help="comma-separated script names to skip")
     parser.add_argument("--list", action="store_true", help="list the scripts and exit")
+    parser.add_argument("--before", metavar="PYTHON",
+                        help="also run each script with this interpreter (an older graphpass)")
     args = parser.parse_args()
     scripts = discover()
     only, skip = _names(args.only), _names(args.skip)
@@ -52,19 +61,36 @@ def main() -> int:
     if args.list:
         print("\n".join(s.stem for s in scripts))
         return 0
-    outcomes: list[tuple[str, int, float]] = []
+    interpreters = [("before", args.before)] if args.before else []
+    interpreters.append(("after" if args.before else "", sys.executable))
+    outcomes: list[tuple[str, str, int, float, float]] = []
     for script in scripts:
-        print(f"\n{'=' * 78}\n== {script.stem}\n{'=' * 78}", flush=True)
-        started = time.perf_counter()
-        returncode = subprocess.run([sys.executable, str(script)], cwd=HERE.parent,
-                                    check=False).returncode
-        outcomes.append((script.stem, returncode, time.perf_counter() - started))
+        for label, python in interpreters:
+            title = f"{script.stem} ({label})" if label else script.stem
+            print(f"\n{'=' * 78}\n== {title}\n{'=' * 78}", flush=True)
+            returncode, seconds, cpu = _run(python, script)
+            outcomes.append((script.stem, label, returncode, seconds, cpu))
     print(f"\n{'=' * 78}\n== summary\n{'=' * 78}")
-    width = max((len(name) for name, _, _ in outcomes), default=10)
-    for name, returncode, seconds in outcomes:
+    width = max((len(name) for name, *_ in outcomes), default=10)
+    cpu_of = {(name, label): cpu for name, label, _, _, cpu in outcomes}
+    for name, label, returncode, seconds, cpu in outcomes:
         status = "ok" if returncode == 0 else f"FAILED (exit {returncode})"
-        print(f"{name:<{width}}  {status:<18} {seconds:8.1f} s")
-    return 0 if all(code == 0 for _, code, _ in outcomes) else 1
+        line = f"{name:<{width}}  {label:<7}{status:<18} {seconds:8.1f} s wall {cpu:8.1f} s CPU"
+        before = cpu_of.get((name, "before"))
+        if label == "after" and before:
+            line += f"  after / before {cpu / before:5.2f}x"
+        print(line)
+    return 0 if all(code == 0 for _, _, code, _, _ in outcomes) else 1
+
+
+def _run(python: str, script: Path) -> tuple[int, float, float]:
+    """Run one script; its exit code, wall seconds, and CPU seconds (workers included)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    returncode = subprocess.run([python, str(script)], cwd=HERE.parent, check=False).returncode
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+    return returncode, time.perf_counter() - started, cpu
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """The differentiable region of one graph: the nodes whose gradient a trainer builds.
 
 The computation follows ONNX Runtime's gradient graph builder step by step, on the
-graph's networkx view (:attr:`graphpass.Graph.nx`, edges keyed ``(value, slot)``):
+graph's edges (those of :attr:`graphpass.Graph.nx`: one per use of a value, keyed
+``(value, slot)``; they are listed once per region, straight from the IR, which costs
+less than building and filtering networkx views):
 
 1. *forward*: nodes reachable from the trainable weights, not entering a node
    through one of its stop edges (a weight's consumer counts when the weight's first
@@ -22,10 +24,9 @@ Uses inside subgraphs (edge slot ``CAPTURE``) are edges like any other.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-
-import networkx as nx
 
 from graphpass.ir import CAPTURE, Graph, Node
 from graphpass.training.gradient_rules import GradientRules, NodeSite
@@ -34,6 +35,9 @@ from graphpass.training.value_types import TypeInfo
 __all__ = ["Region", "differentiable_region", "names_of", "weight_bits"]
 
 TypeOf = Callable[[str], TypeInfo]
+_ABSENT = TypeInfo(None)
+Edge = tuple[Node, str, int]
+"""The other end of an edge, and its key: ``(node, value name, input slot)``."""
 
 
 @dataclass
@@ -49,6 +53,8 @@ class Region:
         visited: Nodes whose gradient builder the trainer asks for (step 5).
         gradient_values: Values whose gradient the trainer builds.
         stops: Stop-edge input positions of each node.
+        pred: Each node's incoming edges: ``(producer, value, slot)``.
+        succ: Each node's outgoing edges: ``(consumer, value, slot)``.
     """
 
     graph: Graph
@@ -60,33 +66,72 @@ class Region:
     gradient_values: set[str] = field(default_factory=set)
     stops: Mapping[Node, frozenset[int]] = field(default_factory=dict)
     type_of: TypeOf = field(default=lambda name: TypeInfo(None))
+    pred: Mapping[Node, list[Edge]] = field(default_factory=dict)
+    succ: Mapping[Node, list[Edge]] = field(default_factory=dict)
+
+    _sites: dict[Node, NodeSite] = field(default_factory=dict, repr=False)
 
     def site(self, node: Node, trainable: frozenset[str] = frozenset()) -> NodeSite:
         """The node as a condition sees it: which inputs and outputs need gradients."""
-        needed = self.gradient_values
-        types = [self.type_of(name) if name else TypeInfo(None) for name in node.inputs]
-        outputs = [self.type_of(name) if name else TypeInfo(None) for name in node.outputs]
-        return NodeSite(
-            node,
-            frozenset(i for i, name in enumerate(node.inputs) if name and name in needed),
-            frozenset(i for i, name in enumerate(node.outputs) if name and name in needed),
-            trainable,
-            tuple(t.elem_type for t in types),
-            tuple(t.rank for t in types),
-            tuple(t.shape for t in types),
-            tuple(t.shape for t in outputs),
-        )
+        known = self._sites.get(node)
+        if known is None:
+            needed = self.gradient_values
+            types = [self.type_of(name) if name else _ABSENT for name in node.inputs]
+            outputs = [self.type_of(name) if name else _ABSENT for name in node.outputs]
+            known = self._sites[node] = NodeSite(
+                node,
+                frozenset(i for i, name in enumerate(node.inputs) if name and name in needed),
+                frozenset(i for i, name in enumerate(node.outputs) if name and name in needed),
+                trainable,
+                tuple(t.elem_type for t in types),
+                tuple(t.rank for t in types),
+                tuple(t.shape for t in types),
+                tuple(t.shape for t in outputs),
+            )
+        if known.trainable is not trainable and known.trainable != trainable:
+            return dataclasses.replace(known, trainable=trainable)
+        return known
 
     def ordered(self) -> list[Node]:
         """The visited nodes in the graph's topological order."""
         return [node for node in self.graph.topological_order() if node in self.visited]
 
 
-def _reach(view: nx.MultiDiGraph, sources: Iterable[Node]) -> set[Node]:
-    sources = list(dict.fromkeys(sources))
-    if not sources:
-        return set()
-    return {node for layer in nx.bfs_layers(view, sources) for node in layer}
+def _edges(graph: Graph) -> tuple[dict[Node, list[Edge]], dict[Node, list[Edge]]]:
+    """Every node's incoming and outgoing edges (one per use of a value computed here)."""
+    pred: dict[Node, list[Edge]] = {node: [] for node in graph}
+    succ: dict[Node, list[Edge]] = {node: [] for node in pred}
+    producer_of = graph.producer
+    for node, incoming in pred.items():
+        for slot, name in enumerate(node.inputs):
+            if name:
+                producer = producer_of(name)
+                if producer is not None:
+                    incoming.append((producer, name, slot))
+                    succ[producer].append((node, name, slot))
+        for name in node.captured_names:
+            producer = producer_of(name)
+            if producer is not None:
+                incoming.append((producer, name, CAPTURE))
+                succ[producer].append((node, name, CAPTURE))
+    return pred, succ
+
+
+def _reach(edges: Mapping[Node, list[Edge]], sources: Iterable[Node],
+           follow: Callable[[Node, Node, str, int], bool]) -> set[Node]:
+    """The sources and every node reached from them along edges that ``follow`` accepts.
+
+    ``follow(source, target, value, slot)`` is asked in the direction of the edge.
+    """
+    reached = set(sources)
+    pending = list(reached)
+    while pending:
+        node = pending.pop()
+        for other, name, slot in edges[node]:
+            if other not in reached and follow(node, other, name, slot):
+                reached.add(other)
+                pending.append(other)
+    return reached
 
 
 def _consumers(graph: Graph, name: str) -> Iterator[tuple[Node, int]]:
@@ -108,7 +153,10 @@ def differentiable_region(graph: Graph, seeds: Iterable[str], losses: Iterable[s
         type_of: The element type and rank of a value of this graph.
     """
     seeds = list(dict.fromkeys(seeds))
-    stops = {node: rules.stop_inputs(NodeSite(node)) for node in graph}
+    no_stops: frozenset[int] = frozenset()
+    has_stops = rules.has_stop_edges
+    stops = {node: rules.stop_inputs(NodeSite(node)) if has_stops(node.domain, node.op_type)
+             else no_stops for node in graph}
     differentiable: dict[str, bool] = {}
 
     def is_differentiable(name: str) -> bool:
@@ -117,37 +165,44 @@ def differentiable_region(graph: Graph, seeds: Iterable[str], losses: Iterable[s
             known = differentiable[name] = rules.is_differentiable_type(type_of(name).elem_type)
         return known
 
-    def not_stopped(u: Node, v: Node, key: tuple[str, int]) -> bool:
-        return key[1] not in stops[v]
+    def not_stopped(u: Node, v: Node, name: str, slot: int) -> bool:
+        return slot not in stops[v]
 
-    def flows(u: Node, v: Node, key: tuple[str, int]) -> bool:
-        return key[1] not in stops[v] and is_differentiable(key[0])
+    def flows(u: Node, v: Node, name: str, slot: int) -> bool:
+        return slot not in stops[v] and is_differentiable(name)
 
-    region = Region(graph, stops=stops, type_of=type_of)
+    def flows_back(v: Node, u: Node, name: str, slot: int) -> bool:  # along pred: v <- u
+        return slot not in stops[v] and is_differentiable(name)
+
+    pred, succ = _edges(graph)
+    region = Region(graph, stops=stops, type_of=type_of, pred=pred, succ=succ)
     starts = [node for name in seeds for node, slot in _consumers(graph, name)
               if slot not in stops[node]]
-    region.forward = _reach(nx.subgraph_view(graph.nx, filter_edge=not_stopped), starts)
+    region.forward = _reach(succ, starts, not_stopped)
 
     for name in losses:
         producer = graph.producer(name)
         if producer is not None and producer in region.forward and is_differentiable(name):
             region.loss_nodes.add(producer)
-    flow_view = nx.subgraph_view(graph.nx, filter_edge=flows)
-    region.backward = _reach(nx.reverse_view(flow_view), region.loss_nodes)
+    region.backward = _reach(pred, region.loss_nodes, flows_back)
 
     backward = region.backward
     for name in seeds:
         region.entries[name] = {node for node, _ in _consumers(graph, name) if node in backward}
-    inside = nx.subgraph_view(graph.nx, filter_node=backward.__contains__, filter_edge=flows)
-    region.visited = _reach(inside, (n for nodes in region.entries.values() for n in nodes))
+
+    def flows_inside(u: Node, v: Node, name: str, slot: int) -> bool:
+        return v in backward and flows(u, v, name, slot)
+
+    region.visited = _reach(succ, (n for nodes in region.entries.values() for n in nodes),
+                            flows_inside)
 
     values = set(seeds)
     values.update(name for name in losses if graph.producer(name) in region.loss_nodes)
     visited = region.visited
     for node in visited:
-        for _, target, key in inside.out_edges(node, keys=True):
-            if target in visited:
-                values.add(key[0])
+        for target, name, slot in succ[node]:
+            if target in visited and flows(node, target, name, slot):
+                values.add(name)
     region.gradient_values = values
     return region
 
@@ -164,12 +219,12 @@ def weight_bits(region: Region, weights: list[str]) -> dict[Node, int]:
             for node in nodes:
                 bits[node] = bits.get(node, 0) | (1 << index[name])
     visited, stops, carried = region.visited, region.stops, region.gradient_values
-    pred = region.graph.nx.pred
+    pred = region.pred
     for node in region.ordered():
         value = bits.get(node, 0)
-        for source, keys in pred[node].items():
-            if source in visited and any(key[1] not in stops[node] and key[0] in carried
-                                         for key in keys):
+        node_stops = stops[node]
+        for source, name, slot in pred[node]:
+            if source in visited and slot not in node_stops and name in carried:
                 value |= bits.get(source, 0)
         bits[node] = value
     return bits

@@ -56,6 +56,9 @@ class NodePlan:
         provenance: Its own ``graphpass.inlined_from`` entry (from calls inlined into
             the body earlier), if any.
         label: What its copies' names are made from: its name, else its op type.
+        metadata: Its ``metadata_props`` (the copies add their provenance entry).
+        stamped: Whether copies are made directly (see ``Inliner._stamp``): no graphs in
+            the node, and none in the defaults of its references.
     """
 
     node: Node
@@ -63,6 +66,8 @@ class NodePlan:
     has_graphs: bool
     provenance: str | None
     label: str
+    metadata: Mapping[str, str]
+    stamped: bool
 
 
 class Body:
@@ -80,8 +85,12 @@ class Body:
         convert_to: When set, the body holds attribute references and needs converting
             to this default-domain version at each call, once the references are bound.
         plans: How to copy each top-level node.
+        labels: What each top-level node's copies are named after, in order.
+        distinct_labels: Whether no two labels are the same.
+        stamped: Whether every top-level node is copied directly (no graphs anywhere).
         defined: The names the body's nodes define, in order.
         produced: The same, as a set.
+        in_order: Whether the body's nodes are in topological order.
         value_info: The body's ``value_info`` declarations, by value name.
         references: Every function attribute the body (or a subgraph in it) refers to.
     """
@@ -116,7 +125,11 @@ class Body:
             self.defined.extend(name for name in node.outputs if name)
             plans.append(self._plan(node, fallbacks.get(node)))
         self.plans = tuple(plans)
+        self.labels = tuple(plan.label for plan in plans)
+        self.stamped = all(plan.stamped for plan in plans)
+        self.distinct_labels = len(set(self.labels)) == len(self.labels)
         self.produced = frozenset(self.defined)
+        self.in_order = graph.is_sorted()
         inputs = set(self.inputs)
         for name in self.outputs:
             if name not in self.produced and name not in inputs:
@@ -136,8 +149,12 @@ class Body:
                           self.default_for(name, attribute.ref_attr_name, node_fallbacks))
             for name, attribute in node.attributes.items() if attribute.ref_attr_name)
         has_graphs = any(attribute.graphs for attribute in node.attributes.values())
-        provenance = node.metadata.get(PROVENANCE_KEY)
-        return NodePlan(node, references, has_graphs, provenance, node.name or node.op_type)
+        metadata = dict(node.metadata)
+        provenance = metadata.get(PROVENANCE_KEY)
+        stamped = not has_graphs and not any(
+            spec.default is not None and spec.default.graphs for spec in references)
+        return NodePlan(node, references, has_graphs, provenance, node.name or node.op_type,
+                        metadata, stamped)
 
     def default_for(self, attribute: str, ref: str,
                     node_fallbacks: Mapping[str, Attribute] | None) -> Attribute | None:

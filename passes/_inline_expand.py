@@ -24,6 +24,13 @@ from collections.abc import Mapping
 
 from graphpass.ir import Attribute, FunctionId, Graph, Node
 from graphpass.ir._clone import clone_node
+from graphpass.ir._node import (
+    CHANGED_ATTRIBUTES,
+    CHANGED_INPUTS,
+    CHANGED_METADATA,
+    CHANGED_NAME,
+    CHANGED_OUTPUTS,
+)
 from graphpass.passes._inline_body import (
     PROVENANCE_KEY,
     Body,
@@ -75,10 +82,18 @@ class Inliner:
         graphs = list(graphs_of(root))
         graphs.reverse()
         for graph in graphs:
-            for node in graph:
-                body = bodies.get((node.domain, node.op_type, node.overload))
-                if body is not None:
-                    self.inline_call(node, graph, body)
+            calls = [(node, body) for node in graph
+                     if (body := bodies.get((node.domain, node.op_type, node.overload)))]
+            if not calls:
+                continue
+            # A sorted graph stays sorted when each call is replaced, in place, by a
+            # sorted body: saying so spares the next order check a walk over the copies.
+            in_order = all(body.in_order and body.convert_to is None for _, body in calls) \
+                and graph.is_sorted()
+            for node, body in calls:
+                self.inline_call(node, graph, body)
+            if in_order:
+                graph._mark_sorted()
 
     # ============================================================= call sites
     def inline_call(self, call: Node, graph: Graph, body: Body) -> None:
@@ -103,12 +118,15 @@ class Inliner:
                 mapping[formal] = actual
             else:
                 forwarded.append((formal, actual))
-        for name in body.defined:
-            if name not in mapping:
-                mapping[name] = names.value(prefix, name)
+        fresh = [name for name in body.defined if name not in mapping]
+        mapping.update(zip(fresh, names.values(prefix, fresh), strict=True))
         attributes = call.attributes
-        nodes = [self._copy_node(plan, mapping, prefix, entry, attributes, body)
-                 for plan in body.plans]
+        nodes = None
+        if body.stamped and not any(attribute.graphs for attribute in attributes.values()):
+            nodes = self._stamp_all(body, mapping, prefix, entry, attributes)
+        if nodes is None:  # graphs to adopt: copied node by node (names given in order)
+            nodes = [self._copy_node(plan, mapping, prefix, entry, attributes, body)
+                     for plan in body.plans]
         rewired: list[tuple[str, str]] = []
         for formal, actual in forwarded:
             source = mapping[formal]
@@ -136,6 +154,62 @@ class Inliner:
                     info.name = target  # add_value_info copies it
                     graph.add_value_info(info)
         self.calls[body.function.id] += 1
+
+    def _stamp_all(self, body: Body, mapping: Mapping[str, str], prefix: str, entry: str,
+                   attributes: Mapping[str, Attribute]) -> list[Node]:
+        """Copies of a body without graphs, made directly from the prepared plans.
+
+        The same nodes :meth:`_copy_node` makes, without the detours through a clone and
+        the setters: names come from ``mapping``, attribute references are bound, and
+        each copy shares the proto its source was loaded from (see ``Node._changed``).
+        """
+        rename = mapping.__getitem__  # the mapping sends "" (an omitted name) to ""
+        node_names = self.names.nodes(prefix, body.labels, body.distinct_labels)
+        new_node = Node.__new__
+        changed_here = CHANGED_INPUTS | CHANGED_OUTPUTS | CHANGED_NAME | CHANGED_METADATA
+        fallbacks = self.fallbacks
+        nodes: list[Node] = []
+        for plan, node_name in zip(body.plans, node_names, strict=True):
+            source = plan.node
+            node = new_node(Node)
+            node._op_type = source._op_type
+            node._domain = source._domain
+            node._overload = source._overload
+            node._doc_string = source._doc_string
+            node._name = node_name
+            node._inputs = tuple(map(rename, source._inputs))
+            node._outputs = tuple(map(rename, source._outputs))
+            node._loaded_from = source._loaded_from
+            node._loaded_index = source._loaded_index
+            node._changed = source._changed | changed_here
+            node._captures = None
+            node._graph = None
+            node._prev = None
+            node._next = None
+            own = source._attributes
+            if plan.references:
+                bound_attributes = dict(source._decoded_attributes())
+                for spec in plan.references:
+                    bound = attributes.get(spec.ref)
+                    if bound is not None:
+                        bound_attributes[spec.attribute] = bound if bound.name == spec.attribute \
+                            else bound.renamed(spec.attribute)
+                        if bound.ref_attr_name and spec.default is not None:
+                            fallbacks.setdefault(node, {})[spec.attribute] = spec.default
+                    elif spec.default is not None:
+                        bound_attributes[spec.attribute] = spec.default
+                    else:
+                        del bound_attributes[spec.attribute]
+                node._attributes = bound_attributes
+                node._changed |= CHANGED_ATTRIBUTES
+            else:
+                node._attributes = dict(own) if own is not None else None
+            provenance = entry if plan.provenance is None else f"{entry} > {plan.provenance}"
+            metadata = plan.metadata
+            node._metadata = {**metadata, PROVENANCE_KEY: provenance} if metadata \
+                else {PROVENANCE_KEY: provenance}
+            nodes.append(node)
+        return nodes
 
     def _copy_node(self, plan: NodePlan, mapping: Mapping[str, str], prefix: str, entry: str,
                    attributes: Mapping[str, Attribute], body: Body) -> Node:

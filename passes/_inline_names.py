@@ -9,7 +9,7 @@ the model; a clash (rare) gets a numeric suffix. No global counter is hunted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from graphpass.ir import Model, Node
 
@@ -59,6 +59,26 @@ class FreshNames:
     def node(self, prefix: str, name: str) -> str:
         """A new node name ``prefix/name`` (with a suffix if that is taken)."""
         return self._claim(self._nodes, f"{prefix}/{name}")
+
+    def values(self, prefix: str, names: Sequence[str]) -> list[str]:
+        """New value names ``prefix/name`` for distinct ``names``, as :meth:`value` gives."""
+        return self._claim_all(self._values, [f"{prefix}/{name}" for name in names], True)
+
+    def nodes(self, prefix: str, labels: Sequence[str], distinct: bool) -> list[str]:
+        """New node names ``prefix/label``, in order, as :meth:`node` gives one by one.
+
+        ``distinct`` says that no two labels are the same (then one set operation
+        checks them all).
+        """
+        return self._claim_all(self._nodes, [f"{prefix}/{label}" for label in labels],
+                               distinct)
+
+    @classmethod
+    def _claim_all(cls, taken: set[str], wanted: list[str], distinct: bool) -> list[str]:
+        if distinct and taken.isdisjoint(wanted):  # the usual case: none taken yet
+            taken.update(wanted)
+            return wanted
+        return [cls._claim(taken, name) for name in wanted]
 
     @staticmethod
     def _claim(taken: set[str], wanted: str) -> str:

@@ -128,7 +128,8 @@ class InlineFunctions(Pass):
                 than ``max_depth``). Every such problem that can be found before the model
                 changes is found then.
         """
-        with paused_gc():  # millions of objects are created and none freed
+        with paused_gc() as block:  # millions of objects are created and few freed
+            block.owner = model  # what the pass creates lives (and dies) with the model
             return _Run(model, self.selection, self.options.max_depth).run()
 
 

@@ -319,17 +319,25 @@ class _Linter:
         self.visited_count = len(region.visited)
         self._weights(region)
         self._loss_types(region, losses, scope)
-        bits = weight_bits(region, self.trainable)
-        self._judge_nodes(region, scope, lambda node: names_of(bits.get(node, 0),
-                                                               self.trainable), depth=0)
-        self._few_values(region, scope, bits)
+        bits: list[dict[Node, int]] = []
+
+        def bits_of() -> dict[Node, int]:
+            # Needed for findings only: a model without any costs no walk for it.
+            if not bits:
+                bits.append(weight_bits(region, self.trainable))
+            return bits[0]
+
+        self._judge_nodes(region, scope,
+                          lambda node: names_of(bits_of().get(node, 0), self.trainable), depth=0)
+        self._few_values(region, scope, bits_of)
         return self.report.ordered()
 
-    def _few_values(self, region: Region, scope: _Scope, bits: dict[Node, int]) -> None:
+    def _few_values(self, region: Region, scope: _Scope,
+                    bits_of: Callable[[], dict[Node, int]]) -> None:
         """Warn about trained BatchNorms whose batch statistics cover very few values."""
         for node in region.ordered():
             if node.op_type != "BatchNormalization" or normalize_domain(node.domain) or \
-                    not node.inputs or not bits.get(node):
+                    not node.inputs or not bits_of().get(node):
                 continue
             shape = scope.type_of(node.inputs[0]).static_shape
             if shape is None or len(shape) < 2:
@@ -355,7 +363,10 @@ class _Linter:
         """Failures the trainer meets wherever the node is (in its graph optimizer)."""
         if not any(failure.scope == "graph" for failure in self.rules.op_failures):
             return
+        may_fail = self.rules.may_fail
         for node in scope.graph:
+            if not may_fail(node.domain, node.op_type, "graph"):
+                continue
             failures = self.rules.failures_for(NodeSite(node), scope="graph")
             if not failures:
                 continue
@@ -420,7 +431,10 @@ class _Linter:
                 if self.rules.builder_for(node.domain, node.op_type) is None:
                     carrying.append(-1)  # no builder: reported as such, not as a weight problem
                     continue
-                given = self.rules.inputs_given_gradient(region.site(node))
+                site = region.site(node) if self.rules.has_stop_edges(node.domain,
+                                                                      node.op_type) \
+                    else NodeSite(node)  # what stops nothing needs no types
+                given = self.rules.inputs_given_gradient(site)
                 slots = [i for i, input_name in enumerate(node.inputs)
                          if input_name == name and i in given]
                 carrying.extend(slots)
@@ -458,8 +472,13 @@ class _Linter:
     # -------------------------------------------------------------------- nodes
     def _judge_nodes(self, region: Region, scope: _Scope,
                      blocks_of: Callable[[Node], list[str]], depth: int) -> None:
-        deferred = self.rules.deferred_ops
+        rules = self.rules
+        deferred = rules.deferred_ops
         for node in region.ordered():
+            domain, op_type = node.domain, node.op_type
+            if (rules.builder_for(domain, op_type) == rules.trainer_view(domain, op_type)
+                    and not rules.may_fail(domain, op_type) and not any(node.subgraphs())):
+                continue  # the common case (as in _judge), decided without a site
             site = dataclasses.replace(region.site(node, self.trainable_set),
                                        loss_added=self.loss_added)
             found = self._judge(node, site, scope, functools.partial(blocks_of, node), depth)

@@ -33,7 +33,7 @@ import re
 import signal
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -216,17 +216,26 @@ class Transaction:
         crash_point("data synced")
 
     # ------------------------------------------------------------------ committing
-    def commit(self, model_bytes: bytes) -> None:
+    def commit(self, model_bytes: bytes | Sequence[bytes]) -> None:
         """Name the data files, then put the model in place, then remove the old data.
 
         External data locations that name a destination which got another name
         (:meth:`prepare`) are rewritten to it first.
 
+        Args:
+            model_bytes: The serialized model, or its pieces in order (written one
+                after another; joined only if the model has external data to read).
+
         Raises:
             OSError: A rename failed; the previous output is whole, since only files
                 that no model references were replaced.
         """
-        model_bytes = _relocated(model_bytes, self.out_dir, self._renamed)
+        chunks = [model_bytes] if isinstance(model_bytes, bytes) else list(model_bytes)
+        # The pieces are whole messages, so an external location is never split.
+        if len(chunks) > 1 and (self._renamed or any(b"location" in c for c in chunks)):
+            chunks = [b"".join(chunks)]
+        if len(chunks) == 1:
+            chunks = [_relocated(chunks[0], self.out_dir, self._renamed)]
         mode = 0o666 & ~_umask()
         for tmp, final in self._data:
             os.chmod(tmp, mode)
@@ -238,7 +247,7 @@ class Transaction:
             crash_point("data folders synced")
         tmp = self.new_file()
         with open(tmp, "wb") as handle:
-            handle.write(model_bytes)
+            handle.writelines(chunks)
             handle.flush()
             crash_point("model written")
             _sync(handle.fileno())
@@ -252,7 +261,8 @@ class Transaction:
         # The new pair is in place: what follows only frees space, and a failure
         # leaves files that the next save of this output removes.
         with contextlib.suppress(OSError):
-            self._remove_old_data(_references_in(model_bytes, self.out_dir))
+            current = _references_in(chunks[0], self.out_dir) if len(chunks) == 1 else set()
+            self._remove_old_data(current)
 
     def _remove_old_data(self, current: set[_Identity]) -> None:
         """Remove what the previous model referenced and no model in the folder does."""

@@ -8,6 +8,12 @@ large or external initializers as typed graph inputs instead. Small initializers
 (shape tensors and the like) stay, so shape inference can still propagate their
 values.
 
+Strict shape inference is the costly half of the full check (on a 100k-node model,
+four times the checker proper). :func:`strict_inference` runs it for anyone who needs
+a model's types (``lint-gradients`` does) and remembers the outcome with the model's
+fingerprint; :func:`run_checker` then reuses it while the model has not changed, so
+a pipeline that lints, then checks, infers once.
+
 Both are C++, and a model onnx does not expect could crash them, and the process with
 them (older onnx releases segfaulted on malformed ``Gemm``, ``Conv``, ``Einsum`` and
 ``OneHotEncoder`` nodes; the fuzzers find no such model for the onnx graphpass
@@ -32,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -43,7 +50,8 @@ from graphpass.files.proto import model_to_proto, subgraph_protos
 from graphpass.ir import Model, Tensor
 
 __all__ = ["ISOLATION_ENV", "TIMEOUT_ENV", "CheckerProblem", "check_model", "infer_shapes",
-           "run_checker", "structural_proto"]
+           "run_checker", "strict_inference",
+           "structural_proto"]
 
 ISOLATION_ENV: Final = "GRAPHPASS_ONNX_ISOLATION"
 """Set to ``process`` to run onnx's checker and shape inference in a separate process."""
@@ -129,16 +137,61 @@ def structural_proto(model: Model, *, inline_limit: int = INLINE_LIMIT) -> onnx.
     return proto
 
 
+@dataclass(frozen=True)
+class _Inferred:
+    """What :func:`strict_inference` found, for the model as it was (its fingerprint)."""
+
+    fingerprint: int
+    structure: bytes  # the serialized structural_proto
+    problem: CheckerProblem | None
+
+
+_INFERRED: weakref.WeakKeyDictionary[Model, _Inferred] = weakref.WeakKeyDictionary()
+
+
+def strict_inference(model: Model) -> tuple[onnx.ModelProto | None, CheckerProblem | None]:
+    """Strict shape inference on the model's structure, as the full check runs it.
+
+    The outcome is remembered for :func:`run_checker` until the model changes.
+
+    Args:
+        model: The model; it is not changed and its weights are not read.
+
+    Returns:
+        The inferred proto and ``None``, or ``None`` and the problem inference found.
+    """
+    fingerprint = model.fingerprint()
+    structure = structural_proto(model).SerializeToString()
+    try:
+        inferred = infer_shapes(structure, check_type=True, strict_mode=True, data_prop=False)
+    except onnx.shape_inference.InferenceError as error:
+        problem = _problem("inference", error)
+        _INFERRED[model] = _Inferred(fingerprint, structure, problem)
+        return None, problem
+    except (onnx.checker.ValidationError, ValueError, RuntimeError) as error:
+        return None, _problem("inference", error)  # not what the full check would say
+    _INFERRED[model] = _Inferred(fingerprint, structure, None)
+    return inferred, None
+
+
 def run_checker(model: Model, *, full_check: bool = False) -> CheckerProblem | None:
     """Run ``onnx.checker.check_model`` on the model's structure.
 
     Args:
         model: The model; it is not changed and its weights are not read.
-        full_check: Also run strict shape inference (what ``check`` does).
+        full_check: Also run strict shape inference (what ``check`` does); its
+            outcome from :func:`strict_inference` is reused if the model is unchanged.
 
     Returns:
         The first problem the checker reports, or ``None`` if it is satisfied.
     """
+    known = _INFERRED.get(model) if full_check else None
+    if known is not None and known.fingerprint == model.fingerprint():
+        try:
+            check_model(known.structure)
+        except (onnx.checker.ValidationError, ValueError, RuntimeError) as error:
+            return _problem("validation", error)
+        return known.problem
     proto = structural_proto(model)
     try:
         check_model(proto, full_check=full_check)
@@ -149,7 +202,7 @@ def run_checker(model: Model, *, full_check: bool = False) -> CheckerProblem | N
     return None
 
 
-def check_model(proto: onnx.ModelProto, *, full_check: bool = False) -> None:
+def check_model(proto: onnx.ModelProto | bytes, *, full_check: bool = False) -> None:
     """``onnx.checker.check_model``, here or in the isolated process (see the module doc).
 
     Raises:
@@ -163,8 +216,8 @@ def check_model(proto: onnx.ModelProto, *, full_check: bool = False) -> None:
     _WORKER.call(b"c", _worker.FULL if full_check else 0, proto, "checker")
 
 
-def infer_shapes(proto: onnx.ModelProto, *, check_type: bool = False, strict_mode: bool = False,
-                 data_prop: bool = False) -> onnx.ModelProto:
+def infer_shapes(proto: onnx.ModelProto | bytes, *, check_type: bool = False,
+                 strict_mode: bool = False, data_prop: bool = False) -> onnx.ModelProto:
     """``onnx.shape_inference.infer_shapes``, here or in the isolated process.
 
     Returns:
@@ -202,8 +255,9 @@ class _Worker:
         """The process id of the running worker (for tests)."""
         return self._process.pid if self._process is not None else None
 
-    def call(self, operation: bytes, flags: int, proto: onnx.ModelProto, what: str) -> bytes:
-        payload = proto.SerializeToString()
+    def call(self, operation: bytes, flags: int, proto: onnx.ModelProto | bytes,
+             what: str) -> bytes:
+        payload = proto if isinstance(proto, bytes) else proto.SerializeToString()
         with self._lock:
             process = self._started()
             assert process.stdin is not None and process.stdout is not None

@@ -34,7 +34,7 @@ from graphpass.files.proto import (
     TENSOR_ATTRIBUTE_TYPES,
     attribute_tensors,
     model_from_proto,
-    model_to_proto,
+    model_to_chunks,
     subgraph_protos,
 )
 from graphpass.files.validate import validate as validate_model
@@ -226,12 +226,13 @@ def _write_model(model: Model, out_path: Path, data_name: str, external_data: bo
             plan.data_path = transaction.name_for(plan.data_path)
             plan.data_name = Path(os.path.relpath(plan.data_path, out_dir)).as_posix()
         emitted = _write_data(plan, transaction, where)
-        proto = model_to_proto(model, lambda tensor: emitted[id(tensor)])
-        # Serialized once: with protobuf's upb backend ByteSize() serializes too.
-        serialized = proto.SerializeToString()
-        if len(serialized) > _PROTOBUF_LIMIT:
+        # Serialized once (with protobuf's upb backend ByteSize() serializes too), in
+        # pieces written one after another: the model is never in memory twice.
+        serialized = model_to_chunks(model, lambda tensor: emitted[id(tensor)])
+        size = sum(map(len, serialized))
+        if size > _PROTOBUF_LIMIT:
             raise ModelSaveError(
-                f"the model is {len(serialized) / 2**30:.1f} GiB, over protobuf's 2 GiB limit",
+                f"the model is {size / 2**30:.1f} GiB, over protobuf's 2 GiB limit",
                 where=where,
                 hint="save with external_data=True (weights go to a separate file)",
             )

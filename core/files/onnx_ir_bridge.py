@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from graphpass.errors import InvalidModelError
-from graphpass.files.proto import model_from_proto, model_to_proto
+from graphpass.files.proto import _unknown_fields, model_from_proto, model_to_proto
 from graphpass.ir import Graph, Model, Node, Tensor
 from graphpass.ir._gc import paused_gc
 from graphpass.ir._model import UNKNOWN_FIELDS
@@ -594,7 +594,10 @@ class OnnxIRConversion:
             _replace(proto.attribute, attributes)
         if _same_entries(ir_node.metadata_props, original.metadata_props):
             _replace(proto.metadata_props, original.metadata_props)
-        _restore_unknown(proto, origin.node._extra)
+        # A loaded node keeps its unknown fields in its proto (written with it above).
+        unknown = _unknown_fields(original)
+        if unknown is not None:
+            proto.MergeFromString(unknown)
 
     def _merge_declarations(self, target: Any, values: Iterable[ir.Value],
                             converted: tuple[Any, ...], originals: Any) -> None:

@@ -20,13 +20,27 @@ import onnx
 from google.protobuf.descriptor import FieldDescriptor
 
 from graphpass.errors import InvalidModelError
+from graphpass.files._wire import (
+    NodeWriter,
+    encode_varint,
+    field_prefix,
+    find_field,
+    first_field_after,
+)
 from graphpass.ir._attribute import Attribute
 from graphpass.ir._function import Function
 from graphpass.ir._gc import paused_gc
-from graphpass.ir._graph import Graph
-from graphpass.ir._metadata import LazyMetadata
+from graphpass.ir._graph import _FEW_USES, Graph
 from graphpass.ir._model import UNKNOWN_FIELDS, Model
-from graphpass.ir._node import Node
+from graphpass.ir._node import (
+    CHANGED_ATTRIBUTES,
+    CHANGED_FIELDS,
+    CHANGED_INPUTS,
+    CHANGED_METADATA,
+    CHANGED_NAME,
+    CHANGED_OUTPUTS,
+    Node,
+)
 from graphpass.ir._tensor import Tensor, resolve_external_location
 from graphpass.ir._value import CAPTURE, Value
 
@@ -45,6 +59,8 @@ __all__ = [
     "graph_from_proto",
     "graph_to_proto",
     "model_from_proto",
+    "model_to_bytes",
+    "model_to_chunks",
     "model_to_proto",
     "node_to_proto",
     "subgraph_protos",
@@ -139,27 +155,20 @@ def _unknown_fields(message: Any) -> bytes | None:
 def _encode_unknown(fields: Any, out: bytearray) -> bytearray:
     for entry in fields:
         number, wire_type, data = entry.field_number, entry.wire_type, entry.data
-        _encode_varint(out, number << 3 | wire_type)
+        encode_varint(out, number << 3 | wire_type)
         if wire_type == 0:
-            _encode_varint(out, data)
+            encode_varint(out, data)
         elif wire_type == 1:
             out += data.to_bytes(8, "little")
         elif wire_type == 5:
             out += data.to_bytes(4, "little")
         elif wire_type == 2:
-            _encode_varint(out, len(data))
+            encode_varint(out, len(data))
             out += data
         else:  # 3: a group, ended by its end tag
             _encode_unknown(data, out)
-            _encode_varint(out, number << 3 | 4)
+            encode_varint(out, number << 3 | 4)
     return out
-
-
-def _encode_varint(out: bytearray, value: int) -> None:
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
 
 
 # ==================================================================== loading
@@ -176,8 +185,10 @@ def model_from_proto(proto: onnx.ModelProto, base_dir: str | Path | None = None)
         ExternalDataError: A tensor's external data location is unsafe (absolute, ``..``,
             or a link out of ``base_dir``).
     """
-    with paused_gc():
-        return _model_from_proto(proto, Path(base_dir) if base_dir is not None else None)
+    with paused_gc() as block:
+        model = _model_from_proto(proto, Path(base_dir) if base_dir is not None else None)
+        block.owner = model
+        return model
 
 
 def _model_from_proto(proto: onnx.ModelProto, base: Path | None) -> Model:
@@ -216,6 +227,10 @@ def _model_from_proto(proto: onnx.ModelProto, base: Path | None) -> Model:
     model._extra = extra
     model.base_dir = base
     model._version = 0
+    for loaded in model.graphs():  # loaded in order: no need to check again until changed
+        mark = loaded._sorted_at
+        if mark is not None and mark[0] is loaded and mark[1] == 0:  # marked while loading
+            loaded._mark_sorted()  # (a subgraph again: now its model's graph is its root)
     return model
 
 
@@ -257,6 +272,8 @@ def function_from_proto(proto: onnx.FunctionProto, base_dir: Path | None = None)
     function._present_empty = present_empty
     function._extra = extra
     graph._version = 0
+    if graph._sorted_at is _LOADED_SORTED:
+        graph._mark_sorted()
     return function
 
 
@@ -271,13 +288,23 @@ def graph_from_proto(proto: onnx.GraphProto, base_dir: Path | None = None) -> Gr
     _load_declarations(graph, fields.get("input", ()), "input", graph._inputs)
     for value in graph._inputs:
         graph._input_names[value.name] = graph._input_names.get(value.name, 0) + 1
-    for tensor_proto in fields.get("initializer", ()):
-        name = tensor_proto.name
-        if name in graph._initializers:
+    initializers = graph._initializers
+    values = graph._values
+    tensor_from_proto = Tensor.from_proto
+    shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
+    tensor_protos = fields.get("initializer", ())
+    for index, tensor_proto in enumerate(tensor_protos):
+        tensor = tensor_from_proto(tensor_proto, base_dir)
+        tensor.shape = shapes.setdefault(tensor.shape, tensor.shape)  # one tuple per shape
+        tensor._proto = tensor_protos  # the proto by its index: see Tensor.__slots__
+        tensor._proto_at = index
+        name = tensor.name
+        if name in initializers:
             raise InvalidModelError(f"initializer {name!r} is defined twice", where=where,
                                     hint="initializer names must be unique in a graph")
-        graph._initializers[name] = Tensor.from_proto(tensor_proto, base_dir)
-        graph._value_for(name)
+        initializers[name] = tensor
+        if name not in values:
+            values[name] = Value(graph, name)
     for sparse in fields.get("sparse_initializer", ()):
         name = sparse.values.name
         if name in graph._sparse_initializers or name in graph._initializers:
@@ -297,6 +324,8 @@ def graph_from_proto(proto: onnx.GraphProto, base_dir: Path | None = None) -> Gr
     graph._present_empty = present_empty
     graph._extra = extra
     graph._version = 0
+    if graph._sorted_at is _LOADED_SORTED:
+        graph._mark_sorted()  # (a subgraph is marked again once its model is loaded)
     return graph
 
 
@@ -329,103 +358,141 @@ def _load_declarations(graph: Graph, infos: Iterable[onnx.ValueInfoProto], kind:
         target.append(value)
 
 
+_LOADED_SORTED: Any = ("loaded in order",)
+"""``Graph._sorted_at`` of a graph whose nodes came in topological order while loading."""
+
+
 def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) -> None:
-    add_node = graph._nx.add_node
+    """Append a node for each ``NodeProto`` (kept, and written back while unchanged).
+
+    Only what the graph's bookkeeping needs is decoded now: inputs, outputs, the
+    text fields (which must be UTF-8), and the attributes of nodes that hold graphs
+    or tensors (subgraphs take part in the bookkeeping; tensors' data locations are
+    checked). Other attributes are decoded when first asked for.
+    """
     values = graph._values
-    link = graph._link
+    initializers = graph._initializers
+    input_names = graph._input_names
+    sparse_initializers = graph._sparse_initializers
+    new_node = Node.__new__
+    new_value = Value.__new__
     use = graph._use
+    op_types: dict[str, str] = {}
     previous: Node | None = None
-    for proto in protos:
-        node = _node_from_proto(proto, base_dir)
+    count = 0
+    in_order = True  # no node used a value before the node computing it
+    for index, proto in enumerate(protos):
+        node = new_node(Node)
+        inputs = proto.input[:]
+        node._outputs = outputs = tuple(proto.output[:])
+        op_type = proto.op_type
+        op_type = node._op_type = op_types.setdefault(op_type, op_type)  # one str per op
+        name = node._name = proto.name
+        domain = node._domain = proto.domain
+        overload = node._overload = proto.overload
+        doc_string = node._doc_string = proto.doc_string
+        node._loaded_from = protos
+        node._loaded_index = index
+        node._changed = 0
+        node._metadata = None
+        node._captures = None
+        node._graph = None  # set below: loading subgraphs records captures only in the node
+        node._next = None
+        attribute_protos = proto.attribute
+        # None: decoded on first use (for most nodes: never)
+        node._attributes = _load_attributes(node, attribute_protos, base_dir) \
+            if attribute_protos else None
         node._graph = graph
-        link(node, previous, None)
-        previous = node
-        add_node(node)
-        graph._count += 1
-        for index, name in enumerate(node._outputs):
-            if name:
-                value = values.get(name)
-                if value is None:  # the usual case, a new name: nothing else to update
-                    value = values[name] = Value(graph, name)
-                    value._producer = node
-                    value._index = index
-                else:
-                    graph._define_output(name, node, index, where=where)
-        for slot, name in enumerate(node._inputs):
-            if name:
-                use(name, node, slot)
-        if node._captures:
-            for name in node._captures:
-                use(name, node, CAPTURE)
-
-
-def _node_from_proto(proto: onnx.NodeProto, base_dir: Path | None) -> Node:
-    node = Node.__new__(Node)
-    node.op_type = ""
-    node.domain = ""
-    node.overload = ""
-    node.name = ""
-    node.doc_string = ""
-    node._inputs = ()
-    node._outputs = ()
-    node._attributes = {}
-    node._metadata = None
-    node._metadata_proto = None
-    node._extra = None
-    node._graph = None
-    node._prev = None
-    node._next = None
-    node._captures = None
-    present_empty: set[str] | None = None
-    for field, value in proto.ListFields():
-        name = field.name
-        if name == "input":
-            node._inputs = tuple(value)
-        elif name == "output":
-            node._outputs = tuple(value)
-        elif name == "op_type":
-            node.op_type = value
-            if not value:
-                present_empty = (present_empty or set()) | {name}
-        elif name == "name":
-            node.name = value
-            if not value:
-                present_empty = (present_empty or set()) | {name}
-        elif name == "domain":
-            node.domain = value
-            if not value:
-                present_empty = (present_empty or set()) | {name}
-        elif name == "attribute":
-            attributes = node._attributes
-            for attribute_proto in value:
-                attribute = _attribute_from_proto(attribute_proto, base_dir)
-                attributes[attribute.name] = attribute
-                if attribute.graphs:
-                    node._attach_subgraphs(attribute)
-            if len(attributes) != len(value):
-                # Duplicate attribute names: keep the list verbatim so nothing is lost.
-                node._extra = {**(node._extra or {}), "attribute": value}
-        elif name == "metadata_props":
-            node._metadata_proto = value
-        elif name == "doc_string":
-            node.doc_string = value
-            if not value:
-                present_empty = (present_empty or set()) | {name}
-        elif name == "overload":
-            node.overload = value
-            if not value:
-                present_empty = (present_empty or set()) | {name}
+        try:
+            "".join((op_type, name, domain, overload, doc_string))
+        except TypeError:
+            _check_text("a node", [op_type, domain, name, overload, doc_string])
+        node._prev = previous
+        if previous is None:
+            graph._head = node
         else:
-            node._extra = {**(node._extra or {}), name: value}
-    if UnknownFieldSet is not None and len(UnknownFieldSet(proto)):
-        node._extra = {**(node._extra or {}), _UNKNOWN: _unknown_fields(proto)}
-    try:
-        "".join((node.op_type, node.domain, node.name, node.overload, node.doc_string))
-    except TypeError:
-        _check_text("a node", [node.op_type, node.domain, node.name, node.overload,
-                               node.doc_string])
-    node._present_empty = frozenset(present_empty) if present_empty else _EMPTY
-    return node
+            previous._next = node
+        previous = node
+        count += 1
+        for position, output in enumerate(outputs):
+            if output:
+                value = values.get(output)
+                if value is None:  # the usual case, a new name: nothing else to update
+                    value = values[output] = new_value(Value)
+                    value.graph = graph
+                    value.name = output
+                    value._producer = node
+                    value._index = position
+                    value._uses = ()
+                    value._info = None
+                    value._alt_info = None
+                else:
+                    if in_order and any(user is not None for user, _ in value._uses):
+                        in_order = False
+                    graph._define_output(output, node, position, where=where)
+        for slot, input_name in enumerate(inputs):
+            if input_name:
+                value = values.get(input_name)
+                if value is None:
+                    use(input_name, node, slot)
+                else:
+                    inputs[slot] = value.name  # one str per name, not one per use
+                    producer = value._producer
+                    if producer is node:
+                        in_order = False  # the node reads its own output: a cycle
+                    if (producer is not None or input_name in initializers
+                            or input_name in input_names or input_name in sparse_initializers):
+                        uses = value._uses  # defined already: no other bookkeeping
+                        if not uses:
+                            value._uses = [(node, slot)]
+                        elif type(uses) is list and len(uses) < _FEW_USES:
+                            uses.append((node, slot))
+                        else:
+                            use(input_name, node, slot)
+                    else:
+                        use(input_name, node, slot)
+        node._inputs = tuple(inputs)
+        # Loading the attributes may have set the captures (mypy sees only the None above).
+        captures: dict[str, int] | None = getattr(node, "_captures")  # noqa: B009
+        if captures:
+            for captured in captures:
+                known = values.get(captured)
+                if known is not None and known._producer is node:
+                    in_order = False  # a subgraph reads its holder's output: a cycle
+                use(captured, node, CAPTURE)
+    graph._tail = previous
+    graph._count += count
+    if in_order:
+        graph._sorted_at = _LOADED_SORTED
+
+
+def _load_attributes(node: Node, protos: Any, base_dir: Path | None
+                     ) -> dict[str, Attribute] | None:
+    """The attributes of a loaded node, or ``None`` to decode them when first asked for.
+
+    Attributes holding graphs or tensors are decoded now (and their tensors' data
+    locations checked); a node holding graphs is always written from its attributes.
+    """
+    decode = False
+    for proto in protos:
+        name, reference = proto.name, proto.ref_attr_name
+        try:
+            "".join((name, reference))
+        except TypeError:
+            _check_text("an attribute", [name, reference])
+        if proto.type in TENSOR_ATTRIBUTE_TYPES or proto.HasField("g") or proto.graphs:
+            decode = True
+    if not decode:
+        return None
+    attributes: dict[str, Attribute] = {}
+    node._attributes = attributes
+    for proto in protos:
+        attribute = _attribute_from_proto(proto, base_dir)
+        attributes[attribute.name] = attribute
+        if attribute.graphs:
+            node._attach_subgraphs(attribute)
+            node._changed |= CHANGED_ATTRIBUTES  # subgraphs are written from the IR
+    return attributes
 
 
 def _attribute_from_proto(proto: onnx.AttributeProto, base_dir: Path | None) -> Attribute:
@@ -523,7 +590,75 @@ def model_to_proto(model: Model, emit_tensor: TensorEmitter | None = None) -> on
         return _model_to_proto(model, emit_tensor or _default_emitter)
 
 
-def _model_to_proto(model: Model, emit: TensorEmitter) -> onnx.ModelProto:
+def model_to_bytes(model: Model, emit_tensor: TensorEmitter | None = None) -> bytes:
+    """``model_to_proto(model, emit_tensor).SerializeToString()``, in less time and memory.
+
+    See :func:`model_to_chunks`.
+    """
+    return b"".join(model_to_chunks(model, emit_tensor))
+
+
+def model_to_chunks(model: Model, emit_tensor: TensorEmitter | None = None) -> list[bytes]:
+    """The serialized model (:func:`model_to_bytes`) as pieces to write one after another.
+
+    The main graph's nodes and initializers, the bulk of a model, are serialized one
+    by one (an unchanged loaded node straight from the proto it was loaded from) and
+    spliced into the bytes of the rest of the model, instead of being copied into a
+    new ``ModelProto`` first; written piece by piece, the model is never in memory
+    twice. The bytes are those of ``SerializeToString``: protobuf writes the fields of
+    a message in the order of their numbers, fields it does not know last (a main
+    graph or model holding such fields is serialized the plain way).
+    """
+    emit = emit_tensor or _default_emitter
+    graph = model.graph
+    if (model._extra and _UNKNOWN in model._extra) or (graph._extra and _UNKNOWN in graph._extra):
+        return [model_to_proto(model, emit).SerializeToString()]
+    with paused_gc():
+        writer = NodeWriter(lambda attribute: attribute_to_proto(attribute, emit)
+                            .SerializeToString())
+        nodes = writer.entries(graph)
+        initializers = _tagged(_INITIALIZER_TAG,
+                               [emit(t).SerializeToString() for t in graph._initializers.values()])
+        head = _model_to_proto(model, emit, bulk=False).SerializeToString()
+        return _splice_main_graph(head, nodes, initializers)
+
+
+_INITIALIZER_TAG = 0x2A  # GraphProto.initializer: field 5, length-delimited
+_GRAPH_TAG = 0x3A  # ModelProto.graph: field 7
+_INITIALIZER_FIELD = 5
+_GRAPH_FIELD = 7
+
+
+def _tagged(tag: int, bodies: list[bytes]) -> list[bytes]:
+    """``bodies`` as entries of a repeated message field: tag, length, message."""
+    parts: list[bytes] = []
+    for body in bodies:
+        parts.append(field_prefix(tag, len(body)))
+        parts.append(body)
+    return parts
+
+
+def _splice_main_graph(head: bytes, nodes: list[bytes], initializers: list[bytes]
+                       ) -> list[bytes]:
+    """Put the main graph's node and initializer entries into the serialized model."""
+    start, content_start, end = find_field(head, 0, len(head), _GRAPH_FIELD)
+    split = first_field_after(head, content_start, end, _INITIALIZER_FIELD)
+    size = (end - content_start) + sum(map(len, nodes)) + sum(map(len, initializers))
+    chunks = [head[:start], field_prefix(_GRAPH_TAG, size)]
+    chunks += nodes
+    chunks.append(head[content_start:split])
+    chunks += initializers
+    chunks.append(head[split:])
+    return chunks
+
+
+def _model_to_proto(model: Model, emit: TensorEmitter, *, bulk: bool = True
+                    ) -> onnx.ModelProto:
+    """The model as a proto.
+
+    Without ``bulk``, the main graph's nodes and initializers are left out
+    (:func:`model_to_chunks` writes them).
+    """
     proto = onnx.ModelProto()
     present_empty = model._present_empty
     if model.ir_version or "ir_version" in present_empty:
@@ -533,7 +668,7 @@ def _model_to_proto(model: Model, emit: TensorEmitter) -> onnx.ModelProto:
         value = getattr(model, name)
         if value or name in present_empty:
             setattr(proto, name, value)
-    graph_to_proto(model.graph, proto.graph, emit)
+    _graph_to_proto(model.graph, proto.graph, emit, bulk=bulk)
     _write_metadata(proto.metadata_props, model.metadata, model._metadata_proto)
     for function in model.functions.values():
         function_to_proto(function, proto.functions.add(), emit)
@@ -577,16 +712,23 @@ def function_to_proto(function: Function, proto: onnx.FunctionProto | None = Non
 def graph_to_proto(graph: Graph, proto: onnx.GraphProto | None = None,
                    emit_tensor: TensorEmitter | None = None) -> onnx.GraphProto:
     """Write a :class:`~graphpass.Graph` into a ``GraphProto`` (a new one by default)."""
-    emit = emit_tensor or _default_emitter
     if proto is None:
         proto = onnx.GraphProto()
+    _graph_to_proto(graph, proto, emit_tensor or _default_emitter, bulk=True)
+    return proto
+
+
+def _graph_to_proto(graph: Graph, proto: onnx.GraphProto, emit: TensorEmitter, *,
+                    bulk: bool) -> None:
     proto.SetInParent()  # an empty graph is still present
-    _write_nodes(graph, proto.node, emit)
+    if bulk:
+        _write_nodes(graph, proto.node, emit)
     present_empty = graph._present_empty
     if graph.name or "name" in present_empty:
         proto.name = graph.name
-    for tensor in graph._initializers.values():
-        proto.initializer.append(emit(tensor))
+    if bulk:
+        for tensor in graph._initializers.values():
+            proto.initializer.append(emit(tensor))
     if graph._sparse_initializers:
         proto.sparse_initializer.extend(graph._sparse_initializers.values())
     if graph.doc_string or "doc_string" in present_empty:
@@ -596,7 +738,6 @@ def graph_to_proto(graph: Graph, proto: onnx.GraphProto | None = None,
     _write_declarations(proto.value_info, graph._value_info, "value_info")
     _write_loaded_metadata(proto, graph)
     _write_extras(proto, graph._extra)
-    return proto
 
 
 def _write_declarations(target: Any, values: list[Value], kind: str) -> None:
@@ -619,8 +760,8 @@ def _write_metadata(target: Any, metadata: dict[str, str], original: Any) -> Non
             target.add(key=key, value=value)
 
 
-def _write_loaded_metadata(proto: onnx.NodeProto | onnx.GraphProto, owner: LazyMetadata) -> None:
-    """Write a node's or graph's ``metadata_props``: as loaded, unless it was changed."""
+def _write_loaded_metadata(proto: onnx.GraphProto, owner: Graph) -> None:
+    """Write a graph's ``metadata_props``: as loaded, unless it was changed."""
     if owner._metadata_proto is not None:
         proto.metadata_props.extend(owner._metadata_proto)
     elif owner._metadata:
@@ -629,48 +770,102 @@ def _write_loaded_metadata(proto: onnx.NodeProto | onnx.GraphProto, owner: LazyM
 
 
 def _write_nodes(graph: Graph, target: Any, emit: TensorEmitter) -> None:
-    add = target.add
+    """Write the nodes: unchanged loaded ones as they were loaded, in runs."""
+    unchanged: list[onnx.NodeProto] = []
     for node in graph:
-        node_to_proto(node, add(), emit)
+        loaded = node._loaded_from
+        if loaded is not None and not node._changed:
+            unchanged.append(loaded[node._loaded_index])
+            continue
+        if unchanged:
+            target.extend(unchanged)
+            unchanged = []
+        node_to_proto(node, target.add(), emit)
+    if unchanged:
+        target.extend(unchanged)
+
+
+_TEXT_FIELDS = ("op_type", "domain", "overload", "doc_string")
 
 
 def node_to_proto(node: Node, proto: onnx.NodeProto | None = None,
                   emit_tensor: TensorEmitter | None = None) -> onnx.NodeProto:
-    """Write a :class:`~graphpass.Node` into a ``NodeProto`` (a new one by default)."""
+    """Write a :class:`~graphpass.Node` into a ``NodeProto`` (a new one by default).
+
+    A node loaded from a proto is written as a copy of that proto with the fields
+    that changed since rewritten; fields the IR does not model stay as they were.
+    """
     if proto is None:
         proto = onnx.NodeProto()
+    loaded = node._loaded_proto()
+    if loaded is None:
+        _write_new_node(node, proto, emit_tensor)
+        return proto
+    proto.CopyFrom(loaded)
+    changed = node._changed
+    if changed & CHANGED_INPUTS:
+        del proto.input[:]
+        proto.input.extend(node._inputs)
+    if changed & CHANGED_OUTPUTS:
+        del proto.output[:]
+        proto.output.extend(node._outputs)
+    if changed & CHANGED_NAME:
+        _set_text(proto, "name", node._name)
+    if changed & CHANGED_FIELDS:
+        for field_name in _TEXT_FIELDS:
+            _set_text(proto, field_name, getattr(node, field_name))
+    if changed & CHANGED_ATTRIBUTES:
+        del proto.attribute[:]
+        _write_attributes(node, proto, emit_tensor)
+    if changed & CHANGED_METADATA:
+        del proto.metadata_props[:]
+        for key, text in node._decoded_metadata().items():
+            proto.metadata_props.add(key=key, value=text)
+    return proto
+
+
+def _set_text(proto: Any, field_name: str, value: str) -> None:
+    """Set a text field that changed; an emptied one is left out, as for a new node."""
+    if getattr(proto, field_name) != value:
+        if value:
+            setattr(proto, field_name, value)
+        else:
+            proto.ClearField(field_name)
+
+
+def _write_new_node(node: Node, proto: onnx.NodeProto, emit_tensor: TensorEmitter | None
+                    ) -> None:
     if node._inputs:
         proto.input.extend(node._inputs)
     if node._outputs:
         proto.output.extend(node._outputs)
-    present_empty = node._present_empty
-    if node.name or "name" in present_empty:
-        proto.name = node.name
-    if node.op_type or "op_type" in present_empty:
-        proto.op_type = node.op_type
-    if node.domain or "domain" in present_empty:
-        proto.domain = node.domain
-    if node.overload or "overload" in present_empty:
-        proto.overload = node.overload
-    if node.doc_string or "doc_string" in present_empty:
-        proto.doc_string = node.doc_string
-    extra = node._extra
-    if extra is not None and "attribute" in extra and not any(
-            a.graphs for a in node._attributes.values()):
-        proto.attribute.extend(extra["attribute"])
-    elif node._attributes:
-        emit = emit_tensor or _default_emitter
-        for attribute in node._attributes.values():
-            if attribute.graphs:
-                attribute_to_proto(attribute, emit, proto.attribute.add())
-            else:
-                proto.attribute.append(attribute._proto)
-    _write_loaded_metadata(proto, node)
-    if extra is not None:
-        for name, value in extra.items():
-            if name != "attribute":
-                _write_extra(proto, name, value)
-    return proto
+    if node._name:
+        proto.name = node._name
+    if node._op_type:
+        proto.op_type = node._op_type
+    if node._domain:
+        proto.domain = node._domain
+    if node._overload:
+        proto.overload = node._overload
+    if node._doc_string:
+        proto.doc_string = node._doc_string
+    _write_attributes(node, proto, emit_tensor)
+    if node._metadata:
+        for key, text in node._metadata.items():
+            proto.metadata_props.add(key=key, value=text)
+
+
+def _write_attributes(node: Node, proto: onnx.NodeProto, emit_tensor: TensorEmitter | None
+                      ) -> None:
+    attributes = node._decoded_attributes()
+    if not attributes:
+        return
+    emit = emit_tensor or _default_emitter
+    for attribute in attributes.values():
+        if attribute.graphs:
+            attribute_to_proto(attribute, emit, proto.attribute.add())
+        else:
+            proto.attribute.append(attribute._proto)
 
 
 def attribute_to_proto(attribute: Attribute, emit_tensor: TensorEmitter | None = None,

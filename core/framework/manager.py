@@ -35,6 +35,7 @@ from graphpass.framework.plugin_loading import default_registry
 from graphpass.framework.registry import Registry
 from graphpass.framework.results import PassRecord, RunResult, unique_findings
 from graphpass.ir import Model
+from graphpass.ir._gc import sparing_older_objects
 
 __all__ = ["FIXED_POINT_CODE", "PassManager"]
 
@@ -211,7 +212,8 @@ class PassManager:
             instrument.before_pass(planned, working, context)
         start = time.perf_counter()
         try:
-            outcome = planned.instance.run(working, context)
+            with sparing_older_objects():  # collections during the pass skip the model
+                outcome = planned.instance.run(working, context)
         except KeyboardInterrupt:
             raise
         except SystemExit as error:  # a pass has no business ending the program

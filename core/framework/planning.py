@@ -21,13 +21,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-import networkx as nx
-
 from graphpass.errors import PipelineError
 from graphpass.framework.pass_base import Pass
 from graphpass.framework.pipeline import Pipeline
 
 if TYPE_CHECKING:
+    import networkx
+
     from graphpass.framework.registry import Registry
 
 __all__ = ["PassSpec", "PlannedPass", "plan_passes"]
@@ -255,6 +255,8 @@ def _drop_disabled(entries: dict[str, _Entry], mention: list[str], disable: set[
 
 
 def _sort(entries: dict[str, _Entry], mention: list[str]) -> list[str]:
+    import networkx as nx  # imported when a plan is made, not with graphpass
+
     graph: nx.DiGraph = nx.DiGraph()
     graph.add_nodes_from(mention)
     for name in mention:
@@ -278,7 +280,7 @@ def _sort(entries: dict[str, _Entry], mention: list[str]) -> list[str]:
     return list(nx.lexicographical_topological_sort(graph, key=index.__getitem__))
 
 
-def _add_edge(graph: nx.DiGraph, first: str, then: str, reason: str) -> None:
+def _add_edge(graph: networkx.DiGraph, first: str, then: str, reason: str) -> None:
     if graph.has_edge(first, then):
         graph.edges[first, then]["reason"] += f"; {reason}"
     else:

@@ -33,36 +33,50 @@ def clone_attribute(attribute: Attribute) -> Attribute:
 
 
 def clone_node(node: Node) -> Node:
-    """Return a detached copy of ``node`` (subgraphs copied)."""
+    """Return a detached copy of ``node`` (subgraphs copied).
+
+    The copy shares the ``NodeProto`` the node was loaded from (protos are never
+    changed) and remembers what differs from it.
+    """
     node_type = type(node)
     copy = node_type.__new__(node_type)
-    copy.op_type = node.op_type
-    copy.domain = node.domain
-    copy.overload = node.overload
-    copy.name = node.name
-    copy.doc_string = node.doc_string
+    copy._op_type = node._op_type
+    copy._domain = node._domain
+    copy._overload = node._overload
+    copy._name = node._name
+    copy._doc_string = node._doc_string
     copy._inputs = node._inputs
     copy._outputs = node._outputs
-    copy._attributes = {}
-    copy._copy_metadata_from(node)
-    copy._extra = dict(node._extra) if node._extra else None
-    copy._present_empty = node._present_empty
+    copy._metadata = dict(node._metadata) if node._metadata is not None else None
+    copy._loaded_from = node._loaded_from
+    copy._loaded_index = node._loaded_index
+    copy._changed = node._changed
     copy._graph = None
     copy._prev = None
     copy._next = None
     copy._captures = None
-    for name, attribute in node._attributes.items():
-        cloned = clone_attribute(attribute)
-        copy._attributes[name] = cloned
-        if cloned.graphs:
+    attributes = node._attributes
+    if attributes is None:  # not decoded yet: nothing to copy, the copy decodes its own
+        copy._attributes = None
+        return copy
+    copied: dict[str, Attribute] = {}
+    copy._attributes = copied
+    for name, attribute in attributes.items():
+        if attribute.graphs:
+            cloned = clone_attribute(attribute)
+            copied[name] = cloned
             copy._attach_subgraphs(cloned)
+        else:
+            copied[name] = attribute
     return copy
 
 
 def clone_graph(graph: Graph) -> Graph:
     """Return a deep copy of ``graph`` that belongs to no node, function or model."""
-    with paused_gc():
-        return _clone_graph(graph)
+    with paused_gc() as block:
+        copy = _clone_graph(graph)
+        block.owner = copy
+        return copy
 
 
 def _clone_graph(graph: Graph) -> Graph:
@@ -78,8 +92,13 @@ def _clone_graph(graph: Graph) -> Graph:
         copy._value_for(name)
     for name in copy._sparse_initializers:
         copy._value_for(name)
-    for node in graph:
-        copy.append(clone_node(node))
+    attach, link = copy._attach, copy._link
+    previous = None
+    for node in graph:  # fresh copies, in order: appended without the checks of append()
+        cloned = clone_node(node)
+        attach(cloned, touch=False)
+        link(cloned, previous, None)
+        previous = cloned
     copy.set_outputs([value.name for value in graph._outputs])
     for value in graph._values.values():
         if value._info is not None or value._alt_info is not None:
@@ -87,10 +106,13 @@ def _clone_graph(graph: Graph) -> Graph:
             new_value._info = value._info
             new_value._alt_info = dict(value._alt_info) if value._alt_info else None
     copy._value_info = [copy._values[v.name] for v in graph._value_info]
-    copy._copy_metadata_from(graph)
+    copy._metadata = dict(graph._metadata) if graph._metadata is not None else None
+    copy._metadata_proto = graph._metadata_proto
     copy._extra = dict(graph._extra) if graph._extra else None
     copy._present_empty = graph._present_empty
     copy._version = 0
+    if graph._known_sorted():  # the same nodes in the same order
+        copy._mark_sorted()
     return copy
 
 
@@ -116,8 +138,10 @@ def clone_function(function: Function) -> Function:
 
 def clone_model(model: Model) -> Model:
     """Return a deep copy of ``model``; tensors are shared (they are immutable)."""
-    with paused_gc():
-        return _clone_model(model)
+    with paused_gc() as block:
+        copy = _clone_model(model)
+        block.owner = copy
+        return copy
 
 
 def _clone_model(model: Model) -> Model:

@@ -1,11 +1,14 @@
 """Graphs: nodes in order, the values between them, and a networkx view of both.
 
-A :class:`Graph` owns a ``networkx.MultiDiGraph`` (:attr:`Graph.nx`) whose nodes
+A :class:`Graph` offers a ``networkx.MultiDiGraph`` (:attr:`Graph.nx`) whose nodes
 are the graph's :class:`~graphpass.Node` objects and whose edges are the uses of
 values: one edge from a value's producer to each consuming node, keyed by
 ``(value name, input slot)``. A node that uses a value only inside one of its
 subgraphs gets an edge too, with slot :data:`~graphpass.ir.CAPTURE`, so
-reachability questions can be answered with plain networkx algorithms.
+reachability questions can be answered with plain networkx algorithms. The graph
+itself keeps its structure in its values (each knows its producer and its uses);
+the networkx view is built from them in bulk the first time someone asks for it,
+and from then on kept up to date with every change.
 
 Nodes keep the order they were loaded or inserted in (a linked list), so an
 unchanged model round-trips exactly; :meth:`Graph.topological_order` and
@@ -19,7 +22,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import onnx
 
 from graphpass.errors import CycleError, InvalidModelError
@@ -30,12 +32,17 @@ from graphpass.ir._tensor import Tensor
 from graphpass.ir._value import CAPTURE, Use, Value
 
 if TYPE_CHECKING:
+    import networkx
+
     # Nodes hold attributes, which hold graphs: at run time the graph needs no Node.
     from graphpass.ir._function import Function
     from graphpass.ir._model import Model
     from graphpass.ir._node import Node
 
 __all__ = ["Graph"]
+
+_FEW_USES = 8
+"""A value keeps its uses in a list up to this many, then in a dict (see ``Value._uses``)."""
 
 
 class Graph(LazyMetadata):
@@ -66,8 +73,8 @@ class Graph(LazyMetadata):
             initializers: Initializer tensors.
             doc_string: The doc string.
         """
-        self.name = name
-        self.doc_string = doc_string
+        self._name = name
+        self._doc_string = doc_string
         self._values: dict[str, Value] = {}
         self._inputs: list[Value] = []
         self._input_names: dict[str, int] = {}
@@ -76,7 +83,7 @@ class Graph(LazyMetadata):
         self._initializers: dict[str, Tensor] = {}
         self._sparse_initializers: dict[str, onnx.SparseTensorProto] = {}
         self._free: dict[str, int] = {}
-        self._nx: nx.MultiDiGraph = nx.MultiDiGraph()
+        self._nx: networkx.MultiDiGraph | None = None  # built on first use (see ``nx``)
         self._head: Node | None = None
         self._tail: Node | None = None
         self._count = 0
@@ -88,6 +95,9 @@ class Graph(LazyMetadata):
         self._metadata_proto: Any = None
         self._extra: dict[str, Any] | None = None
         self._present_empty: frozenset[str] = frozenset()
+        # ``(root, root version)`` when the nodes were last known to be in topological
+        # order (see _known_sorted): checking order is a walk over every node.
+        self._sorted_at: tuple[Graph, int] | None = None
         for item in inputs:
             self.add_input(item)
         for tensor in initializers:
@@ -95,6 +105,33 @@ class Graph(LazyMetadata):
         for node in nodes:
             self.append(node)
         self.set_outputs(list(outputs))
+
+    # ================================================================== fields
+    @property
+    def name(self) -> str:
+        """The graph name."""
+        return self._name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._name = value
+        self._touch()
+
+    @property
+    def doc_string(self) -> str:
+        """The graph's doc string."""
+        return self._doc_string
+
+    @doc_string.setter
+    def doc_string(self, value: str) -> None:
+        self._doc_string = value
+        self._touch()
+
+    def _loaded_metadata(self) -> Any:
+        return self._metadata_proto
+
+    def _forget_loaded_metadata(self) -> None:
+        self._metadata_proto = None
 
     # ================================================================ ownership
     @property
@@ -195,7 +232,7 @@ class Graph(LazyMetadata):
         inserted: list[Node] = []
         try:
             for node in nodes:
-                self._attach(node)
+                self._attach(node, touch=False)
                 self._link(node, previous, following)
                 inserted.append(node)
                 previous = node
@@ -203,6 +240,8 @@ class Graph(LazyMetadata):
             for node in reversed(inserted):
                 self.remove(node, safe=False)
             raise
+        finally:
+            self._touch()
 
     def _link(self, node: Node, previous: Node | None, following: Node | None) -> None:
         node._prev = previous
@@ -297,30 +336,53 @@ class Graph(LazyMetadata):
         if node._graph is not self:
             raise ValueError(f"{node!r} is not in graph {self.name!r}")
 
-    def _attach(self, node: Node) -> None:
+    def _attach(self, node: Node, *, touch: bool = True) -> None:
         node._graph = self
-        self._nx.add_node(node)
+        view = self._nx
+        if view is not None:
+            view.add_node(node)
         self._count += 1
+        values = self._values
         try:
             for index, name in enumerate(node._outputs):
                 if name:
-                    self._define_output(name, node, index)
+                    if view is None and name not in values:  # a new name: nothing else to do
+                        value = values[name] = Value(self, name)
+                        value._producer = node
+                        value._index = index
+                    else:
+                        self._define_output(name, node, index)
         except InvalidModelError:
             for name in node._outputs:
-                value = self._values.get(name) if name else None
-                if value is not None and value._producer is node:
+                defined = self._values.get(name) if name else None
+                if defined is not None and defined._producer is node:
                     self._undefine_output(name, node)
-            self._nx.remove_node(node)
+            if self._nx is not None:
+                self._nx.remove_node(node)
             self._count -= 1
             node._graph = None
             raise
         for slot, name in enumerate(node._inputs):
             if name:
+                used = values.get(name)
+                if view is None and used is not None and (
+                        used._producer is not None or self._is_defined(name)):
+                    uses = used._uses  # defined here: nothing else to update
+                    if not uses:
+                        used._uses = [(node, slot)]
+                        continue
+                    if type(uses) is dict:
+                        uses[(node, slot)] = None
+                        continue
+                    if type(uses) is list and len(uses) < _FEW_USES:
+                        uses.append((node, slot))
+                        continue
                 self._use(name, node, slot)
         if node._captures:
             for name in node._captures:
                 self._use(name, node, CAPTURE)
-        self._touch()
+        if touch:
+            self._touch()
 
     def _detach(self, node: Node) -> None:
         for slot, name in enumerate(node._inputs):
@@ -332,7 +394,8 @@ class Graph(LazyMetadata):
         for name in node._outputs:
             if name:
                 self._undefine_output(name, node)
-        self._nx.remove_node(node)
+        if self._nx is not None:
+            self._nx.remove_node(node)
         self._count -= 1
         node._graph = None
         self._touch()
@@ -412,10 +475,20 @@ class Graph(LazyMetadata):
         value = self._values.get(name)
         if value is None:
             value = self._values[name] = Value(self, name)
-        value._uses[Use(node, slot)] = None
+        uses = value._uses
+        if type(uses) is list:
+            if len(uses) < _FEW_USES:
+                uses.append((node, slot))
+            else:
+                value._uses = many = dict.fromkeys(uses)
+                many[(node, slot)] = None
+        elif type(uses) is dict:
+            uses[(node, slot)] = None
+        else:  # the first use
+            value._uses = [(node, slot)]
         producer = value._producer
         if producer is not None:
-            if node is not None:
+            if node is not None and self._nx is not None:
                 self._nx.add_edge(producer, node, key=(name, slot))
         elif not self._is_defined(name):
             self._free_changed(name, +1)
@@ -423,12 +496,16 @@ class Graph(LazyMetadata):
     def _unuse(self, name: str, node: Node | None, slot: int) -> None:
         value = self._values[name]
         try:
-            del value._uses[Use(node, slot)]  # O(1): uses are keys of an ordered dict
-        except KeyError:  # pragma: no cover - internal consistency
+            uses = value._uses
+            if type(uses) is dict:
+                del uses[(node, slot)]  # O(1): uses are keys of an ordered dict
+            else:
+                uses.remove((node, slot))  # type: ignore[union-attr]  # a few: a short scan
+        except (KeyError, ValueError, AttributeError):  # pragma: no cover - internal consistency
             raise AssertionError(f"use of {name!r} not found") from None
         producer = value._producer
         if producer is not None:
-            if node is not None:
+            if node is not None and self._nx is not None:
                 self._nx.remove_edge(producer, node, key=(name, slot))
         elif not self._is_defined(name):
             self._free_changed(name, -1)
@@ -480,20 +557,22 @@ class Graph(LazyMetadata):
             )
         value._producer = node
         value._index = index
-        add_edge = self._nx.add_edge
-        for use in value._uses:
-            if use.node is not None:
-                add_edge(node, use.node, key=(name, use.slot))
+        if self._nx is not None:
+            add_edge = self._nx.add_edge
+            for consumer, slot in value._uses:
+                if consumer is not None:
+                    add_edge(node, consumer, key=(name, slot))
         self._became_defined(value)
 
     def _undefine_output(self, name: str, node: Node) -> None:
         value = self._values[name]
         if value._producer is not node:  # pragma: no cover - internal consistency
             raise AssertionError(f"{name!r} is not produced by {node!r}")
-        remove_edge = self._nx.remove_edge
-        for use in value._uses:
-            if use.node is not None:
-                remove_edge(node, use.node, key=(name, use.slot))
+        if self._nx is not None:
+            remove_edge = self._nx.remove_edge
+            for consumer, slot in value._uses:
+                if consumer is not None:
+                    remove_edge(node, consumer, key=(name, slot))
         value._producer = None
         value._index = -1
         if not self._is_defined(name):
@@ -803,13 +882,53 @@ class Graph(LazyMetadata):
 
     # ================================================================= walking
     @property
-    def nx(self) -> nx.MultiDiGraph:
+    def nx(self) -> networkx.MultiDiGraph:
         """The networkx view: nodes are :class:`Node`, edges are value uses.
 
         Edge keys are ``(value name, input slot)``; slot :data:`~graphpass.ir.CAPTURE`
-        marks a use inside the consumer's subgraphs. Treat it as read-only.
+        marks a use inside the consumer's subgraphs. Treat it as read-only. It is
+        built on first use (in one go, from the values) and then kept up to date.
         """
-        return self._nx
+        view = self._nx
+        if view is None:
+            view = self._nx = self._build_nx()
+        return view
+
+    def _build_nx(self) -> networkx.MultiDiGraph:
+        import networkx  # imported on first use: loading and saving need none of it
+
+        view = networkx.MultiDiGraph()
+        view.add_nodes_from(self)
+        edges: list[tuple[Node, Node, tuple[str, int], dict[str, object]]] = []
+        append = edges.append
+        values = self._values
+        for node in self:
+            for slot, name in enumerate(node._inputs):
+                if name:
+                    producer = values[name]._producer
+                    if producer is not None:
+                        append((producer, node, (name, slot), {}))
+            if node._captures:
+                for name in node._captures:
+                    producer = values[name]._producer
+                    if producer is not None:
+                        append((producer, node, (name, CAPTURE), {}))
+        view.add_edges_from(edges)
+        return view
+
+    def _producers_of(self, node: Node) -> Iterator[tuple[Node, str]]:
+        """``(producer, value name)`` for each use by ``node`` of a value computed here."""
+        values = self._values
+        for name in node._inputs:
+            if name:
+                producer = values[name]._producer
+                if producer is not None:
+                    yield producer, name
+        if node._captures:
+            for name in node._captures:
+                producer = values[name]._producer
+                if producer is not None:
+                    yield producer, name
 
     def nodes_by_op(self, op_type: str, domain: str | None = None) -> list[Node]:
         """Return the nodes with this op type (and domain, if given), in order."""
@@ -871,12 +990,16 @@ class Graph(LazyMetadata):
     def _stable_sorted_nodes(self) -> list[Node]:
         """The nodes in topological order, keeping the current order where it is valid."""
         position = {node: index for index, node in enumerate(self)}
-        pred = self._nx._pred
-        indegree = {node: len(pred[node]) for node in position}
+        indegree: dict[Node, int] = {}
+        succ: dict[Node, list[Node]] = {node: [] for node in position}
+        for node in position:
+            producers = {producer: None for producer, _ in self._producers_of(node)}
+            indegree[node] = len(producers)
+            for producer in producers:
+                succ[producer].append(node)
         ready = [(index, node) for node, index in position.items() if indegree[node] == 0]
         heapq.heapify(ready)
         order: list[Node] = []
-        succ = self._nx._succ
         while ready:
             _, node = heapq.heappop(ready)
             order.append(node)
@@ -886,7 +1009,9 @@ class Graph(LazyMetadata):
                     heapq.heappush(ready, (position[successor], successor))
         if len(order) != len(position):
             remaining = [node for node in position if indegree[node] > 0]
-            cycle = nx.find_cycle(self._nx.subgraph(remaining))
+            import networkx
+
+            cycle = networkx.find_cycle(self.nx.subgraph(remaining))
             described = " -> ".join(describe_node(edge[0]) for edge in cycle)
             raise CycleError(
                 f"the nodes form a cycle: {described} -> {describe_node(cycle[0][0])}",
@@ -899,16 +1024,42 @@ class Graph(LazyMetadata):
         """Whether every node comes after the producers of its inputs."""
         return self._first_use_before_definition() is None
 
+    def _known_sorted(self) -> bool:
+        """Whether the nodes are known to be in order: nothing changed since it was seen."""
+        mark = self._sorted_at
+        if mark is None:
+            return False
+        root = self.root
+        return mark[0] is root and mark[1] == root._version
+
+    def _mark_sorted(self) -> None:
+        """Remember that the nodes are in topological order now (until anything changes)."""
+        root = self.root
+        self._sorted_at = (root, root._version)
+
     def _first_use_before_definition(self) -> tuple[Node, Node, str] | None:
         """The first node that uses a value of a later node: ``(user, producer, value name)``."""
+        if self._known_sorted():
+            return None
+        found = self._find_use_before_definition()
+        if found is None:
+            self._mark_sorted()
+        return found
+
+    def _find_use_before_definition(self) -> tuple[Node, Node, str] | None:
         seen: set[Node] = set()
-        pred = self._nx._pred
+        values = self._values
         for node in self:
-            producers = pred[node]
-            for producer in producers:
-                if producer not in seen:
-                    name: str = next(iter(producers[producer]))[0]
-                    return node, producer, name
+            for name in node._inputs:
+                if name:
+                    producer = values[name]._producer
+                    if producer is not None and producer not in seen:
+                        return node, producer, name
+            if node._captures:
+                for name in node._captures:
+                    producer = values[name]._producer
+                    if producer is not None and producer not in seen:
+                        return node, producer, name
             seen.add(node)
         return None
 
@@ -944,10 +1095,11 @@ def _same_domain(a: str, b: str) -> bool:
     return a == b or (a in ("", "ai.onnx") and b in ("", "ai.onnx"))
 
 
-def _describe_use(use: Use) -> str:
-    if use.node is None:
-        return f"graph output {use.slot}"
-    return describe_node(use.node)
+def _describe_use(use: tuple[Node | None, int]) -> str:
+    node, slot = use
+    if node is None:
+        return f"graph output {slot}"
+    return describe_node(node)
 
 
 def _describe_definition(graph: Graph, name: str) -> str:

@@ -2,8 +2,9 @@
 
 Most nodes of a loaded model carry no metadata, or metadata nobody reads. A loaded
 :class:`~graphpass.Node` or :class:`~graphpass.Graph` therefore keeps the repeated
-``metadata_props`` field it was loaded with and decodes it into a dict on first
-use. Until it is changed, the loaded field is what gets written back.
+``metadata_props`` field it was loaded with (a node finds it in the ``NodeProto`` it
+was loaded from) and decodes it into a dict on first use. Until it is changed, the
+loaded field is what gets written back.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ __all__ = ["LazyMetadata"]
 class LazyMetadata:
     """``metadata`` and ``set_metadata`` for IR objects loaded with ``metadata_props``.
 
-    The object holds ``_metadata`` (the decoded dict, or ``None`` until needed) and
-    ``_metadata_proto`` (the loaded repeated field, or ``None`` once the dict has
-    been changed), and tells its owner about changes through ``_touch``.
+    The object holds ``_metadata`` (the decoded dict, or ``None`` until needed); the
+    subclass says where the loaded field is (:meth:`_loaded_metadata`) and forgets it
+    once the dict has been changed (:meth:`_forget_loaded_metadata`), and tells its
+    owner about changes through ``_touch``.
     """
 
-    __slots__ = ("_metadata", "_metadata_proto")
+    __slots__ = ("_metadata",)
 
     _metadata: dict[str, str] | None
-    _metadata_proto: Any
 
     @property
     def metadata(self) -> Mapping[str, str]:
@@ -36,7 +37,7 @@ class LazyMetadata:
     def set_metadata(self, key: str, value: str | None) -> None:
         """Set (or with ``None`` remove) one ``metadata_props`` entry."""
         metadata = self._decoded_metadata()
-        self._metadata_proto = None  # written from the dict from now on
+        self._forget_loaded_metadata()  # written from the dict from now on
         if value is None:
             metadata.pop(key, None)
         else:
@@ -44,17 +45,21 @@ class LazyMetadata:
         self._touch()
 
     def _decoded_metadata(self) -> dict[str, str]:
-        if self._metadata is None:
-            self._metadata = {}
-            if self._metadata_proto is not None:
-                for entry in self._metadata_proto:
-                    self._metadata[entry.key] = entry.value
-        return self._metadata
+        metadata = self._metadata
+        if metadata is None:
+            metadata = self._metadata = {}
+            loaded = self._loaded_metadata()
+            if loaded is not None:
+                for entry in loaded:
+                    metadata[entry.key] = entry.value
+        return metadata
 
-    def _copy_metadata_from(self, other: LazyMetadata) -> None:
-        """Take ``other``'s metadata (the loaded field is shared: it is never changed)."""
-        self._metadata = dict(other._metadata) if other._metadata is not None else None
-        self._metadata_proto = other._metadata_proto
+    def _loaded_metadata(self) -> Any:
+        """The ``metadata_props`` field as loaded, or ``None`` (none, or changed since)."""
+        raise NotImplementedError
+
+    def _forget_loaded_metadata(self) -> None:
+        raise NotImplementedError
 
     def _touch(self) -> None:
         raise NotImplementedError

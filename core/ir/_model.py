@@ -135,24 +135,26 @@ class Model:
             f.graph._version for f in self._functions.values())
 
     def fingerprint(self) -> int:
-        """A cheap hash of the model's structure, to detect unexpected changes.
+        """A cheap hash of the model's state, to detect unexpected changes.
 
-        It covers what the IR's methods change and the plain attributes a pass can set
-        directly: names, doc strings, metadata, declarations. (In-place edits of the
-        protobuf messages inside attributes or declarations are not seen.)
+        Every change made through the IR's methods, and every field set on a node or
+        a graph (names, doc strings, op types ...), moves :attr:`version`, which the
+        fingerprint includes; it also covers the plain fields of the model and its
+        functions that a pass can set directly: opset imports, metadata, names, doc
+        strings, attribute lists. It costs time in the number of functions, not of
+        nodes. (In-place edits of the protobuf messages inside attributes or
+        declarations are not seen.)
         """
-        parts: list[Any] = [self.ir_version, tuple(sorted(self.opset_imports.items())),
-                            tuple(self._functions), self.producer_name, self.producer_version,
-                            self.domain, self.model_version, self.doc_string,
-                            tuple(self.metadata.items())]
-        for graph in self.graphs():
-            parts.append((graph.name, graph.doc_string, graph.input_names, graph.output_names,
-                          tuple(v.name for v in graph._value_info),
-                          tuple((k, id(t)) for k, t in graph._initializers.items())))
-            for node in graph:
-                attributes = tuple((k, id(a)) for k, a in node._attributes.items())
-                parts.append((node.op_type, node.domain, node.overload, node._inputs,
-                              node._outputs, attributes, node.name, node.doc_string))
+        parts: list[Any] = [self.version, id(self.graph), self.ir_version,
+                            tuple(sorted(self.opset_imports.items())), tuple(self._functions),
+                            self.producer_name, self.producer_version, self.domain,
+                            self.model_version, self.doc_string, tuple(self.metadata.items())]
+        for function in self._functions.values():
+            parts.append((function.domain, function.name, function.overload,
+                          function.doc_string, tuple(function.attribute_names),
+                          tuple((k, id(a)) for k, a in function.attribute_defaults.items()),
+                          tuple(sorted(function.opset_imports.items())),
+                          tuple(function.metadata.items()), id(function.graph)))
         return hash(tuple(parts))
 
     # ============================================================= conversion

@@ -16,6 +16,7 @@ and external data is memory-mapped, so loading a model never reads its weights.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import stat
 from collections.abc import Iterator, Sequence
@@ -31,6 +32,7 @@ from graphpass.errors import ExternalDataError, InvalidModelError
 __all__ = ["Tensor", "dtype_name", "dtype_size", "numpy_dtype"]
 
 _CHUNK: Final = 16 * 1024 * 1024
+_EXTERNAL: Final = onnx.TensorProto.EXTERNAL
 _PACKED_4BIT: Final = frozenset(
     t
     for t in (
@@ -83,10 +85,7 @@ def dtype_size(elem_type: int) -> float:
 
 
 def _element_count(shape: Sequence[int]) -> int:
-    count = 1
-    for dim in shape:
-        count *= int(dim)
-    return count
+    return math.prod(map(int, shape))
 
 
 def _storage_bytes(count: int, elem_type: int) -> int:
@@ -106,27 +105,33 @@ class _Source:
 
 
 class _ProtoSource(_Source):
-    __slots__ = ("proto",)
+    """The data is in the tensor's own ``TensorProto`` (one instance serves all tensors)."""
 
-    def __init__(self, proto: onnx.TensorProto):
-        self.proto = proto
+    __slots__ = ()
 
     def array(self, tensor: Tensor) -> np.ndarray[Any, Any]:
         numpy_dtype(tensor.dtype)  # an unknown element type is a clear error
+        proto = tensor.proto
+        assert proto is not None
         try:
-            return numpy_helper.to_array(self.proto)
+            return numpy_helper.to_array(proto)
         except (ValueError, TypeError, KeyError, OverflowError) as error:
-            problem = _embedded_data_problem(self.proto) or str(error).strip()
+            problem = _embedded_data_problem(proto) or str(error).strip()
             raise InvalidModelError(
                 f"tensor {tensor.name!r} cannot be read: {problem}",
                 hint="the file is corrupt, or the tool that wrote it stored the tensor wrongly",
             ) from None
 
     def iter_bytes(self, tensor: Tensor) -> Iterator[bytes | memoryview]:
-        if self.proto.HasField("raw_data"):
-            yield self.proto.raw_data
+        proto = tensor.proto
+        assert proto is not None
+        if proto.HasField("raw_data"):
+            yield proto.raw_data
         else:
             yield from super().iter_bytes(tensor)
+
+
+_EMBEDDED = _ProtoSource()
 
 
 def _array_bytes(tensor: Tensor, array: np.ndarray[Any, Any]) -> Iterator[bytes | memoryview]:
@@ -251,7 +256,10 @@ class Tensor:
         shape: The dimensions.
     """
 
-    __slots__ = ("_proto", "_source", "dtype", "name", "shape")
+    # ``_proto`` is the TensorProto, or (``_proto_at`` >= 0) the repeated field of a loaded
+    # graph that holds it at that index: one proto object per tensor would cost more
+    # memory than the tensor itself.
+    __slots__ = ("_proto", "_proto_at", "_source", "dtype", "name", "shape")
 
     def __init__(
         self,
@@ -265,7 +273,8 @@ class Tensor:
         self.dtype = int(dtype)
         self.shape: tuple[int, ...] = tuple(int(d) for d in shape)
         self._source = source
-        self._proto = proto
+        self._proto: Any = proto
+        self._proto_at = -1
 
     # ----------------------------------------------------------------- factories
     @classmethod
@@ -285,12 +294,24 @@ class Tensor:
                 number, or a string tensor claims external data.
             InvalidModelError: ``onnx`` does not know the element type.
         """
+        data_type = proto.data_type
         try:
-            dtype_size(proto.data_type)
+            dtype_size(data_type)
         except InvalidModelError as error:
             raise InvalidModelError(f"tensor {proto.name!r}: {error.message}",
                                     hint=error.hint) from None
-        _check_dims(proto)
+        dims = proto.dims[:]
+        if dims and (min(dims) < 0 or math.prod(dims) >= 2**63):
+            _check_dims(proto)
+        if proto.data_location != _EXTERNAL:  # the usual case, made directly
+            tensor = cls.__new__(cls)
+            tensor.name = proto.name
+            tensor.dtype = data_type
+            tensor.shape = tuple(dims)
+            tensor._source = _EMBEDDED
+            tensor._proto = proto
+            tensor._proto_at = -1
+            return tensor
         if proto.data_location == onnx.TensorProto.EXTERNAL:
             info = _external_info(proto)
             location = info.get("location", "")
@@ -315,7 +336,7 @@ class Tensor:
                     f"(its shape is {list(proto.dims)})")
             return cls(proto.name, proto.data_type, proto.dims,
                        _FileRegionSource(path, offset or 0, length), proto)
-        return cls(proto.name, proto.data_type, proto.dims, _ProtoSource(proto), proto)
+        return cls(proto.name, proto.data_type, proto.dims, _EMBEDDED, proto)
 
     @classmethod
     def from_array(cls, name: str, array: Any, dtype: int | None = None) -> Tensor:
@@ -377,7 +398,12 @@ class Tensor:
     @property
     def proto(self) -> onnx.TensorProto | None:
         """The ``TensorProto`` this tensor was loaded from, if any (do not modify it)."""
-        return self._proto
+        at = self._proto_at
+        if at < 0:
+            proto: onnx.TensorProto | None = self._proto
+            return proto
+        loaded: onnx.TensorProto = self._proto[at]
+        return loaded
 
     # ---------------------------------------------------------------------- data
     def numpy(self) -> np.ndarray[Any, Any]:
@@ -410,18 +436,19 @@ class Tensor:
         if isinstance(self._source, _UnplacedSource):
             return self._source.problem(self).message
         if isinstance(self._source, _ProtoSource):
-            return _embedded_data_problem(self._source.proto)
+            proto = self.proto
+            assert proto is not None
+            return _embedded_data_problem(proto)
         return None
 
     def with_name(self, name: str) -> Tensor:
         """Return the same data under another name."""
         proto = None
-        if self._proto is not None:
+        original = self.proto
+        if original is not None:
             proto = onnx.TensorProto()
-            proto.CopyFrom(self._proto)
+            proto.CopyFrom(original)
             proto.name = name
-            if isinstance(self._source, _ProtoSource):
-                return Tensor(name, self.dtype, self.shape, _ProtoSource(proto), proto)
         return Tensor(name, self.dtype, self.shape, self._source, proto)
 
     def to_proto(self) -> onnx.TensorProto:
@@ -430,24 +457,27 @@ class Tensor:
         A tensor loaded from a proto returns that proto unchanged (external data
         references included); any other tensor is read and embedded.
         """
-        if self._proto is not None:
-            return self._proto
+        proto = self.proto
+        if proto is not None:
+            return proto
         return self.to_embedded_proto()
 
     def to_embedded_proto(self) -> onnx.TensorProto:
         """Return a ``TensorProto`` with the data embedded (reads external data)."""
+        original = self.proto
         if isinstance(self._source, _ProtoSource):
-            return self._source.proto
+            assert original is not None
+            return original
         if self.dtype in _PACKED_4BIT or not isinstance(self._source, _FileRegionSource):
             proto = _embed_array(self, self.numpy())
         else:
             proto = onnx.TensorProto(name=self.name, data_type=self.dtype, dims=self.shape)
             proto.raw_data = b"".join(bytes(chunk) for chunk in self.iter_bytes())
-        if self._proto is not None:
+        if original is not None:
             for field in ("doc_string",):
-                if self._proto.HasField(field):
-                    setattr(proto, field, getattr(self._proto, field))
-            proto.metadata_props.extend(self._proto.metadata_props)
+                if original.HasField(field):
+                    setattr(proto, field, getattr(original, field))
+            proto.metadata_props.extend(original.metadata_props)
         return proto
 
     def __repr__(self) -> str:

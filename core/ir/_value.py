@@ -13,8 +13,13 @@ from typing import TYPE_CHECKING, NamedTuple
 import onnx
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from graphpass.ir._graph import Graph
     from graphpass.ir._node import Node
+
+    Uses: TypeAlias = (tuple[()] | list[tuple[Node | None, int]]
+                       | dict[tuple[Node | None, int], None])
 
 __all__ = ["CAPTURE", "Use", "Value"]
 
@@ -50,9 +55,14 @@ class Value:
         self.name = name
         self._producer: Node | None = None
         self._index = -1
-        # Uses are the keys of an insertion-ordered dict (values unused), so that
-        # dropping one use is O(1) even for a value used by thousands of nodes.
-        self._uses: dict[Use, None] = {}
+        # Uses are plain ``(node, slot)`` tuples (equal to the ``Use`` they stand for,
+        # and cheaper to make; :attr:`uses` hands out ``Use`` objects), each at most
+        # once, in order: ``()`` before the first, a list while there are few (most
+        # values have one or two), then the keys of an insertion-ordered dict (values
+        # unused), so that dropping one use stays O(1) for a value used by thousands of
+        # nodes. All three iterate, count and test the same; Graph._use and
+        # Graph._unuse add and drop uses.
+        self._uses: Uses = ()
         self._info: onnx.ValueInfoProto | None = None
         # A value declared differently in several entries of (inputs, outputs, value_info)
         # keeps the other declarations verbatim, keyed by (list, n-th entry of this value
@@ -74,7 +84,7 @@ class Value:
     @property
     def uses(self) -> tuple[Use, ...]:
         """Every use: node inputs, subgraph captures, and graph outputs."""
-        return tuple(self._uses)
+        return tuple(map(Use._make, self._uses))
 
     def consumers(self) -> list[Node]:
         """The distinct nodes that use this value (directly or inside a subgraph)."""

@@ -84,6 +84,8 @@ DIFFERENTIABLE_TYPES: frozenset[int] = TRAINABLE_TYPES
 """The element types gradients flow through (float, float16, double, bfloat16): the
 types :func:`graphpass.torch.export_record.default_trainable` takes weights of."""
 
+_NOTHING: frozenset[int] = frozenset()
+
 Lookup = Literal["op_type", "domain"]
 """How a trainer finds a node's gradient builder: by ``op_type`` alone (ONNX Runtime),
 or by ``domain`` and ``op_type`` together."""
@@ -553,6 +555,16 @@ class GradientRules:
             stops.setdefault(entry.op_type, []).append(entry)
         object.__setattr__(self, "_stops", MappingProxyType(
             {op: tuple(entries) for op, entries in stops.items()}))
+        # Answers that depend only on (domain, op_type), asked for every node of a model.
+        object.__setattr__(self, "_memo", {})
+
+    def _memoized(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+        memo: dict[tuple[Any, ...], Any] = self._memo  # type: ignore[attr-defined]
+        try:
+            return memo[key]
+        except KeyError:
+            value = memo[key] = compute()
+            return value
 
     # --------------------------------------------------------------- lookups
     @property
@@ -562,8 +574,12 @@ class GradientRules:
 
     def trainer_view(self, domain: str, op_type: str) -> tuple[str, str]:
         """The ``(domain, op_type)`` the trainer differentiates for a node (after rewrites)."""
-        key = (normalize_domain(domain), op_type)
-        return self.rewrites.get(key, key)
+        memo: dict[tuple[Any, ...], Any] = self._memo  # type: ignore[attr-defined]
+        found: tuple[str, str] | None = memo.get(("view", domain, op_type))
+        if found is None:
+            key = (normalize_domain(domain), op_type)
+            found = memo[("view", domain, op_type)] = self.rewrites.get(key, key)
+        return found
 
     def builder_for(self, domain: str, op_type: str) -> tuple[str, str] | None:
         """The registered ``(domain, op_type)`` whose builder the trainer uses, or ``None``.
@@ -571,6 +587,11 @@ class GradientRules:
         With ``lookup="op_type"`` a node of another domain gets the builder of the
         registered operator of the same name (the trainer ignores the domain).
         """
+        found: tuple[str, str] | None = self._memoized(
+            ("builder", domain, op_type), lambda: self._builder_for(domain, op_type))
+        return found
+
+    def _builder_for(self, domain: str, op_type: str) -> tuple[str, str] | None:
         key = self.trainer_view(domain, op_type)
         if key in self.builders:
             return key
@@ -582,23 +603,43 @@ class GradientRules:
         """The input positions of a node that stop gradients."""
         node = site.node
         _, op_type = self.trainer_view(node.domain, node.op_type)
+        entries = self._stops.get(op_type, ())
+        if not entries:
+            return _NOTHING
         stopped: set[int] = set()
-        for entry in self._stops.get(op_type, ()):
+        for entry in entries:
             if all(predicate.matches(site) for predicate in entry.when):
                 if entry.inputs is None:
                     return frozenset(range(len(node.inputs)))
                 stopped.update(entry.inputs)
         return frozenset(stopped)
 
+    def has_stop_edges(self, domain: str, op_type: str) -> bool:
+        """Whether any input of such a node can stop gradients.
+
+        When not, :meth:`stop_inputs` gives nothing for it, whatever the node.
+        """
+        found: bool = self._memoized(
+            ("stops", domain, op_type),
+            lambda: bool(self._stops.get(self.trainer_view(domain, op_type)[1])))
+        return found
+
     def inputs_given_gradient(self, site: NodeSite) -> frozenset[int]:
         """The input positions whose gradient the node's builder produces."""
         node = site.node
-        _, op_type = self.trainer_view(node.domain, node.op_type)
-        excluded = set(self.stop_inputs(site))
-        for entry in self.inputs_without_gradient:
-            if entry.op_type in (op_type, node.op_type):
-                excluded.update(entry.inputs)
+        without: frozenset[int] = self._memoized(
+            ("without", node.domain, node.op_type),
+            lambda: self._inputs_without_gradient(node.domain, node.op_type))
+        excluded = without | self.stop_inputs(site)
         return frozenset(i for i in range(len(node.inputs)) if i not in excluded)
+
+    def _inputs_without_gradient(self, domain: str, node_op_type: str) -> frozenset[int]:
+        _, op_type = self.trainer_view(domain, node_op_type)
+        excluded: set[int] = set()
+        for entry in self.inputs_without_gradient:
+            if entry.op_type in (op_type, node_op_type):
+                excluded.update(entry.inputs)
+        return frozenset(excluded)
 
     def failures_for(self, site: NodeSite, scope: Literal["path", "graph"] = "path"
                      ) -> list[OpFailure]:
@@ -608,17 +649,38 @@ class GradientRules:
         path; ``graph`` failures hit a node wherever it is.
         """
         node = site.node
-        names = {node.op_type, self.trainer_view(node.domain, node.op_type)[1]}
-        builder = self.builder_for(node.domain, node.op_type)
+        candidates: tuple[OpFailure, ...] = self._memoized(
+            ("failures", node.domain, node.op_type, scope),
+            lambda: self._failure_candidates(node.domain, node.op_type, scope))
+        if not candidates:
+            return []
+        return [failure for failure in candidates if failure.matches(site)]
+
+    def may_fail(self, domain: str, op_type: str,
+                 scope: Literal["path", "graph"] = "path") -> bool:
+        """Whether :meth:`failures_for` can find anything for such a node.
+
+        Only the operator counts, not the conditions: when not, no site is needed.
+        """
+        candidates: tuple[OpFailure, ...] = self._memoized(
+            ("failures", domain, op_type, scope),
+            lambda: self._failure_candidates(domain, op_type, scope))
+        return bool(candidates)
+
+    def _failure_candidates(self, node_domain: str, node_op_type: str, scope: str
+                            ) -> tuple[OpFailure, ...]:
+        """The failures of ``scope`` for an operator, before their conditions are checked."""
+        names = {node_op_type, self.trainer_view(node_domain, node_op_type)[1]}
+        builder = self.builder_for(node_domain, node_op_type)
         if scope == "path":
             if builder is None:
-                return []
+                return ()
             names.add(builder[1])
-        domain = builder[0] if builder is not None else normalize_domain(node.domain)
-        return [failure for failure in self.op_failures
-                if failure.scope == scope and failure.op_type in names
-                and (failure.domain is None or normalize_domain(failure.domain) == domain)
-                and failure.matches(site)]
+        domain = builder[0] if builder is not None else normalize_domain(node_domain)
+        return tuple(failure for failure in self.op_failures
+                     if failure.scope == scope and failure.op_type in names
+                     and (failure.domain is None
+                          or normalize_domain(failure.domain) == domain))
 
     def trainer_failure(self, kind: TrainerFailureKind) -> TrainerFailure | None:
         """How the trainer treats a weight- or loss-level problem, if it says."""

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import onnx
 
-from graphpass.files.checking import structural_proto
+from graphpass.files.checking import strict_inference, structural_proto
 from graphpass.files.proto import function_to_proto
 from graphpass.ir import Function, Graph, Model, Tensor
 
@@ -61,6 +61,9 @@ def _type_only(tensor: Tensor) -> onnx.TensorProto:
     return onnx.TensorProto(name=tensor.name, data_type=tensor.dtype, dims=tensor.shape)
 
 
+_DIM_VALUE = {"dim_value": True, "dim_param": False, None: None}
+
+
 def _info(type_proto: onnx.TypeProto) -> TypeInfo | None:
     which = type_proto.WhichOneof("value")
     if which is None:
@@ -68,26 +71,36 @@ def _info(type_proto: onnx.TypeProto) -> TypeInfo | None:
     if which != "tensor_type":
         return TypeInfo(_NOT_A_TENSOR)
     tensor = type_proto.tensor_type
-    elem_type = int(tensor.elem_type) if tensor.HasField("elem_type") and tensor.elem_type \
-        else None
+    elem_type = int(tensor.elem_type) or None  # 0 (or absent): not known
     shape: Shape | None = None
     if tensor.HasField("shape"):
-        shape = tuple(dim.dim_value if dim.HasField("dim_value")
-                      else dim.dim_param if dim.HasField("dim_param") else None
-                      for dim in tensor.shape.dim)
+        dims: list[int | str | None] = []
+        for dim in tensor.shape.dim:
+            kind = _DIM_VALUE[dim.WhichOneof("value")]
+            dims.append(None if kind is None else dim.dim_value if kind else dim.dim_param)
+        shape = tuple(dims)
     if elem_type is None and shape is None:
         return None
     return TypeInfo(elem_type, shape)
 
 
-def _collect(graph: onnx.GraphProto, into: dict[str, TypeInfo]) -> None:
-    """Types of every declared value in ``graph`` and its subgraphs."""
+def _collect(graph: onnx.GraphProto, into: dict[str, TypeInfo], *,
+             nested: bool = True) -> None:
+    """Types of every declared value in ``graph`` and (if ``nested``) its subgraphs."""
+    decoded: dict[bytes, TypeInfo | None] = {}  # most values share their type with others
     for item in (*graph.input, *graph.output, *graph.value_info):
-        found = _info(item.type)
+        type_proto = item.type
+        key = type_proto.SerializeToString()
+        if key in decoded:
+            found = decoded[key]
+        else:
+            found = decoded[key] = _info(type_proto)
         if found is not None:
             into.setdefault(item.name, found)
     for tensor in graph.initializer:
         into.setdefault(tensor.name, TypeInfo(tensor.data_type, tuple(tensor.dims)))
+    if not nested:
+        return
     for node in graph.node:
         for attribute in node.attribute:
             if attribute.type == onnx.AttributeProto.GRAPH:
@@ -103,8 +116,12 @@ def _infer(proto: onnx.ModelProto) -> dict[str, TypeInfo]:
                                                      data_prop=False)
     except Exception:  # inference is a best effort: what it cannot type stays unknown
         inferred = proto
+    return _collected(inferred)
+
+
+def _collected(inferred: onnx.ModelProto, *, nested: bool = True) -> dict[str, TypeInfo]:
     found: dict[str, TypeInfo] = {}
-    _collect(inferred.graph, found)
+    _collect(inferred.graph, found, nested=nested)
     return found
 
 
@@ -156,10 +173,14 @@ class ModelTypes(_Lookup):
         """Look types up in ``model`` (inference runs lazily, on the first unknown)."""
         super().__init__()
         self._model = model
+        # Answers by (graph, name, need_shape), while the model does not change: a pass
+        # asks about the same values over and over.
+        self._known: dict[tuple[int, str, bool], TypeInfo] = {}
+        self._known_version = model.graph._version  # the graphs looked at here
 
     def of(self, graph: Graph, name: str) -> TypeInfo:
         """What is known of the type of ``name`` as seen from ``graph``."""
-        return self._lookup(graph, name, need_shape=True)
+        return self._remembered(graph, name, True)
 
     def elem_type(self, graph: Graph, name: str) -> int | None:
         """The element type of tensor ``name`` as seen from ``graph``, if known.
@@ -167,7 +188,18 @@ class ModelTypes(_Lookup):
         ``None`` also for a value that is not a tensor. Shape inference runs only
         when no declaration gives the type.
         """
-        return self._lookup(graph, name, need_shape=False).elem_type or None
+        return self._remembered(graph, name, False).elem_type or None
+
+    def _remembered(self, graph: Graph, name: str, need_shape: bool) -> TypeInfo:
+        version = self._model.graph._version
+        if version != self._known_version:
+            self._known.clear()
+            self._known_version = version
+        key = (id(graph), name, need_shape)
+        found = self._known.get(key)
+        if found is None:
+            found = self._known[key] = self._lookup(graph, name, need_shape=need_shape)
+        return found
 
     def _lookup(self, graph: Graph, name: str, *, need_shape: bool) -> TypeInfo:
         scope: Graph | None = graph
@@ -182,6 +214,12 @@ class ModelTypes(_Lookup):
         return self._from_inference(name, known, need_shape=need_shape)
 
     def _infer(self) -> dict[str, TypeInfo]:
+        # Strict inference gives the same types when it succeeds, and the check pass
+        # reuses its outcome; where it fails, the lenient one types what it can.
+        inferred, _ = strict_inference(self._model)
+        if inferred is not None:
+            nested = any(True for _ in self._model.graph.subgraphs())
+            return _collected(inferred, nested=nested)
         return _infer(structural_proto(self._model))
 
 
