@@ -33,6 +33,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -259,7 +260,8 @@ def _progress(what: str, size: int, best: dict[str, dict[str, float]]) -> None:
 
 def _machine() -> str:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"{platform.machine()}, {os.cpu_count()} cores (load average {load:.1f} at the "
+    today = datetime.date.today().isoformat()
+    return (f"{today}, {platform.node()}, {platform.machine()}, {os.cpu_count()} cores (load average {load:.1f} at the "
             f"start), Python {platform.python_version()}, onnx {onnx.__version__}")
 
 

@@ -71,8 +71,15 @@ class Region:
 
     _sites: dict[Node, NodeSite] = field(default_factory=dict, repr=False)
 
-    def site(self, node: Node, trainable: frozenset[str] = frozenset()) -> NodeSite:
-        """The node as a condition sees it: which inputs and outputs need gradients."""
+    def site(self, node: Node, trainable: frozenset[str] = frozenset(), *,
+             loss_added: bool = False) -> NodeSite:
+        """The node as a condition sees it: which inputs and outputs need gradients.
+
+        Args:
+            node: A node of the graph.
+            trainable: The trainable weights the site names.
+            loss_added: Whether the trainer adds a loss block (see ``NodeSite``).
+        """
         known = self._sites.get(node)
         if known is None:
             needed = self.gradient_values
@@ -87,9 +94,12 @@ class Region:
                 tuple(t.rank for t in types),
                 tuple(t.shape for t in types),
                 tuple(t.shape for t in outputs),
+                loss_added,
             )
         if known.trainable is not trainable and known.trainable != trainable:
-            return dataclasses.replace(known, trainable=trainable)
+            return dataclasses.replace(known, trainable=trainable, loss_added=loss_added)
+        if known.loss_added != loss_added:
+            return dataclasses.replace(known, loss_added=loss_added)
         return known
 
     def ordered(self) -> list[Node]:

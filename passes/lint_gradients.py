@@ -479,8 +479,7 @@ class _Linter:
             if (rules.builder_for(domain, op_type) == rules.trainer_view(domain, op_type)
                     and not rules.may_fail(domain, op_type) and not any(node.subgraphs())):
                 continue  # the common case (as in _judge), decided without a site
-            site = dataclasses.replace(region.site(node, self.trainable_set),
-                                       loss_added=self.loss_added)
+            site = region.site(node, self.trainable_set, loss_added=self.loss_added)
             found = self._judge(node, site, scope, functools.partial(blocks_of, node), depth)
             if found is None:
                 continue
