@@ -242,7 +242,7 @@ def _growth(ours: list[tuple[str, str, str]], repeats: int) -> dict[str, Any]:
     growth: dict[str, Any] = {"inline": {}, "roundtrip": {}}
     for size in (5000, 20000, 50000):
         growth["inline"][size] = measure("inline", ours, inline_model(size),
-                                         repeats if size < 50000 else 1)
+                                         repeats)
         _progress("inline", size, growth["inline"][size])
     for size in (10_000, 100_000, 1_000_000):
         growth["roundtrip"][size] = measure("roundtrip", [*ours, ("protobuf", "onnx", ours[-1][2])],
@@ -261,8 +261,8 @@ def _progress(what: str, size: int, best: dict[str, dict[str, float]]) -> None:
 def _machine() -> str:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     today = datetime.date.today().isoformat()
-    return (f"{today}, {platform.node()}, {platform.machine()}, {os.cpu_count()} cores (load average {load:.1f} at the "
-            f"start), Python {platform.python_version()}, onnx {onnx.__version__}")
+    return (f"{today}, {platform.node()}, {platform.machine()}, {os.cpu_count()} cores "
+            f"(load average {load:.1f} at the start), Python {platform.python_version()}, onnx {onnx.__version__}")
 
 
 def render(results: dict[str, Any], calls: int, nodes: int) -> str:

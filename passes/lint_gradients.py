@@ -35,7 +35,6 @@ function's name and come after the main graph's.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
