@@ -164,9 +164,14 @@ def differentiable_region(graph: Graph, seeds: Iterable[str], losses: Iterable[s
     """
     seeds = list(dict.fromkeys(seeds))
     no_stops: frozenset[int] = frozenset()
-    has_stops = rules.has_stop_edges
-    stops = {node: rules.stop_inputs(NodeSite(node)) if has_stops(node.domain, node.op_type)
-             else no_stops for node in graph}
+    operators_with_stops: dict[tuple[str, str], bool] = {}  # asked once per operator
+    stops: dict[Node, frozenset[int]] = {}
+    for node in graph:
+        operator = (node.domain, node.op_type)
+        has_stops = operators_with_stops.get(operator)
+        if has_stops is None:
+            has_stops = operators_with_stops[operator] = rules.has_stop_edges(*operator)
+        stops[node] = rules.stop_inputs(NodeSite(node)) if has_stops else no_stops
     differentiable: dict[str, bool] = {}
 
     def is_differentiable(name: str) -> bool:
@@ -186,7 +191,8 @@ def differentiable_region(graph: Graph, seeds: Iterable[str], losses: Iterable[s
 
     pred, succ = _edges(graph)
     region = Region(graph, stops=stops, type_of=type_of, pred=pred, succ=succ)
-    starts = [node for name in seeds for node, slot in _consumers(graph, name)
+    seed_uses = {name: list(_consumers(graph, name)) for name in seeds}
+    starts = [node for uses in seed_uses.values() for node, slot in uses
               if slot not in stops[node]]
     region.forward = _reach(succ, starts, not_stopped)
 
@@ -198,7 +204,7 @@ def differentiable_region(graph: Graph, seeds: Iterable[str], losses: Iterable[s
 
     backward = region.backward
     for name in seeds:
-        region.entries[name] = {node for node, _ in _consumers(graph, name) if node in backward}
+        region.entries[name] = {node for node, _ in seed_uses[name] if node in backward}
 
     def flows_inside(u: Node, v: Node, name: str, slot: int) -> bool:
         return v in backward and flows(u, v, name, slot)

@@ -44,6 +44,7 @@ from graphpass.errors import PassError, PluginError
 from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.framework.pass_base import AnalysisPass, PassContext, PassResult
 from graphpass.ir import CAPTURE, Function, Graph, Model, Node, dtype_name
+from graphpass.ir._gc import paused_gc
 from graphpass.passes._gradient_region import (
     Region,
     differentiable_region,
@@ -211,6 +212,12 @@ class LintGradients(AnalysisPass):
             PassError: A ``loss`` output is not in the model.
             PipelineError: The rule set is unknown.
         """
+        # What the lint builds (edges, sites, types of every value) is freed when it
+        # returns, by reference counting; the collector would only scan it over and over.
+        with paused_gc():
+            return self._run(model, context)
+
+    def _run(self, model: Model, context: PassContext) -> PassResult:
         rules = self._rules(context)
         findings, trainable, frozen = _select_trainable(model.graph, self.options, rules)
         losses = _select_losses(model.graph, self.options.loss)
