@@ -262,7 +262,8 @@ def _machine() -> str:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     today = datetime.date.today().isoformat()
     return (f"{today}, {platform.node()}, {platform.machine()}, {os.cpu_count()} cores "
-            f"(load average {load:.1f} at the start), Python {platform.python_version()}, onnx {onnx.__version__}")
+            f"(load average {load:.1f} at the start), Python {platform.python_version()}, "
+            f"onnx {onnx.__version__}")
 
 
 def render(results: dict[str, Any], calls: int, nodes: int) -> str:

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from graphpass.ir import CAPTURE, Graph, Node
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["Region", "gradient_region"]
 
@@ -56,6 +58,8 @@ def _reach(view: nx.MultiDiGraph, sources: Iterable[Node]) -> set[Node]:
     sources = list(dict.fromkeys(sources))
     if not sources:
         return set()
+    import networkx as nx  # imported on first use: saving a model needs no networkx
+
     return {node for layer in nx.bfs_layers(view, sources) for node in layer}
 
 
@@ -91,6 +95,8 @@ def gradient_region(graph: Graph, wrt: Iterable[str], losses: Iterable[str],
 
     def flows(u: Node, v: Node, key: tuple[str, int]) -> bool:
         return key[1] not in stops[v] and differentiable(key[0])
+
+    import networkx as nx  # imported on first use: saving a model needs no networkx
 
     region = Region(graph, stops=stops)
     starts = [node for name in wrt for node, slot in _consumers(graph, name)
