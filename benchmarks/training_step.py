@@ -58,7 +58,7 @@ def _case(name: str) -> zoo.Case:
 def _graphpass(python: str, flag: str, exported: zoo.Export, folder: Path) -> None:
     command = [python, "-m", "graphpass", "run", str(exported.model), "-o",
                str(folder / "ready.onnx"), "-p", "train-ready", flag, str(folder / "train"),
-               "-q"]
+               "--format", "json"]
     if exported.checkpoint is not None:
         command += ["--checkpoint", str(exported.checkpoint)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
