@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from graphpass.ir import CAPTURE, Graph, Node
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["Region", "gradient_region"]
 
@@ -53,6 +55,8 @@ class Region:
 
 
 def _reach(view: nx.MultiDiGraph, sources: Iterable[Node]) -> set[Node]:
+    import networkx as nx
+
     sources = list(dict.fromkeys(sources))
     if not sources:
         return set()
@@ -76,6 +80,8 @@ def gradient_region(graph: Graph, wrt: Iterable[str], losses: Iterable[str],
         stop_inputs: The stop-gradient input positions of a node.
         is_differentiable: Whether a value's element type carries gradients.
     """
+    import networkx as nx  # imported on first use, as the IR's view is
+
     wrt = list(dict.fromkeys(wrt))
     stops = {node: stop_inputs(node) for node in graph}
     known: dict[str, bool] = {}
