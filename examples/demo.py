@@ -166,6 +166,40 @@ def story_functions_for_training(out: Path) -> None:
     _train_if_possible(model, out)
 
 
+def story_own_training_graph(out: Path) -> None:
+    """The same model trained without onnxruntime-training: graphpass's own training graph.
+
+    onnxruntime-training has had no release since 1.19.2 and installs on Python 3.10 and
+    3.11 only; this venv does not have it. train-ready with --emit-training-graph writes
+    the backward pass and the AdamW step in standard ONNX (gradient.onnx, step.onnx),
+    which stock onnxruntime runs; graphpass train runs the steps and prints the loss of
+    each.
+    """
+    folder = STORIES_DIR / "functions"
+    model = folder / "model.onnx"
+    installed = subprocess.run([sys.executable, "-c", "import onnxruntime.training"],
+                               capture_output=True, check=False).returncode == 0
+    console.print("onnxruntime-training in this venv: "
+                  f"{'installed' if installed else 'not installed'}\n")
+    train = out / "functions-train"
+    _graphpass("run", str(model), "-o", str(out / "functions-ready.onnx"), "-p", "train-ready",
+               "--emit-training-graph", str(train), "-O", "build-training-graph.lr=0.01",
+               expect=0)
+    produced = sorted(path.name for path in train.iterdir())
+    console.print(f"{_display(str(train))}: {', '.join(produced)}\n")
+    for name in ("gradient.onnx", "step.onnx"):
+        proto = onnx.load(str(train / name), load_external_data=False)
+        assert not proto.functions and {n.domain for n in proto.graph.node} <= {"", "ai.onnx"}
+    trained = out / "functions-trained.onnx"
+    printed = _graphpass("train", str(train), "--data", str(folder / "batch.npz"), "--steps",
+                         "8", "--save", str(trained), expect=0)
+    losses = [float(word) for line in printed.splitlines() if line.lstrip().startswith("step")
+              for word in line.split()[-1:]]
+    assert len(losses) == 8 and losses[-1] < losses[0], f"the loss did not fall: {printed}"
+    console.print(f"the loss fell from {losses[0]:.4f} to {losses[-1]:.4f}; the trained model "
+                  f"is {_display(str(trained))}")
+
+
 def story_checkpoint_and_lost_buffer(out: Path) -> None:
     """Weights from a checkpoint whose names don't match, and a buffer nobody saved.
 
@@ -195,6 +229,7 @@ def story_checkpoint_and_lost_buffer(out: Path) -> None:
 STORIES: list[Callable[[Path], None]] = [
     story_inspect_and_round_trip,
     story_functions_for_training,
+    story_own_training_graph,
     story_checkpoint_and_lost_buffer,
 ]
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Set
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import onnx
 
 from graphpass.ir import Function, FunctionId, Graph, Model, Node, format_function_id
@@ -29,7 +29,16 @@ from graphpass.passes._inline_codes import (
 __all__ = ["CallGraph", "build_call_graph", "callees_first", "check_depth", "check_recursion",
            "graphs_of"]
 
+if TYPE_CHECKING:
+    import networkx as nx
+
 _UNDEFINED = onnx.AttributeProto.UNDEFINED
+
+
+def _new_graph() -> nx.DiGraph:
+    import networkx as nx  # on first use: most commands never inline
+
+    return nx.DiGraph()
 
 
 @dataclass
@@ -45,7 +54,7 @@ class CallGraph:
             function does not declare, with how often.
     """
 
-    graph: nx.DiGraph = field(default_factory=nx.DiGraph)
+    graph: nx.DiGraph = field(default_factory=_new_graph)
     main_calls: set[FunctionId] = field(default_factory=set)
     call_sites: Counter[FunctionId] = field(default_factory=Counter)
     undeclared: Counter[tuple[FunctionId, str]] = field(default_factory=Counter)
@@ -162,6 +171,8 @@ def check_recursion(call_graph: CallGraph, inlined: Set[FunctionId]) -> list[lis
         InlineError: A function to be inlined calls itself, directly or through others;
             the message names the cycle (``a::f -> a::g -> a::f``).
     """
+    import networkx as nx
+
     graph = call_graph.graph
     kept_cycles: list[list[FunctionId]] = []
     for component in nx.strongly_connected_components(graph):
@@ -185,6 +196,8 @@ def check_recursion(call_graph: CallGraph, inlined: Set[FunctionId]) -> list[lis
 
 def _cycle_through(component: nx.DiGraph, start: FunctionId) -> list[FunctionId]:
     """The shortest cycle through ``start`` in a strongly connected component."""
+    import networkx as nx
+
     if component.has_edge(start, start):
         return [start, start]
     paths = (nx.shortest_path(component, successor, start)
@@ -194,6 +207,8 @@ def _cycle_through(component: nx.DiGraph, start: FunctionId) -> list[FunctionId]
 
 def callees_first(call_graph: CallGraph, inlined: Set[FunctionId]) -> list[FunctionId]:
     """The inlined functions ordered so that every callee comes before its callers."""
+    import networkx as nx
+
     subgraph = call_graph.graph.subgraph(inlined)
     order = nx.lexicographical_topological_sort(subgraph, key=format_function_id)
     return list(reversed(list(order)))

@@ -68,6 +68,7 @@ RESTORED_CODE: Final = "GP250"
 UNRECOVERABLE_CODE: Final = "GP251"
 LEGACY_COPY_CODE: Final = "GP252"
 UNUSED_CODE: Final = "GP253"
+MERGED_CODE: Final = "GP254"
 
 OPTIMIZE_ADVICE: Final = (
     "re-export with torch.onnx.export(..., dynamo=True, optimize=False): every parameter "
@@ -76,6 +77,10 @@ OPTIMIZE_ADVICE: Final = (
 FOLDING_ADVICE: Final = (
     "re-export with torch.onnx.export(..., dynamo=False, do_constant_folding=False), or "
     "with dynamo=True, optimize=False: every parameter then keeps an initializer of its own")
+MERGED_ADVICE: Final = (
+    "if they are distinct parameters in torch, re-export with torch.onnx.export(..., "
+    "dynamo=True, optimize=False) (or from weights that differ, as after training); tied "
+    "weights (one tensor in torch) are right as they are")
 _TAG: Final = "graphpass.restore-parameters"
 _LINEAR: Final = "aten.linear.default"
 _WEIGHT_SLOTS: Final = {"MatMul": (1,), "Gemm": (1, 2), "Conv": (1, 2), "ConvTranspose": (1, 2)}
@@ -97,6 +102,7 @@ class RestoreParameters(Pass):
         UNRECOVERABLE_CODE: "torch parameters folded, fused or rewritten beyond recovery",
         LEGACY_COPY_CODE: "the legacy exporter's constant folding copied a parameter",
         UNUSED_CODE: "parameters no node uses any more",
+        MERGED_CODE: "the legacy exporter merged parameters into one initializer",
     }
 
     @dataclass
@@ -146,6 +152,7 @@ class _Restorer:
         self.restored: dict[str, str] = {}  # folded value -> parameter
         self.lost: list[_Lost] = []
         self.legacy: list[tuple[str, str]] = []  # (copy, consumer)
+        self.merged: dict[str, str] = {}  # parameter name -> the initializer it reads
         self.unused: list[str] = []
         self.position = {id(node): index for index, node in enumerate(graph)}
 
@@ -288,6 +295,29 @@ class _Restorer:
                 reported.add(id(weight_uses[0]))
                 self.legacy.append((name, weight_uses[0].name or weight_uses[0].op_type))
 
+        self._merged_parameters()
+
+    def _merged_parameters(self) -> None:
+        """Parameters the legacy exporter wrote as ``Identity`` of another initializer.
+
+        Its ``DeduplicateInitializers`` keeps one initializer for parameters that are one
+        tensor (tied weights) and, exporting in eval mode, for parameters of equal values
+        (fresh LayerNorms: all ones); the others become ``Identity`` nodes named as the
+        parameter. Both look the same in the file, and both train as one tensor.
+        """
+        graph = self.graph
+        for node in graph:
+            if node.op_type != "Identity" or node.domain not in ("", "ai.onnx") or \
+                    len(node.inputs) != 1 or len(node.outputs) != 1:
+                continue
+            source, name = node.inputs[0], node.outputs[0]
+            tensor = graph.initializers.get(source)
+            if tensor is None or tensor.dtype not in TRAINABLE_TYPES or \
+                    name in graph.initializers or name.startswith("/") or \
+                    LEGACY_CONSTANT_NAME.fullmatch(name) or "." not in name:
+                continue
+            self.merged[name] = source
+
     def _tied(self, tensor: Tensor, named: dict[str, Tensor]) -> str | None:
         shape = tuple(reversed(tensor.shape))
         values = tensor.numpy()
@@ -336,6 +366,17 @@ class _Restorer:
                 "parameters (a transposed linear weight, a convolution with the BatchNorm "
                 "after it fused in), which training would not update",
                 node=consumer, value=copy, hint=FOLDING_ADVICE))
+        if self.merged:
+            pairs = [f"{name} = Identity({source})" for name, source in self.merged.items()]
+            found.append(Finding(
+                MERGED_CODE, Severity.WARNING,
+                f"{len(pairs)} parameter{'s' * (len(pairs) != 1)} of the legacy export read "
+                "another parameter's initializer, so training updates them as one tensor: "
+                f"{shortened_list(pairs, _SHOWN)}. The exporter merges parameters that are one "
+                "tensor (tied weights) and, in eval mode, parameters of equal values (fresh "
+                "LayerNorm weights are all ones, biases all zeros)",
+                value=next(iter(self.merged)), hint=MERGED_ADVICE,
+                data={"merged": dict(self.merged)}))
         if self.unused:
             found.append(Finding(
                 UNUSED_CODE, Severity.INFO,

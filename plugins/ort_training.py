@@ -62,11 +62,20 @@ _MISSING_BUILDER = re.compile(r"The gradient builder has not been registered: (\
 
 
 def training_available() -> bool:
-    """Whether ``onnxruntime.training`` can be imported here."""
+    """Whether ``onnxruntime.training`` is installed here.
+
+    Looked up without importing ``onnxruntime`` (``find_spec`` of a submodule imports
+    its package, which every command would then pay for): the training build is the
+    ``onnxruntime`` package with a ``training`` package inside.
+    """
     try:
-        return importlib.util.find_spec("onnxruntime.training") is not None
+        spec = importlib.util.find_spec("onnxruntime")
     except (ImportError, ValueError):
         return False
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    return any((Path(folder) / "training" / "__init__.py").is_file()
+               for folder in spec.submodule_search_locations)
 
 
 @hookimpl

@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("onnxruntime")
-import onnxruntime as ort  # noqa: E402
+import onnxruntime as ort
 
 Cli = Callable[..., tuple[int, str, str]]
 STORY = Path(__file__).resolve().parent.parent / "examples" / "stories" / "functions"
@@ -122,8 +122,8 @@ def test_usage_errors_are_one_message(cli: Cli, arguments: tuple[str, ...], mess
                                       monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     given = dict(zip(arguments[::2], arguments[1::2], strict=True))
-    code, out, err = cli("train", MODEL, "--data", given.pop("--data", str(BATCH)),
-                         *[item for pair in given.items() for item in pair])
+    code, _out, err = cli("train", MODEL, "--data", given.pop("--data", str(BATCH)),
+                          *[item for pair in given.items() for item in pair])
     assert code == 2 and message in err and "Traceback" not in err
     assert len(err.strip().splitlines()) <= 2
 

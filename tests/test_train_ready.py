@@ -286,3 +286,32 @@ def test_graphpass_installs_beside_onnxruntime_training(ort_training_python: str
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["training"] and not found["plain"]
     assert not [r for r in found["requires"] if r.startswith("onnxruntime") and "extra" not in r]
+
+
+def test_parameters_the_legacy_exporter_merged_by_value_are_warned_about(tmp_path: Path,
+                                                                         cli) -> None:
+    torch = pytest.importorskip("torch")
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 8)
+            self.norm = torch.nn.LayerNorm(8)
+
+        def forward(self, x):
+            return x + self.norm(self.linear(x))
+
+    model = torch.nn.Sequential(Block(), Block()).eval()  # fresh norms: equal values
+    path = tmp_path / "fresh.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.randn(2, 8),), str(path), dynamo=False,
+                          export_modules_as_functions={Block})
+    code, out, _ = cli("run", path, "-p", "train-ready", "-o", tmp_path / "ready.onnx",
+                       "--format", "json")
+    assert code == 0
+    [merged] = [f for f in json.loads(out)["findings"] if f["code"] == "GP254"]
+    assert merged["severity"] == "warning"
+    assert merged["data"]["merged"] == {"1.norm.weight": "0.norm.weight",
+                                        "1.norm.bias": "0.norm.bias"}
+    assert "dynamo=True, optimize=False" in merged["hint"]

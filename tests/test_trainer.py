@@ -222,7 +222,7 @@ def test_an_incomplete_or_old_directory(convnet_dir: Path, tmp_path: Path) -> No
     broken = tmp_path / "broken"
     shutil.copytree(convnet_dir, broken)
     (broken / "weights.safetensors").unlink()
-    with pytest.raises(TrainingError, match="has no weights.safetensors"):
+    with pytest.raises(TrainingError, match=r"has no weights\.safetensors"):
         Trainer(broken)
     old = tmp_path / "old"
     shutil.copytree(convnet_dir, old)

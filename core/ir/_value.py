@@ -97,7 +97,8 @@ class Value:
     @property
     def is_graph_input(self) -> bool:
         """Whether this value is one of the graph's inputs."""
-        return any(v is self for v in self.graph._inputs)
+        graph = self.graph  # by name (O(1)): a graph has one value of each name
+        return self.name in graph._input_names and graph._values.get(self.name) is self
 
     @property
     def is_graph_output(self) -> bool:

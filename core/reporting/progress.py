@@ -1,5 +1,7 @@
-"""Progress on long runs: the pass running, a big model loading, a batch's files done,
-the steps of a training run.
+"""Progress on long runs: passes, big loads, batches of files, training steps.
+
+What is shown: the pass running, a big model loading, a batch's files done, the
+steps of a training run.
 
 Shown on standard error, and only when it is a terminal: logs, pipes and CI output
 stay clean. The display disappears when the work is done.

@@ -82,9 +82,9 @@ def print_training_summary(report: TrainingReport, console: Console) -> None:
     for what, path in (("model with the trained weights", report.saved),
                        ("checkpoint (torch keys)", report.checkpoint)):
         if path:
-            console.print(f"wrote the {what}: {path}")
+            console.print(f"wrote the {what}: {path}", soft_wrap=True)  # paths unbroken
     if report.directory:
-        console.print(f"training graphs: {report.directory}")
+        console.print(f"training graphs: {report.directory}", soft_wrap=True)
 
 
 def training_dict(report: TrainingReport) -> dict[str, Any]:

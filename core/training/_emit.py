@@ -374,10 +374,16 @@ class Emitter:
         return self.op("Sum", *names)
 
     def where_positive(self, condition_of: str, grad: str, otherwise: str | None = None) -> str:
-        """``grad`` where ``condition_of > 0``, else ``otherwise`` (zero)."""
+        """``grad`` where ``condition_of > 0``, else ``otherwise`` (zero).
+
+        Without ``otherwise`` this is ``grad * (condition_of > 0)``: onnxruntime's CPU
+        ``Where`` is about ten times slower than ``Cast`` and ``Mul`` (a ReLU's gradient
+        is on every convolutional network's backward path).
+        """
         positive = self.op("Greater", condition_of, self.scalar(0.0, like=condition_of))
-        other = otherwise if otherwise is not None else self.scalar(0.0, like=grad)
-        return self.op("Where", positive, grad, other)
+        if otherwise is None:
+            return self.op("Mul", grad, self.cast_like(positive, grad))
+        return self.op("Where", positive, grad, otherwise)
 
 
 def _broadcast_axes(target: tuple[Any, ...], source: tuple[Any, ...]

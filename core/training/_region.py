@@ -55,6 +55,8 @@ class Region:
 
 
 def _reach(view: nx.MultiDiGraph, sources: Iterable[Node]) -> set[Node]:
+    import networkx as nx
+
     sources = list(dict.fromkeys(sources))
     if not sources:
         return set()
@@ -80,6 +82,8 @@ def gradient_region(graph: Graph, wrt: Iterable[str], losses: Iterable[str],
         stop_inputs: The stop-gradient input positions of a node.
         is_differentiable: Whether a value's element type carries gradients.
     """
+    import networkx as nx  # imported on first use, as the IR's view is
+
     wrt = list(dict.fromkeys(wrt))
     stops = {node: stop_inputs(node) for node in graph}
     known: dict[str, bool] = {}

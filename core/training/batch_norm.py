@@ -158,10 +158,15 @@ def _switch(graph: Graph, node: Node, emit: Emitter, readers: dict[str, int],
         raise GradientError(f"the rank of the input of batch normalization {label!r} is "
                             "unknown", hint="run infer-shapes first, or declare the input "
                             "shapes", node=label)
-    node.set_attribute(Attribute.from_value("training_mode", 1))
     if len(node.outputs) > 1 and any(name and graph.is_used(name) for name in node.outputs[1:]):
         raise GradientError(f"the running statistics batch normalization {label!r} computes "
                             "are used in the model", hint=hint, node=label)
+    node.set_attribute(Attribute.from_value("training_mode", 1))
+    # ONNX shape inference wants the three outputs of training mode; without them it
+    # types nothing downstream, which a model that declares no value_info needs.
+    y = node.outputs[0]
+    node.set_outputs([y, *(name or emit.names.fresh(f"{label}_statistics_unused")
+                           for name in [*node.outputs[1:3], "", ""][:2])])
     momentum = float(node.attribute("momentum", 0.9))
     emit.prefix = f"{label}_running_statistics"
     axes = [0, *range(2, rank)]

@@ -3,7 +3,7 @@
 :class:`Trainer` loads ``step.onnx`` of a directory ``build-training-graph`` wrote into
 one onnxruntime session, and keeps every value a step carries over (the trainable
 weights, the optimizer state, the running statistics of batch normalizations, the
-step count) as ``OrtValue``\\ s, bound to the session with IO binding::
+step count) as ``OrtValue`` objects, bound to the session with IO binding::
 
     from graphpass.training import Trainer
 
@@ -212,7 +212,7 @@ class Trainer:
 
     @property
     def values(self) -> Mapping[str, Any]:
-        """The current value of everything a step carries, as ``OrtValue``\\ s (not copied).
+        """The current value of everything a step carries, as ``OrtValue`` objects (not copied).
 
         Trainable weights, optimizer state, running statistics and ``step``, by the
         names ``step.onnx`` reads them under. The next step writes into the other

@@ -17,6 +17,7 @@ written back as it was. Other plugins add onnxscript pattern rewrites through th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -27,8 +28,21 @@ __all__ = ["graphpass_passes"]
 
 @hookimpl
 def graphpass_passes() -> Iterable[type[Any]]:
-    """The onnx_ir passes, then onnxscript's optimizer and rewriter."""
+    """The onnx_ir passes, then onnxscript's optimizer and rewriter (built once)."""
+    return _passes()
+
+
+@functools.cache
+def _passes() -> tuple[type[Any], ...]:
+    """The onnx_ir passes, then onnxscript's optimizer and rewriter.
+
+    They are built from the snapshot of their descriptions when it matches the
+    installed versions (no import of either library), else discovered (see
+    :mod:`._catalog`).
+    """
+    from graphpass.plugins.ecosystem._catalog import snapshot_entries
     from graphpass.plugins.ecosystem._onnx_ir import onnx_ir_passes
     from graphpass.plugins.ecosystem._onnxscript import onnxscript_passes
 
-    return [*onnx_ir_passes(), *onnxscript_passes()]
+    entries = snapshot_entries()
+    return (*onnx_ir_passes(entries), *onnxscript_passes(entries))

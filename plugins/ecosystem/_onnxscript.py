@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from graphpass.framework.onnx_ir_pass import OnnxIRPass, RewritePass
 from graphpass.framework.pass_base import PassContext
+from graphpass.plugins.ecosystem._catalog import build_options, describe_options
 from graphpass.plugins.ecosystem._options import argument_docs, options_from_signature
 
 if TYPE_CHECKING:
     import onnx_ir as ir
 
-__all__ = ["OnnxscriptOptimize", "OnnxscriptRewrite", "onnxscript_passes"]
+__all__ = ["KIND", "OnnxscriptOptimize", "OnnxscriptRewrite", "live_entries",
+           "onnxscript_passes"]
+
+KIND = "onnxscript"
+"""The ``kind`` of this module's entries in the snapshot."""
 
 
 class OnnxscriptRewrite(RewritePass):
@@ -52,15 +58,29 @@ class OnnxscriptOptimize(OnnxIRPass):
                                      for f in dataclasses.fields(self.options)})
 
 
+def onnxscript_passes(entries: Iterable[Mapping[str, Any]] | None = None,
+                      ) -> tuple[type[OnnxIRPass], ...]:
+    """The two passes, with ``onnxscript-optimize``'s options read from ``optimize``.
+
+    Args:
+        entries: The passes' descriptions (the snapshot's); by default the options are
+            read from the installed onnxscript (:func:`live_entries`).
+    """
+    chosen = live_entries() if entries is None else entries
+    described = next(entry["options"] for entry in chosen if entry["kind"] == KIND)
+    optimize: Any = type("OnnxscriptOptimize", (OnnxscriptOptimize,),
+                         {"Options": build_options(described, __name__),
+                          "__module__": __name__, "__doc__": OnnxscriptOptimize.__doc__})
+    return optimize, OnnxscriptRewrite
+
+
 @functools.cache
-def onnxscript_passes() -> tuple[type[OnnxIRPass], ...]:
-    """The two passes, with ``onnxscript-optimize``'s options read from ``optimize``."""
+def live_entries() -> tuple[dict[str, Any], ...]:
+    """The description of ``onnxscript-optimize``'s options, read from ``optimize``."""
     from onnxscript import optimizer
 
     options, _left_out = options_from_signature(
         optimizer.optimize, "OnnxscriptOptimizeOptions",
         docs=argument_docs(optimizer.optimize), skip=("model",), module=__name__)
-    optimize: Any = type("OnnxscriptOptimize", (OnnxscriptOptimize,),
-                         {"Options": options, "__module__": __name__,
-                          "__doc__": OnnxscriptOptimize.__doc__})
-    return optimize, OnnxscriptRewrite
+    return ({"kind": KIND, "name": OnnxscriptOptimize.name,
+             "options": describe_options(options)},)

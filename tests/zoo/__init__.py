@@ -18,6 +18,13 @@ use it, and so can other tests::
     outcome = zoo.judge(bert, "dynamo", tmp_path)   # all of the above, and a verdict
     outcome.label                            # "trains", "refused rightly" or "wrong"
 
+graphpass's own trainer (``--emit-training-graph``, stock onnxruntime, this venv) is judged
+by :mod:`zoo.own_training` against ``torch.autograd`` and ``torch.optim.AdamW``
+(:mod:`zoo.adamw_reference`)::
+
+    from zoo.own_training import own_judge
+    own_judge(bert, "dynamo-full-state", tmp_path).label
+
 Exports and references are cached under ``$GRAPHPASS_ZOO_CACHE`` (default
 ``tests/.cache/zoo``), keyed by case, mode, package versions and the zoo's source;
 entries are written atomically and built by one process at a time.

@@ -1,0 +1,189 @@
+"""The model zoo through graphpass's own trainer: standard ONNX on stock onnxruntime vs torch.
+
+Each case of the zoo (``tests/zoo``), exported in each mode (cached under
+``$GRAPHPASS_ZOO_CACHE``), goes through ``graphpass run -p train-ready
+--emit-training-graph DIR`` in this venv (stock onnxruntime, no onnxruntime-training)
+and is judged by ``zoo.own_training.own_judge``: **trains** (``gradient.onnx`` and
+``step.onnx`` pass ``onnx.checker`` with ``full_check`` and hold only default-domain
+nodes; ``gradient.onnx``'s loss and every torch parameter's gradient equal
+``torch.autograd``'s, relative 1e-3; ten AdamW steps of ``step.onnx`` through the
+``Trainer`` give ``torch.optim.AdamW``'s weights within 1e-4), **refused rightly** (the
+error names what is missing and its advice, followed, trains) or **wrong**. The table
+goes into the ``zoo-own-trainer`` section of ``docs/benchmarks.md``.
+
+Usage::
+
+    .venv/bin/python benchmarks/zoo_own_trainer.py [--cases bert,vit] [--modes dynamo]
+                                                   [--jobs 2] [--json F] [--no-docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import zoo  # noqa: E402
+from _bench import write_docs_section  # noqa: E402
+from zoo.cache import versions as zoo_versions  # noqa: E402
+from zoo.own_training import OwnOutcome, own_judge  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results" / "zoo_own_trainer.json"
+
+
+def _judge(name: str, mode: str, workdir: str) -> dict[str, Any]:
+    return _record(own_judge(zoo.case(name), mode, Path(workdir) / name))
+
+
+def _record(outcome: OwnOutcome) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "case": outcome.case, "mode": outcome.mode, "label": outcome.label,
+        "reason": outcome.reason, "findings": outcome.findings,
+        "seconds": {k: round(v, 2) for k, v in outcome.seconds.items()},
+        "loss_error": outcome.loss_error, "gradient_error": outcome.gradient_error,
+        "weight_error": outcome.weight_error, "noisy": outcome.noisy,
+        "losses": outcome.losses,
+        "torch_losses": outcome.torch_losses}
+    if outcome.followed is not None:
+        record["followed"] = _record(outcome.followed)
+    return record
+
+
+def run(cases: list[str], modes: list[str], jobs: int) -> list[dict[str, Any]]:
+    """Judge every case in every mode; the records in (case, mode) order."""
+    pairs = [(name, mode) for name in cases for mode in modes]
+    records: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="graphpass-zoo-own-") as workdir:
+        if jobs <= 1:
+            for name, mode in pairs:
+                records.append(_judge(name, mode, workdir))
+                _print(records[-1])
+        else:
+            with ProcessPoolExecutor(jobs) as pool:
+                futures = [pool.submit(_judge, name, mode, workdir) for name, mode in pairs]
+                for future in futures:
+                    records.append(future.result())
+                    _print(records[-1])
+    return records
+
+
+def _print(record: dict[str, Any]) -> None:
+    print(f"{record['case']:<13} {record['mode']:<18} {record['label']:<16} "
+          f"{record['seconds'].get('total', 0):6.1f} s  {record['reason'][:160]}", flush=True)
+
+
+def _checked(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every record whose training graphs were checked against torch (followed hints too)."""
+    found = []
+    for record in records:
+        for item in (record, record.get("followed")):
+            if item is not None and item["gradient_error"] is not None:
+                found.append(item)
+    return found
+
+
+def _cell(record: dict[str, Any]) -> str:
+    label = {"trains": "trains", "refused rightly": "refused rightly", "wrong": "**wrong**",
+             "undecided": "undecided"}
+    text = label[record["label"]]
+    if record["label"] in ("trains", "undecided"):
+        text += f" ({record['gradient_error']:.0e} / {record['weight_error']:.0e})"
+    return text
+
+
+def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> list[str]:
+    """The ``zoo-own-trainer`` section of docs/benchmarks.md."""
+    counts = collections.Counter(r["label"] for r in records)
+    checked = _checked(records)
+    passed = [r for r in checked if r["label"] == "trains"]
+    gradients_right = [r for r in checked if r["label"] in ("trains", "undecided")]
+    by_case: dict[str, dict[str, dict[str, Any]]] = collections.defaultdict(dict)
+    for record in records:
+        by_case[record["case"]][record["mode"]] = record
+
+    def worst(key: str, among: list[dict[str, Any]]) -> float:
+        return max((r[key] for r in among), default=0.0)
+
+    lines = [
+        "## The model zoo through graphpass's own trainer (stock onnxruntime)", "",
+        f"`benchmarks/zoo_own_trainer.py`: the zoo's {len(by_case)} architectures x "
+        f"{len(modes)} export modes through `graphpass run -p train-ready "
+        "--emit-training-graph DIR` in the main venv (stock onnxruntime, onnxruntime-training "
+        "not installed), judged by `tests/zoo/own_training.py` against torch: **trains** "
+        "(`gradient.onnx` and `step.onnx` pass `onnx.checker.check_model(full_check=True)` "
+        "and hold no node outside the default domain; the loss (relative 1e-3) and every "
+        "torch parameter's gradient (against `torch.autograd` in float64, BatchNorm with "
+        "batch statistics, relative 1e-3 as in the table above) equal torch's; ten AdamW "
+        "steps of `step.onnx` through `graphpass.training.Trainer` give "
+        "`torch.optim.AdamW`'s weights within 1e-4; the loss falls), **refused rightly** or "
+        "**wrong**. Versions: "
+        + ", ".join(f"{k} {v}" for k, v in zoo_versions().items()) + ".", "",
+        f"**{counts['trains']} train correctly, {counts['refused rightly']} are refused "
+        f"rightly, {counts['wrong']} go wrong, {counts['undecided']} undecided** (of "
+        f"{len(records)}; undecided: the gradients equal torch's, but torch's own float32 "
+        "training run ends further than 1e-4 from its float64 run on most weights, so the "
+        "weights after ten steps compare nothing); with the followed "
+        f"hints, {len(checked)} training-graph directories were checked against torch: "
+        f"{len(gradients_right)} give torch's loss and gradients (largest relative gradient "
+        f"error {worst('gradient_error', gradients_right):.1e}, loss "
+        f"{worst('loss_error', gradients_right):.1e}), {len(passed)} of them torch's weights "
+        f"after ten AdamW steps (largest difference {worst('weight_error', passed):.1e}). "
+        f"{wall:.0f} s in all. Cells: verdict (largest relative gradient error / largest "
+        "weight difference after ten steps).", "",
+        "| architecture | " + " | ".join(f"`{m}`" for m in modes) + " |",
+        "|---|" + "---|" * len(modes)]
+    for name, row in by_case.items():
+        cells = [_cell(row[m]) if m in row else "" for m in modes]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Refusals and failures, case by case:", ""]
+    for record in records:
+        if record["label"] != "trains":
+            lines.append(f"- {record['case']} / `{record['mode']}`: {record['label']}: "
+                         f"{_escape(record['reason'])}")
+    return lines
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("<", "&lt;").replace("*", "\\*")[:400]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=",".join(c.name for c in zoo.CASES))
+    parser.add_argument("--modes", default=",".join(zoo.MODES))
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--json", default=str(RESULTS), help="where to write the records")
+    parser.add_argument("--no-docs", action="store_true",
+                        help="do not update docs/benchmarks.md")
+    args = parser.parse_args()
+    cases = [c for c in args.cases.split(",") if c]
+    modes = [m for m in args.modes.split(",") if m]
+    started = time.perf_counter()
+    records = run(cases, modes, args.jobs)
+    wall = time.perf_counter() - started
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(records, indent=1) + "\n")
+    counts = collections.Counter(r["label"] for r in records)
+    checked = _checked(records)
+    print(f"\n{counts['trains']} trains, {counts['refused rightly']} refused rightly, "
+          f"{counts['wrong']} wrong, {counts['undecided']} undecided, of {len(records)}; "
+          f"{len(checked)} directories checked, "
+          f"{sum(r['label'] == 'trains' for r in checked)} passed; {wall:.0f} s")
+    if not args.no_docs:
+        write_docs_section("zoo-own-trainer", docs_lines(records, modes, wall))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

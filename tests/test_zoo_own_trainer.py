@@ -1,0 +1,58 @@
+"""Real Hugging Face exports through graphpass's own trainer, against torch (a zoo subset).
+
+Each case is a tiny ``transformers`` model exported one way (``tests/zoo``), made
+train-ready with ``graphpass run -p train-ready --emit-training-graph DIR`` in this venv
+(stock onnxruntime; onnxruntime-training is never installed here), and judged by
+``zoo.own_training.own_judge``: ``gradient.onnx`` and ``step.onnx`` are checked standard
+ONNX, ``gradient.onnx`` gives torch's loss and gradients (relative 1e-3), ten AdamW
+steps of ``step.onnx`` give ``torch.optim.AdamW``'s weights (1e-4).
+``benchmarks/zoo_own_trainer.py`` runs every case.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("onnxruntime")
+
+import zoo
+from zoo.own_training import GRADIENT_RTOL, WEIGHT_ATOL, own_judge
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+
+SUBSET = {
+    # A legacy export with its layers as functions (inlined), a tied head restored.
+    ("gpt2", "legacy-functions"): "functions inlined, tied head",
+    # Rotary embeddings, RMSNorm, grouped-query attention, transposes restored.
+    ("llama", "dynamo"): "decoder",
+    # BatchNorm in training mode in a model that declares no intermediate types.
+    ("resnet", "legacy-unfolded"): "batch statistics without value_info",
+}
+
+
+@pytest.mark.parametrize(("name", "mode"), list(SUBSET), ids=[f"{n}-{m}" for n, m in SUBSET])
+def test_own_trainer_matches_torch(name: str, mode: str, tmp_path: Path) -> None:
+    outcome = own_judge(zoo.case(name), mode, tmp_path)
+    assert outcome.label == "trains", outcome.reason
+    assert outcome.gradients is not None and not outcome.gradients.untrained
+    assert outcome.gradient_error is not None and outcome.gradient_error < GRADIENT_RTOL
+    assert outcome.weight_error is not None and outcome.weight_error < WEIGHT_ATOL
+    assert outcome.losses[-1] < outcome.losses[0]
+    directory = tmp_path / mode / "train"
+    manifest = json.loads((directory / "manifest.json").read_text())
+    gradient = onnx.load(str(directory / "gradient.onnx"), load_external_data=False)
+    # The contract: inputs, target, weights; outputs loss, then a gradient per weight.
+    assert [i.name for i in gradient.graph.input] == [
+        *manifest["inputs"], "target", *manifest["trainable"]]
+    assert [o.name for o in gradient.graph.output] == [
+        "loss", *(f"{w}.grad" for w in manifest["trainable"])]
+    step = onnx.load(str(directory / "step.onnx"), load_external_data=False)
+    for model in (gradient, step):
+        assert not model.functions
+        assert {n.domain for n in model.graph.node} <= {"", "ai.onnx"}
