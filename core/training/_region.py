@@ -60,8 +60,6 @@ def _reach(view: nx.MultiDiGraph, sources: Iterable[Node]) -> set[Node]:
     sources = list(dict.fromkeys(sources))
     if not sources:
         return set()
-    import networkx as nx  # imported on first use: saving a model needs no networkx
-
     return {node for layer in nx.bfs_layers(view, sources) for node in layer}
 
 
@@ -99,8 +97,6 @@ def gradient_region(graph: Graph, wrt: Iterable[str], losses: Iterable[str],
 
     def flows(u: Node, v: Node, key: tuple[str, int]) -> bool:
         return key[1] not in stops[v] and differentiable(key[0])
-
-    import networkx as nx  # imported on first use: saving a model needs no networkx
 
     region = Region(graph, stops=stops)
     starts = [node for name in wrt for node, slot in _consumers(graph, name)
