@@ -122,6 +122,10 @@ def _work(job: str, tool: str, source: Path, out: Path) -> Callable[[], dict[str
     run_pass: Callable[[graphpass.Model], object] | None = None
     manager = None
     if job == "inline":  # what a pass needs is set up before the clock starts
+        # The pass imports networkx on first use: imported here, outside the clock, as
+        # every tool's imports are (the C++ inliner's onnx, the older graphpass's).
+        import networkx  # noqa: F401
+
         from graphpass.framework.pass_base import PassContext
         from graphpass.framework.plugin_loading import default_registry
         from graphpass.passes.inline_functions import InlineFunctions
