@@ -77,7 +77,7 @@ def print_training_summary(report: TrainingReport, console: Console) -> None:
     elif report.losses:
         first, last = report.losses[0], report.losses[-1]
         console.print(f"trained {len(report.losses)} steps ({report.optimizer}, lr "
-                      f"{report.lr:g}) in {report.seconds:.2f} s: loss {first:.6g} -> "
+                      f"{report.lr:g}) in {_duration(report.seconds)}: loss {first:.6g} -> "
                       f"{last:.6g}")
     for what, path in (("model with the trained weights", report.saved),
                        ("checkpoint (torch keys)", report.checkpoint)):
@@ -85,6 +85,11 @@ def print_training_summary(report: TrainingReport, console: Console) -> None:
             console.print(f"wrote the {what}: {path}", soft_wrap=True)  # paths unbroken
     if report.directory:
         console.print(f"training graphs: {report.directory}", soft_wrap=True)
+
+
+def _duration(seconds: float) -> str:
+    """``1.23 s``, or ``4.6 ms`` below a tenth of a second (a few steps take milliseconds)."""
+    return f"{seconds:.2f} s" if seconds >= 0.1 else f"{seconds * 1000:.2g} ms"
 
 
 def training_dict(report: TrainingReport) -> dict[str, Any]:
