@@ -71,8 +71,15 @@ class Region:
 
     _sites: dict[Node, NodeSite] = field(default_factory=dict, repr=False)
 
-    def site(self, node: Node, trainable: frozenset[str] = frozenset()) -> NodeSite:
-        """The node as a condition sees it: which inputs and outputs need gradients."""
+    def site(self, node: Node, trainable: frozenset[str] = frozenset(), *,
+             loss_added: bool = False) -> NodeSite:
+        """The node as a condition sees it: which inputs and outputs need gradients.
+
+        Args:
+            node: A node of the graph.
+            trainable: The trainable weights the site names.
+            loss_added: Whether the trainer adds a loss block (see ``NodeSite``).
+        """
         known = self._sites.get(node)
         if known is None:
             needed = self.gradient_values
@@ -87,9 +94,12 @@ class Region:
                 tuple(t.rank for t in types),
                 tuple(t.shape for t in types),
                 tuple(t.shape for t in outputs),
+                loss_added,
             )
         if known.trainable is not trainable and known.trainable != trainable:
-            return dataclasses.replace(known, trainable=trainable)
+            return dataclasses.replace(known, trainable=trainable, loss_added=loss_added)
+        if known.loss_added != loss_added:
+            return dataclasses.replace(known, loss_added=loss_added)
         return known
 
     def ordered(self) -> list[Node]:
@@ -154,9 +164,14 @@ def differentiable_region(graph: Graph, seeds: Iterable[str], losses: Iterable[s
     """
     seeds = list(dict.fromkeys(seeds))
     no_stops: frozenset[int] = frozenset()
-    has_stops = rules.has_stop_edges
-    stops = {node: rules.stop_inputs(NodeSite(node)) if has_stops(node.domain, node.op_type)
-             else no_stops for node in graph}
+    operators_with_stops: dict[tuple[str, str], bool] = {}  # asked once per operator
+    stops: dict[Node, frozenset[int]] = {}
+    for node in graph:
+        operator = (node.domain, node.op_type)
+        has_stops = operators_with_stops.get(operator)
+        if has_stops is None:
+            has_stops = operators_with_stops[operator] = rules.has_stop_edges(*operator)
+        stops[node] = rules.stop_inputs(NodeSite(node)) if has_stops else no_stops
     differentiable: dict[str, bool] = {}
 
     def is_differentiable(name: str) -> bool:
@@ -176,7 +191,8 @@ def differentiable_region(graph: Graph, seeds: Iterable[str], losses: Iterable[s
 
     pred, succ = _edges(graph)
     region = Region(graph, stops=stops, type_of=type_of, pred=pred, succ=succ)
-    starts = [node for name in seeds for node, slot in _consumers(graph, name)
+    seed_uses = {name: list(_consumers(graph, name)) for name in seeds}
+    starts = [node for uses in seed_uses.values() for node, slot in uses
               if slot not in stops[node]]
     region.forward = _reach(succ, starts, not_stopped)
 
@@ -188,7 +204,7 @@ def differentiable_region(graph: Graph, seeds: Iterable[str], losses: Iterable[s
 
     backward = region.backward
     for name in seeds:
-        region.entries[name] = {node for node, _ in _consumers(graph, name) if node in backward}
+        region.entries[name] = {node for node, _ in seed_uses[name] if node in backward}
 
     def flows_inside(u: Node, v: Node, name: str, slot: int) -> bool:
         return v in backward and flows(u, v, name, slot)

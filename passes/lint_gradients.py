@@ -35,7 +35,6 @@ function's name and come after the main graph's.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from graphpass.errors import PassError, PluginError
 from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.framework.pass_base import AnalysisPass, PassContext, PassResult
 from graphpass.ir import CAPTURE, Function, Graph, Model, Node, dtype_name
+from graphpass.ir._gc import paused_gc
 from graphpass.passes._gradient_region import (
     Region,
     differentiable_region,
@@ -212,6 +212,12 @@ class LintGradients(AnalysisPass):
             PassError: A ``loss`` output is not in the model.
             PipelineError: The rule set is unknown.
         """
+        # What the lint builds (edges, sites, types of every value) is freed when it
+        # returns, by reference counting; the collector would only scan it over and over.
+        with paused_gc():
+            return self._run(model, context)
+
+    def _run(self, model: Model, context: PassContext) -> PassResult:
         rules = self._rules(context)
         findings, trainable, frozen = _select_trainable(model.graph, self.options, rules)
         losses = _select_losses(model.graph, self.options.loss)
@@ -479,8 +485,7 @@ class _Linter:
             if (rules.builder_for(domain, op_type) == rules.trainer_view(domain, op_type)
                     and not rules.may_fail(domain, op_type) and not any(node.subgraphs())):
                 continue  # the common case (as in _judge), decided without a site
-            site = dataclasses.replace(region.site(node, self.trainable_set),
-                                       loss_added=self.loss_added)
+            site = region.site(node, self.trainable_set, loss_added=self.loss_added)
             found = self._judge(node, site, scope, functools.partial(blocks_of, node), depth)
             if found is None:
                 continue

@@ -76,6 +76,16 @@ def field_prefix(tag: int, size: int) -> bytes:
     return prefix
 
 
+def _short_prefixes(tag: int) -> tuple[bytes, ...]:
+    """The prefixes of a field with a one-byte tag and a content of 0 to 127 bytes."""
+    return tuple(bytes((tag, size)) for size in range(0x80))
+
+
+_SHORT_PREFIXES: Final = {tag: _short_prefixes(tag) for tag in (
+    _INPUT_TAG, _OUTPUT_TAG, _NAME_TAG, _OP_TYPE_TAG, _ATTRIBUTE_TAG, _DOC_STRING_TAG,
+    _DOMAIN_TAG, _OVERLOAD_TAG, _METADATA_TAG, _KEY_TAG, _VALUE_TAG)}
+
+
 def _read_varint(data: bytes, position: int) -> tuple[int, int]:
     value = shift = 0
     while True:
@@ -213,18 +223,36 @@ class NodeWriter:
         if loaded is None:
             loaded = self._loaded[key] = _Loaded(node._loaded_from[node._loaded_index])
         fields, texts = loaded.fields, loaded.texts
+        # The strings a copy of a loaded node changes, written inline (the hot loop of a
+        # save after inlining: every copy renames its inputs, outputs and itself).
         if changed & CHANGED_INPUTS:
-            _append_strings(out, _INPUT_TAG, node._inputs)
+            short = _SHORT_PREFIXES[_INPUT_TAG]
+            for value in node._inputs:
+                data = value.encode()
+                size = len(data)
+                out += short[size] if size < 0x80 else field_prefix(_INPUT_TAG, size)
+                out += data
         else:
             out += fields[_INPUT]
         if changed & CHANGED_OUTPUTS:
-            _append_strings(out, _OUTPUT_TAG, node._outputs)
+            short = _SHORT_PREFIXES[_OUTPUT_TAG]
+            for value in node._outputs:
+                data = value.encode()
+                size = len(data)
+                out += short[size] if size < 0x80 else field_prefix(_OUTPUT_TAG, size)
+                out += data
         else:
             out += fields[_OUTPUT]
         # A text field that changed is written from the node (an emptied one is left
         # out); one equal to the loaded value keeps the loaded entry (present if empty).
-        if changed & CHANGED_NAME and texts[_NAME] != node._name:
-            _append_text(out, _NAME_TAG, node._name)
+        name = node._name
+        if changed & CHANGED_NAME and texts[_NAME] != name:
+            if name:
+                data = name.encode()
+                size = len(data)
+                out += _SHORT_PREFIXES[_NAME_TAG][size] if size < 0x80 \
+                    else field_prefix(_NAME_TAG, size)
+                out += data
         else:
             out += fields[_NAME]
         if not changed & (CHANGED_FIELDS | CHANGED_ATTRIBUTES):
@@ -247,7 +275,15 @@ class NodeWriter:
                 else:
                     out += fields[number]
         if changed & CHANGED_METADATA:
-            _append_metadata(out, node._decoded_metadata())
+            metadata = node._metadata
+            if metadata is not None and len(metadata) == 1:  # a copy's provenance, usually
+                entry = _ENTRIES.get(next(iter(metadata.items())))
+                if entry is not None:
+                    out += entry
+                else:
+                    _append_metadata(out, metadata)
+            else:
+                _append_metadata(out, node._decoded_metadata())
         else:
             out += fields[_METADATA]
         out += loaded.tail
@@ -278,14 +314,11 @@ def _append_length_delimited(out: bytearray, tag: int, data: bytes) -> None:
 
 
 def _append_strings(out: bytearray, tag: int, values: tuple[str, ...]) -> None:
+    short = _SHORT_PREFIXES[tag]
     for value in values:
         data = value.encode()
         size = len(data)
-        if size < 0x80:
-            out += bytes((tag, size))
-        else:
-            out.append(tag)
-            encode_varint(out, size)
+        out += short[size] if size < 0x80 else field_prefix(tag, size)
         out += data
 
 

@@ -226,14 +226,16 @@ class Graph(LazyMetadata):
 
     def _insert(self, nodes: list[Node], previous: Node | None, following: Node | None) -> None:
         for node in nodes:
-            self._check_detached(node)
+            if node._graph is not None:
+                self._check_detached(node)  # raises
         if len({id(node) for node in nodes}) != len(nodes):
             raise ValueError("the same node is listed twice")
         inserted: list[Node] = []
+        attach, link = self._attach, self._link  # a hot loop: inlining stamps many nodes
         try:
             for node in nodes:
-                self._attach(node, touch=False)
-                self._link(node, previous, following)
+                attach(node, touch=False)
+                link(node, previous, following)
                 inserted.append(node)
                 previous = node
         except Exception:

@@ -627,11 +627,20 @@ class GradientRules:
     def inputs_given_gradient(self, site: NodeSite) -> frozenset[int]:
         """The input positions whose gradient the node's builder produces."""
         node = site.node
+        domain, op_type, count = node.domain, node.op_type, len(node.inputs)
+        if not self.has_stop_edges(domain, op_type):  # the answer depends on the operator
+            given: frozenset[int] = self._memoized(
+                ("given", domain, op_type, count),
+                lambda: frozenset(range(count)) - self._without(domain, op_type))
+            return given
+        excluded = self._without(domain, op_type) | self.stop_inputs(site)
+        return frozenset(i for i in range(count) if i not in excluded)
+
+    def _without(self, domain: str, op_type: str) -> frozenset[int]:
         without: frozenset[int] = self._memoized(
-            ("without", node.domain, node.op_type),
-            lambda: self._inputs_without_gradient(node.domain, node.op_type))
-        excluded = without | self.stop_inputs(site)
-        return frozenset(i for i in range(len(node.inputs)) if i not in excluded)
+            ("without", domain, op_type),
+            lambda: self._inputs_without_gradient(domain, op_type))
+        return without
 
     def _inputs_without_gradient(self, domain: str, node_op_type: str) -> frozenset[int]:
         _, op_type = self.trainer_view(domain, node_op_type)

@@ -52,6 +52,7 @@ class TypeInfo(NamedTuple):
 
 
 _UNKNOWN = TypeInfo(None, None)
+_NOT_DECODED = TypeInfo(-1)  # a marker: this type was not decoded yet
 
 _NOT_A_TENSOR = 0
 
@@ -88,17 +89,22 @@ def _collect(graph: onnx.GraphProto, into: dict[str, TypeInfo], *,
              nested: bool = True) -> None:
     """Types of every declared value in ``graph`` and (if ``nested``) its subgraphs."""
     decoded: dict[bytes, TypeInfo | None] = {}  # most values share their type with others
-    for item in (*graph.input, *graph.output, *graph.value_info):
-        type_proto = item.type
-        key = type_proto.SerializeToString()
-        if key in decoded:
-            found = decoded[key]
-        else:
-            found = decoded[key] = _info(type_proto)
-        if found is not None:
-            into.setdefault(item.name, found)
+    for items in (graph.input, graph.output, graph.value_info):
+        for item in items:  # a hot loop: inference declares every value of a model
+            name = item.name
+            if name in into:  # the first declaration wins
+                continue
+            type_proto = item.type
+            key = type_proto.SerializeToString()
+            found = decoded.get(key, _NOT_DECODED)
+            if found is _NOT_DECODED:
+                found = decoded[key] = _info(type_proto)
+            if found is not None:
+                into[name] = found
     for tensor in graph.initializer:
-        into.setdefault(tensor.name, TypeInfo(tensor.data_type, tuple(tensor.dims)))
+        name = tensor.name
+        if name not in into:
+            into[name] = TypeInfo(tensor.data_type, tuple(tensor.dims))
     if not nested:
         return
     for node in graph.node:
@@ -127,13 +133,14 @@ def _collected(inferred: onnx.ModelProto, *, nested: bool = True) -> dict[str, T
 
 def _declared(graph: Graph, name: str) -> tuple[TypeInfo | None, bool]:
     """``(type, defined here)`` of ``name`` in ``graph`` without inference."""
-    if name in graph.initializers:
-        tensor = graph.initializers[name]
+    tensor = graph.initializers.get(name)
+    if tensor is not None:
         return TypeInfo(tensor.dtype, tensor.shape), True
     value = graph.values.get(name)
     if value is None:
         return None, False
-    found = _info(value.type) if value.type is not None else None
+    type_proto = value.type
+    found = _info(type_proto) if type_proto is not None else None
     return found, value.is_defined
 
 
