@@ -4,7 +4,8 @@
   state or memory high-water mark left by other runs);
 * :class:`Stopwatch`: CPU time of this process, lap by lap, and wall time;
 * :func:`peak_rss_bytes`: this process's peak resident memory;
-* :func:`write_docs_section`: a benchmark's section of ``docs/benchmarks.md``.
+* :func:`write_docs_section`: a benchmark's section of ``docs/benchmarks.md``;
+* :func:`judge_zoo`: judge zoo cases one at a time or in a process pool, printing each.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import json
 import resource
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +102,31 @@ def write_docs_section(name: str, lines: list[str]) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     DOCS.write_text(text)
+
+
+def judge_zoo(judge: Callable[[str, str, str], dict[str, Any]], cases: list[str],
+              modes: list[str], jobs: int, prefix: str) -> list[dict[str, Any]]:
+    """``judge(case, mode, workdir)`` for every case in every mode, in (case, mode) order.
+
+    ``judge`` must be a module-level function (it is sent to the pool's processes); each
+    record is printed as it comes.
+    """
+    pairs = [(name, mode) for name in cases for mode in modes]
+    records: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix=prefix) as workdir:
+        if jobs <= 1:
+            for name, mode in pairs:
+                records.append(judge(name, mode, workdir))
+                _print_record(records[-1])
+        else:
+            with ProcessPoolExecutor(jobs) as pool:
+                futures = [pool.submit(judge, name, mode, workdir) for name, mode in pairs]
+                for future in futures:
+                    records.append(future.result())
+                    _print_record(records[-1])
+    return records
+
+
+def _print_record(record: dict[str, Any]) -> None:
+    print(f"{record['case']:<13} {record['mode']:<18} {record['label']:<16} "
+          f"{record['seconds'].get('total', 0):6.1f} s  {record['reason'][:160]}", flush=True)

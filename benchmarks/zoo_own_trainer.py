@@ -24,9 +24,7 @@ import collections
 import json
 import os
 import sys
-import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +33,7 @@ sys.path.insert(0, str(REPO / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import zoo  # noqa: E402
-from _bench import write_docs_section  # noqa: E402
+from _bench import judge_zoo, write_docs_section  # noqa: E402
 from zoo.cache import versions as zoo_versions  # noqa: E402
 from zoo.own_training import OwnOutcome, own_judge  # noqa: E402
 
@@ -62,25 +60,7 @@ def _record(outcome: OwnOutcome) -> dict[str, Any]:
 
 def run(cases: list[str], modes: list[str], jobs: int) -> list[dict[str, Any]]:
     """Judge every case in every mode; the records in (case, mode) order."""
-    pairs = [(name, mode) for name in cases for mode in modes]
-    records: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="graphpass-zoo-own-") as workdir:
-        if jobs <= 1:
-            for name, mode in pairs:
-                records.append(_judge(name, mode, workdir))
-                _print(records[-1])
-        else:
-            with ProcessPoolExecutor(jobs) as pool:
-                futures = [pool.submit(_judge, name, mode, workdir) for name, mode in pairs]
-                for future in futures:
-                    records.append(future.result())
-                    _print(records[-1])
-    return records
-
-
-def _print(record: dict[str, Any]) -> None:
-    print(f"{record['case']:<13} {record['mode']:<18} {record['label']:<16} "
-          f"{record['seconds'].get('total', 0):6.1f} s  {record['reason'][:160]}", flush=True)
+    return judge_zoo(_judge, cases, modes, jobs, prefix="graphpass-zoo-own-")
 
 
 def _checked(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
