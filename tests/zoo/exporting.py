@@ -33,6 +33,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
+import subprocess
+import sys
 import time
 import traceback
 import warnings
@@ -45,6 +48,7 @@ import numpy as np
 
 from zoo.cache import cached_entry, versions
 from zoo.cases import Case, ZooError, load_class
+from zoo.cases import case as case_named
 
 __all__ = ["ADVICE_MODES", "MODES", "Export", "export", "hidden_annotations", "legacy_export"]
 
@@ -90,7 +94,7 @@ def export(case: Case, mode: str) -> Export:
     """
     if mode not in MODES + ADVICE_MODES:
         raise ZooError(f"unknown export mode {mode!r}; known: {', '.join(MODES + ADVICE_MODES)}")
-    folder = cached_entry(case.name, mode, lambda scratch: _build(case, mode, scratch),
+    folder = cached_entry(case.name, mode, lambda scratch: _build_apart(case, mode, scratch),
                           sources=("exporting.py",))
     manifest = json.loads((folder / "export.json").read_text())
     if manifest.get("error"):
@@ -102,6 +106,40 @@ def export(case: Case, mode: str) -> Export:
 
 
 # ===================================================================== building
+_BUILD_APART = ("import sys; from pathlib import Path; from zoo.exporting import _build; "
+                "from zoo.cases import case; "
+                "_build(case(sys.argv[1]), sys.argv[2], Path(sys.argv[3]))")
+
+
+def _build_apart(case: Case, mode: str, folder: Path) -> None:
+    """:func:`_build` in a fresh process.
+
+    torch's exporters run in the process that asked for the export otherwise, and the
+    legacy one crashed there (a segfault in ``torch.onnx.export(dynamo=False)`` after
+    other tests had run in the same pytest worker; alone it exports fine). In a process
+    of its own, a crash fails this export with its message instead of the session.
+
+    Raises:
+        ZooError: the export process failed (its last lines are in the message).
+    """
+    try:
+        registered = case_named(case.name) is case
+    except KeyError:
+        registered = False
+    if not registered:  # a case made by the caller: the new process could not find it
+        _build(case, mode, folder)
+        return
+    here = str(Path(__file__).resolve().parent.parent)
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [here, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run([sys.executable, "-c", _BUILD_APART, case.name, mode, str(folder)],
+                          env=environment, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise ZooError(f"{case.name}/{mode}: the export process ended with exit code "
+                       f"{done.returncode}:\n{tail}")
+
+
 def _build(case: Case, mode: str, folder: Path) -> None:
     import torch
 
