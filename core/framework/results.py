@@ -55,8 +55,35 @@ class PassRecord:
         }
 
 
+class _Outcome:
+    """What a run's result and its summary both answer, from their records and findings."""
+
+    records: list[PassRecord]
+    findings: list[Finding]
+
+    @property
+    def changed(self) -> bool:
+        """Whether any pass changed the model."""
+        return any(record.changed for record in self.records)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run finished with no error findings."""
+        return not self.errors
+
+    @property
+    def errors(self) -> list[Finding]:
+        """The error findings."""
+        return [f for f in self.findings if f.severity is Severity.ERROR]
+
+    @property
+    def seconds(self) -> float:
+        """Total time spent in passes."""
+        return sum(record.seconds for record in self.records)
+
+
 @dataclass
-class RunResult:
+class RunResult(_Outcome):
     """The outcome of :meth:`graphpass.PassManager.run`.
 
     Attributes:
@@ -79,26 +106,6 @@ class RunResult:
     stopped_after: str | None = None
     iterations: int = 1
 
-    @property
-    def changed(self) -> bool:
-        """Whether any pass changed the model."""
-        return any(record.changed for record in self.records)
-
-    @property
-    def ok(self) -> bool:
-        """Whether the run finished with no error findings."""
-        return not self.errors
-
-    @property
-    def errors(self) -> list[Finding]:
-        """The error findings."""
-        return [f for f in self.findings if f.severity is Severity.ERROR]
-
-    @property
-    def seconds(self) -> float:
-        """Total time spent in passes."""
-        return sum(record.seconds for record in self.records)
-
     def summary(self) -> RunSummary:
         """Everything but the model: small, picklable, and what reports are made of."""
         return RunSummary(list(self.records), list(self.findings), self.plan,
@@ -106,7 +113,7 @@ class RunResult:
 
 
 @dataclass
-class RunSummary:
+class RunSummary(_Outcome):
     """A run's outcome without its model: what a report needs, cheap to send around.
 
     What a worker process or a cluster sends back for each model of a batch
@@ -125,26 +132,6 @@ class RunSummary:
     plan: tuple[str, ...] = ()
     stopped_after: str | None = None
     iterations: int = 1
-
-    @property
-    def changed(self) -> bool:
-        """Whether any pass changed the model."""
-        return any(record.changed for record in self.records)
-
-    @property
-    def ok(self) -> bool:
-        """Whether the run finished with no error findings."""
-        return not self.errors
-
-    @property
-    def errors(self) -> list[Finding]:
-        """The error findings."""
-        return [f for f in self.findings if f.severity is Severity.ERROR]
-
-    @property
-    def seconds(self) -> float:
-        """Total time spent in passes."""
-        return sum(record.seconds for record in self.records)
 
 
 def unique_findings(findings: Iterable[Finding]) -> list[Finding]:
