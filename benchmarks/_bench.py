@@ -5,7 +5,8 @@
 * :class:`Stopwatch`: CPU time of this process, lap by lap, and wall time;
 * :func:`peak_rss_bytes`: this process's peak resident memory;
 * :func:`write_docs_section`: a benchmark's section of ``docs/benchmarks.md``;
-* :func:`judge_zoo`: judge zoo cases one at a time or in a process pool, printing each.
+* :func:`judge_zoo`: judge zoo cases one at a time or in a process pool, printing each;
+* :func:`markdown_text`: free text (an error message) made safe for a Markdown table or list.
 """
 
 from __future__ import annotations
@@ -130,3 +131,8 @@ def judge_zoo(judge: Callable[[str, str, str], dict[str, Any]], cases: list[str]
 def _print_record(record: dict[str, Any]) -> None:
     print(f"{record['case']:<13} {record['mode']:<18} {record['label']:<16} "
           f"{record['seconds'].get('total', 0):6.1f} s  {record['reason'][:160]}", flush=True)
+
+
+def markdown_text(text: str, limit: int = 400) -> str:
+    """``text`` with Markdown's table and emphasis characters escaped, cut at ``limit``."""
+    return text.replace("|", "\\|").replace("<", "&lt;").replace("*", "\\*")[:limit]

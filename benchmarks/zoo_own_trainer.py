@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import zoo  # noqa: E402
-from _bench import judge_zoo, write_docs_section  # noqa: E402
+from _bench import judge_zoo, markdown_text, write_docs_section  # noqa: E402
 from zoo.cache import versions as zoo_versions  # noqa: E402
 from zoo.own_training import OwnOutcome, own_judge  # noqa: E402
 
@@ -130,12 +130,8 @@ def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> 
     for record in records:
         if record["label"] != "trains":
             lines.append(f"- {record['case']} / `{record['mode']}`: {record['label']}: "
-                         f"{_escape(record['reason'])}")
+                         f"{markdown_text(record['reason'])}")
     return lines
-
-
-def _escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("<", "&lt;").replace("*", "\\*")[:400]
 
 
 def main() -> int:
