@@ -48,7 +48,6 @@ import numpy as np
 
 from zoo.cache import cached_entry, versions
 from zoo.cases import Case, ZooError, load_class
-from zoo.cases import case as case_named
 
 __all__ = ["ADVICE_MODES", "MODES", "Export", "export", "hidden_annotations", "legacy_export"]
 
@@ -112,7 +111,7 @@ _BUILD_APART = ("import sys; from pathlib import Path; from zoo.exporting import
 
 
 def _build_apart(case: Case, mode: str, folder: Path) -> None:
-    """:func:`_build` in a fresh process.
+    """:func:`_build` in a fresh process, which finds the case by its name in the zoo.
 
     torch's exporters run in the process that asked for the export otherwise, and the
     legacy one crashed there (a segfault in ``torch.onnx.export(dynamo=False)`` after
@@ -122,13 +121,6 @@ def _build_apart(case: Case, mode: str, folder: Path) -> None:
     Raises:
         ZooError: the export process failed (its last lines are in the message).
     """
-    try:
-        registered = case_named(case.name) is case
-    except KeyError:
-        registered = False
-    if not registered:  # a case made by the caller: the new process could not find it
-        _build(case, mode, folder)
-        return
     here = str(Path(__file__).resolve().parent.parent)
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [here, *filter(None, [os.environ.get("PYTHONPATH")])])}
