@@ -127,23 +127,6 @@ def _edges(graph: Graph) -> tuple[dict[Node, list[Edge]], dict[Node, list[Edge]]
     return pred, succ
 
 
-def _reach(edges: Mapping[Node, list[Edge]], sources: Iterable[Node],
-           follow: Callable[[Node, Node, str, int], bool]) -> set[Node]:
-    """The sources and every node reached from them along edges that ``follow`` accepts.
-
-    ``follow(source, target, value, slot)`` is asked in the direction of the edge.
-    """
-    reached = set(sources)
-    pending = list(reached)
-    while pending:
-        node = pending.pop()
-        for other, name, slot in edges[node]:
-            if other not in reached and follow(node, other, name, slot):
-                reached.add(other)
-                pending.append(other)
-    return reached
-
-
 def _consumers(graph: Graph, name: str) -> Iterator[tuple[Node, int]]:
     """``(node, first slot)`` for each node using ``name``; ``CAPTURE`` for subgraph use."""
     for node in graph.consumers(name):
@@ -180,45 +163,57 @@ def differentiable_region(graph: Graph, seeds: Iterable[str], losses: Iterable[s
             known = differentiable[name] = rules.is_differentiable_type(type_of(name).elem_type)
         return known
 
-    def not_stopped(u: Node, v: Node, name: str, slot: int) -> bool:
-        return slot not in stops[v]
-
-    def flows(u: Node, v: Node, name: str, slot: int) -> bool:
-        return slot not in stops[v] and is_differentiable(name)
-
-    def flows_back(v: Node, u: Node, name: str, slot: int) -> bool:  # along pred: v <- u
-        return slot not in stops[v] and is_differentiable(name)
-
     pred, succ = _edges(graph)
     region = Region(graph, stops=stops, type_of=type_of, pred=pred, succ=succ)
     seed_uses = {name: list(_consumers(graph, name)) for name in seeds}
     starts = [node for uses in seed_uses.values() for node, slot in uses
               if slot not in stops[node]]
-    region.forward = _reach(succ, starts, not_stopped)
+    # Three walks along the edges, each with its test written inline: they follow every
+    # edge of the graph, and a call per edge was most of their time.
+    forward = set(starts)
+    pending = list(forward)
+    while pending:
+        for target, _, slot in succ[pending.pop()]:
+            if target not in forward and slot not in stops[target]:
+                forward.add(target)
+                pending.append(target)
+    region.forward = forward
 
     for name in losses:
         producer = graph.producer(name)
-        if producer is not None and producer in region.forward and is_differentiable(name):
+        if producer is not None and producer in forward and is_differentiable(name):
             region.loss_nodes.add(producer)
-    region.backward = _reach(pred, region.loss_nodes, flows_back)
+    backward = set(region.loss_nodes)
+    pending = list(backward)
+    while pending:
+        node = pending.pop()
+        node_stops = stops[node]
+        for source, name, slot in pred[node]:  # along pred: node <- source
+            if source not in backward and slot not in node_stops and (
+                    differentiable[name] if name in differentiable
+                    else is_differentiable(name)):
+                backward.add(source)
+                pending.append(source)
+    region.backward = backward
 
-    backward = region.backward
     for name in seeds:
         region.entries[name] = {node for node, _ in seed_uses[name] if node in backward}
 
-    def flows_inside(u: Node, v: Node, name: str, slot: int) -> bool:
-        return v in backward and flows(u, v, name, slot)
-
-    region.visited = _reach(succ, (n for nodes in region.entries.values() for n in nodes),
-                            flows_inside)
-
+    visited = {n for nodes in region.entries.values() for n in nodes}
     values = set(seeds)
-    values.update(name for name in losses if graph.producer(name) in region.loss_nodes)
-    visited = region.visited
-    for node in visited:
+    pending = list(visited)
+    while pending:
+        node = pending.pop()
         for target, name, slot in succ[node]:
-            if target in visited and flows(node, target, name, slot):
-                values.add(name)
+            if target in backward and slot not in stops[target] and (
+                    differentiable[name] if name in differentiable
+                    else is_differentiable(name)):
+                values.add(name)  # a gradient flows along this edge
+                if target not in visited:
+                    visited.add(target)
+                    pending.append(target)
+    region.visited = visited
+    values.update(name for name in losses if graph.producer(name) in region.loss_nodes)
     region.gradient_values = values
     return region
 

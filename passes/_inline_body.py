@@ -10,8 +10,9 @@ body's size.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 
 from graphpass.ir import Attribute, Function, Graph, Node
 from graphpass.passes._inline_callgraph import graphs_of
@@ -59,6 +60,8 @@ class NodePlan:
         metadata: Its ``metadata_props`` (the copies add their provenance entry).
         stamped: Whether copies are made directly (see ``Inliner._stamp``): no graphs in
             the node, and none in the defaults of its references.
+        renamed_inputs: Given a call site's name mapping, the copy's inputs.
+        renamed_outputs: Given a call site's name mapping, the copy's outputs.
     """
 
     node: Node
@@ -68,6 +71,27 @@ class NodePlan:
     label: str
     metadata: Mapping[str, str]
     stamped: bool
+    renamed_inputs: Renamer
+    renamed_outputs: Renamer
+
+
+Renamer = Callable[[Mapping[str, str]], tuple[str, ...]]
+"""Takes a call site's name mapping to the names a copied node uses, in order."""
+
+
+def renamer(names: tuple[str, ...]) -> Renamer:
+    """``lambda mapping: tuple(mapping[name] for name in names)``, done by ``itemgetter``.
+
+    Stamping a body looks up every name of every copied node (a hot loop of inlining);
+    ``operator.itemgetter`` does it in C, about three times as fast as ``map``.
+    """
+    if not names:
+        return lambda mapping: ()
+    if len(names) == 1:
+        only = itemgetter(names[0])
+        return lambda mapping: (only(mapping),)
+    many: Renamer = itemgetter(*names)
+    return many
 
 
 class Body:
@@ -154,7 +178,7 @@ class Body:
         stamped = not has_graphs and not any(
             spec.default is not None and spec.default.graphs for spec in references)
         return NodePlan(node, references, has_graphs, provenance, node.name or node.op_type,
-                        metadata, stamped)
+                        metadata, stamped, renamer(node.inputs), renamer(node.outputs))
 
     def default_for(self, attribute: str, ref: str,
                     node_fallbacks: Mapping[str, Attribute] | None) -> Attribute | None:

@@ -163,7 +163,6 @@ class Inliner:
         the setters: names come from ``mapping``, attribute references are bound, and
         each copy shares the proto its source was loaded from (see ``Node._changed``).
         """
-        rename = mapping.__getitem__  # the mapping sends "" (an omitted name) to ""
         node_names = self.names.nodes(prefix, body.labels, body.distinct_labels)
         new_node = Node.__new__
         changed_here = CHANGED_INPUTS | CHANGED_OUTPUTS | CHANGED_NAME | CHANGED_METADATA
@@ -177,8 +176,8 @@ class Inliner:
             node._overload = source._overload
             node._doc_string = source._doc_string
             node._name = node_name
-            node._inputs = tuple(map(rename, source._inputs))
-            node._outputs = tuple(map(rename, source._outputs))
+            node._inputs = plan.renamed_inputs(mapping)
+            node._outputs = plan.renamed_outputs(mapping)
             node._loaded_from = source._loaded_from
             node._loaded_index = source._loaded_index
             node._changed = source._changed | changed_here

@@ -35,6 +35,7 @@ LAYER_NORM_CODE = "GP530"
 CAST_LIKE_CODE = "GP531"
 SEQUENCE_CODE = "GP532"
 _SHOWN = 4
+_REWRITTEN = frozenset({"LayerNormalization", "CastLike"})  # the ops the node loop rewrites
 
 
 class FixTrainingOps(Pass):
@@ -78,7 +79,7 @@ class FixTrainingOps(Pass):
             if self.options.sequences:
                 sequences += split_sequences(graph)
             for node in list(graph):
-                if node.domain not in ("", "ai.onnx"):
+                if node.op_type not in _REWRITTEN or node.domain not in ("", "ai.onnx"):
                     continue
                 label = node.name or node.op_type
                 fixed_norm = (self.options.layer_norm and node.op_type == "LayerNormalization"

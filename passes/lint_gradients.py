@@ -407,9 +407,11 @@ class _Linter:
     def _weights(self, region: Region) -> None:
         graph, report = region.graph, self.report
         torch_export = any(INPUT_KIND in v.metadata for v in graph.value_info)
+        nested = any(True for _ in graph.subgraphs())  # else nothing is read in a subgraph
+        given_by_operator: dict[tuple[str, str, int], frozenset[int]] = {}
         for name in self.trainable:
-            uses = graph.uses(name)
-            captured = [use.node for use in uses if use.slot == CAPTURE and use.node]
+            captured = [use.node for use in graph.uses(name)
+                        if use.slot == CAPTURE and use.node] if nested else []
             if captured:
                 node = captured[0]
                 report.captured.append(self._trainer_failure(
@@ -419,8 +421,8 @@ class _Linter:
                     hint="freeze it, or remove the control flow"))
                 continue
             entries = region.entries.get(name, set())
-            origin = _torch_origin(graph, name, torch_export)
             if not entries:
+                origin = _torch_origin(graph, name, torch_export)
                 consumers = graph.consumers(name)
                 why = ("nothing uses it" if not consumers else
                        "no loss output is differentiable (float) and computed from a "
@@ -433,14 +435,18 @@ class _Linter:
                     data={"consumers": [_node_label(n) for n in consumers]}))
                 continue
             carrying = []
-            for node in sorted(entries, key=_node_label):
+            for node in sorted(entries, key=_node_label) if len(entries) > 1 else entries:
                 if self.rules.builder_for(node.domain, node.op_type) is None:
                     carrying.append(-1)  # no builder: reported as such, not as a weight problem
                     continue
-                site = region.site(node) if self.rules.has_stop_edges(node.domain,
-                                                                      node.op_type) \
-                    else NodeSite(node)  # what stops nothing needs no types
-                given = self.rules.inputs_given_gradient(site)
+                if self.rules.has_stop_edges(node.domain, node.op_type):
+                    given = self.rules.inputs_given_gradient(region.site(node))
+                else:  # what stops nothing needs no types: the answer is the operator's
+                    operator = (node.domain, node.op_type, len(node.inputs))
+                    given = given_by_operator.get(operator)
+                    if given is None:
+                        given = given_by_operator[operator] = \
+                            self.rules.inputs_given_gradient(NodeSite(node))
                 slots = [i for i, input_name in enumerate(node.inputs)
                          if input_name == name and i in given]
                 carrying.extend(slots)
@@ -451,6 +457,7 @@ class _Linter:
                         f"{name!r} at {len(slots)} differentiable inputs {slots}",
                         value=name, node=node, data={"inputs": slots}))
             if not carrying:
+                origin = _torch_origin(graph, name, torch_export)
                 where = ", ".join(f"{n.op_type} {_node_label(n)!r}" for n in
                                   sorted(entries, key=_node_label)[:_SHOWN])
                 report.after_build.insert(0, self._trainer_failure(
@@ -480,10 +487,15 @@ class _Linter:
                      blocks_of: Callable[[Node], list[str]], depth: int) -> None:
         rules = self.rules
         deferred = rules.deferred_ops
+        plain: dict[tuple[str, str], bool] = {}  # by operator: nothing to judge but subgraphs
         for node in region.ordered():
-            domain, op_type = node.domain, node.op_type
-            if (rules.builder_for(domain, op_type) == rules.trainer_view(domain, op_type)
-                    and not rules.may_fail(domain, op_type) and not any(node.subgraphs())):
+            operator = (node.domain, node.op_type)
+            is_plain = plain.get(operator)
+            if is_plain is None:
+                is_plain = plain[operator] = (
+                    rules.builder_for(*operator) == rules.trainer_view(*operator)
+                    and not rules.may_fail(*operator))
+            if is_plain and not any(node.subgraphs()):
                 continue  # the common case (as in _judge), decided without a site
             site = region.site(node, self.trainable_set, loss_added=self.loss_added)
             found = self._judge(node, site, scope, functools.partial(blocks_of, node), depth)

@@ -83,7 +83,8 @@ def _remove_dead_nodes(model: Model) -> int:
         graph = node.graph
         if graph is None or not _attached(graph):
             continue
-        if any(name and graph.is_used(name) for name in node.outputs):
+        is_used = graph.is_used
+        if any(map(is_used, filter(None, node.outputs))):
             continue
         feeders = []
         for name in (*node.inputs, *node.captured_names):
@@ -109,6 +110,8 @@ def _calls(graph: Graph, model: Model) -> Iterator[FunctionId]:
 
 
 def _remove_uncalled_functions(model: Model) -> list[FunctionId]:
+    if not model.functions:  # nothing to remove: no walk over the graphs for calls
+        return []
     live: set[FunctionId] = set()
     stack = list(_calls(model.graph, model))
     while stack:

@@ -312,6 +312,17 @@ def test_error_findings_stop_the_run_unless_told_otherwise() -> None:
     assert len(model.graph) == 2  # the caller's model is never changed
 
 
+def test_a_run_without_copy_changes_the_model_it_was_given() -> None:
+    registry = _registry(_AddIdentity)
+    model = _model()
+    copied = PassManager(["add-identity"], registry=registry).run(model)
+    assert copied.model is not model and len(model.graph) == 2
+    in_place = PassManager(["add-identity"], registry=registry).run(model, copy=False)
+    assert in_place.model is model and in_place.changed
+    assert len(model.graph) == len(copied.model.graph) == 3
+    assert model.to_proto() == copied.model.to_proto()
+
+
 def test_records_and_changed_and_semantics() -> None:
     ort = pytest.importorskip("onnxruntime")
     import numpy as np

@@ -278,7 +278,7 @@ def run_model(task: ModelTask, *, registry: Registry | None = None,
     manager = settings.manager(registry, config, output=output)
     with loading(task.model) if settings.progress else contextlib.nullcontext():
         model = load(task.model)
-    result = manager.run(model)
+    result = manager.run(model, copy=False)  # loaded for this run only: no copy needed
     written = None
     if settings.command == "run" and result.ok and output is not None:
         save(result.model, output, overwrite_input=settings.in_place)

@@ -46,12 +46,11 @@ from typing import Final
 import onnx
 
 from graphpass.files import _onnx_worker as _worker
-from graphpass.files.proto import model_to_proto, subgraph_protos
+from graphpass.files.proto import model_to_chunks, model_to_proto, subgraph_protos
 from graphpass.ir import Model, Tensor
 
 __all__ = ["ISOLATION_ENV", "TIMEOUT_ENV", "CheckerProblem", "check_model", "infer_shapes",
-           "run_checker", "strict_inference",
-           "structural_proto"]
+           "run_checker", "strict_inference", "structural_bytes", "structural_proto"]
 
 ISOLATION_ENV: Final = "GRAPHPASS_ONNX_ISOLATION"
 """Set to ``process`` to run onnx's checker and shape inference in a separate process."""
@@ -137,6 +136,32 @@ def structural_proto(model: Model, *, inline_limit: int = INLINE_LIMIT) -> onnx.
     return proto
 
 
+def structural_bytes(model: Model, *, inline_limit: int = INLINE_LIMIT) -> bytes:
+    """``structural_proto(model).SerializeToString()``, in about half the time.
+
+    The main graph is written node by node from the protos it was loaded from
+    (:func:`graphpass.files.proto.model_to_chunks`), not built as a proto first.
+    """
+    decided: dict[int, bool] = {}  # by id: the model holds every tensor during the call
+
+    def stubbed(tensor: Tensor) -> bool:
+        known = decided.get(id(tensor))
+        if known is None:
+            known = decided[id(tensor)] = tensor.is_external or tensor.nbytes > inline_limit
+        return known
+
+    def emit(tensor: Tensor) -> onnx.TensorProto:  # subgraphs' initializers: embedded
+        embedded: onnx.TensorProto = tensor.to_embedded_proto() if stubbed(tensor) \
+            else tensor.to_proto()
+        return embedded
+
+    try:
+        return b"".join(model_to_chunks(model, emit, declare_instead=stubbed))
+    except ValueError:  # fields protobuf does not know: the plain way
+        plain: bytes = structural_proto(model, inline_limit=inline_limit).SerializeToString()
+        return plain
+
+
 @dataclass(frozen=True)
 class _Inferred:
     """What :func:`strict_inference` found, for the model as it was (its fingerprint)."""
@@ -161,7 +186,7 @@ def strict_inference(model: Model) -> tuple[onnx.ModelProto | None, CheckerProbl
         The inferred proto and ``None``, or ``None`` and the problem inference found.
     """
     fingerprint = model.fingerprint()
-    structure = structural_proto(model).SerializeToString()
+    structure = structural_bytes(model)
     try:
         inferred = infer_shapes(structure, check_type=True, strict_mode=True, data_prop=False)
     except onnx.shape_inference.InferenceError as error:
@@ -192,9 +217,9 @@ def run_checker(model: Model, *, full_check: bool = False) -> CheckerProblem | N
         except (onnx.checker.ValidationError, ValueError, RuntimeError) as error:
             return _problem("validation", error)
         return known.problem
-    proto = structural_proto(model)
+    structure = structural_bytes(model)
     try:
-        check_model(proto, full_check=full_check)
+        check_model(structure, full_check=full_check)
     except onnx.shape_inference.InferenceError as error:
         return _problem("inference", error)
     except (onnx.checker.ValidationError, ValueError, RuntimeError) as error:

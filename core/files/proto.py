@@ -31,6 +31,7 @@ from graphpass.ir._attribute import Attribute
 from graphpass.ir._function import Function
 from graphpass.ir._gc import paused_gc
 from graphpass.ir._graph import _FEW_USES, Graph
+from graphpass.ir._metadata import NO_METADATA
 from graphpass.ir._model import UNKNOWN_FIELDS, Model
 from graphpass.ir._node import (
     CHANGED_ATTRIBUTES,
@@ -394,7 +395,9 @@ def _load_nodes(graph: Graph, protos: Any, base_dir: Path | None, where: str) ->
         node._loaded_from = protos
         node._loaded_index = index
         node._changed = 0
-        node._metadata = None
+        # Most nodes carry none: known now, for the price of a look, instead of a trip
+        # to the proto on the first question (which every pass reading metadata asks).
+        node._metadata = None if proto.metadata_props else NO_METADATA
         node._captures = None
         node._graph = None  # set below: loading subgraphs records captures only in the node
         node._next = None
@@ -598,7 +601,8 @@ def model_to_bytes(model: Model, emit_tensor: TensorEmitter | None = None) -> by
     return b"".join(model_to_chunks(model, emit_tensor))
 
 
-def model_to_chunks(model: Model, emit_tensor: TensorEmitter | None = None) -> list[bytes]:
+def model_to_chunks(model: Model, emit_tensor: TensorEmitter | None = None, *,
+                    declare_instead: Callable[[Tensor], bool] | None = None) -> list[bytes]:
     """The serialized model (:func:`model_to_bytes`) as pieces to write one after another.
 
     The main graph's nodes and initializers, the bulk of a model, are serialized one
@@ -608,19 +612,55 @@ def model_to_chunks(model: Model, emit_tensor: TensorEmitter | None = None) -> l
     twice. The bytes are those of ``SerializeToString``: protobuf writes the fields of
     a message in the order of their numbers, fields it does not know last (a main
     graph or model holding such fields is serialized the plain way).
+
+    Args:
+        model: The model.
+        emit_tensor: As for :func:`model_to_proto`.
+        declare_instead: Main-graph initializers for which it is true are left out and
+            declared as graph inputs of their type and shape instead (after the model's
+            inputs, unless declared there already), and the IR version is at least 4:
+            the model's structure for the checker and shape inference
+            (:func:`graphpass.files.checking.structural_bytes`).
+
+    Raises:
+        ValueError: ``declare_instead`` is given and the main graph or model holds
+            fields protobuf does not know.
     """
     emit = emit_tensor or _default_emitter
     graph = model.graph
     if (model._extra and _UNKNOWN in model._extra) or (graph._extra and _UNKNOWN in graph._extra):
+        if declare_instead is not None:
+            raise ValueError("the model holds fields protobuf does not know")
         return [model_to_proto(model, emit).SerializeToString()]
     with paused_gc():
         writer = NodeWriter(lambda attribute: attribute_to_proto(attribute, emit)
                             .SerializeToString())
         nodes = writer.entries(graph)
-        initializers = _tagged(_INITIALIZER_TAG,
-                               [emit(t).SerializeToString() for t in graph._initializers.values()])
-        head = _model_to_proto(model, emit, bulk=False).SerializeToString()
+        tensors = list(graph._initializers.values())
+        declared: list[Tensor] = []
+        if declare_instead is not None:
+            declared = [t for t in tensors if declare_instead(t)]
+            if declared:
+                left_out = {id(t) for t in declared}
+                tensors = [t for t in tensors if id(t) not in left_out]
+        initializers = _tagged(_INITIALIZER_TAG, [emit(t).SerializeToString() for t in tensors])
+        head_proto = _model_to_proto(model, emit, bulk=False)
+        if declared:
+            _declare_as_inputs(head_proto, declared)
+        head = head_proto.SerializeToString()
         return _splice_main_graph(head, nodes, initializers)
+
+
+def _declare_as_inputs(proto: onnx.ModelProto, tensors: list[Tensor]) -> None:
+    """Declare ``tensors`` as inputs of the main graph (those not declared there yet)."""
+    inputs = proto.graph.input
+    known = {entry.name for entry in inputs}
+    for tensor in tensors:
+        if tensor.name not in known:
+            inputs.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.dtype,
+                                                             list(tensor.shape)))
+    # Graph inputs without initializers need IR version 4 or later.
+    proto.ir_version = max(proto.ir_version, 4)
 
 
 _INITIALIZER_TAG = 0x2A  # GraphProto.initializer: field 5, length-delimited

@@ -133,11 +133,16 @@ class PassManager:
         return tuple(p.name for p in self.plan)
 
     # ------------------------------------------------------------------ running
-    def run(self, model: Model) -> RunResult:
+    def run(self, model: Model, *, copy: bool = True) -> RunResult:
         """Run the plan on a copy of ``model``.
 
         Args:
-            model: The model; it is not changed.
+            model: The model; it is not changed (unless ``copy`` is false).
+            copy: Work on a copy of ``model`` (the default). With ``False`` the passes
+                change ``model`` itself, which becomes ``result.model``: for a model
+                nobody needs as it was, such as one just loaded to be written out
+                again (``graphpass run`` does so), this spares copying every node.
+                If a pass raises, ``model`` is left as that pass left it.
 
         Returns:
             The resulting model, findings and per-pass records. When a pass reports
@@ -150,7 +155,7 @@ class PassManager:
                 model. The error names the pass, its plugin and the passes that ran
                 before it; the original exception is its ``__cause__``.
         """
-        working = model.copy()
+        working = model.copy() if copy else model
         context = PassContext(base_dir=self.base_dir, checkpoints=self.checkpoints,
                               plan=self.plan_names, registry=self.registry)
         result = RunResult(working, plan=self.plan_names)

@@ -87,8 +87,8 @@ class RunResult(_Outcome):
     """The outcome of :meth:`graphpass.PassManager.run`.
 
     Attributes:
-        model: The resulting model, a copy: the model given to ``run`` is never
-            changed. When the run stopped early (see :attr:`stopped_after`), it holds
+        model: The resulting model: a copy, unless ``run`` was told to work on the
+            model it was given (``copy=False``). When the run stopped early (see :attr:`stopped_after`), it holds
             the state after the last pass that ran.
         records: One record per pass run, in order.
         findings: Every finding, in the order reported (repeats across fixed-point

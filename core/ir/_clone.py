@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from graphpass.ir._gc import paused_gc
+from graphpass.ir._metadata import NO_METADATA
 
 if TYPE_CHECKING:
     from graphpass.ir._attribute import Attribute
@@ -47,7 +48,8 @@ def clone_node(node: Node) -> Node:
     copy._doc_string = node._doc_string
     copy._inputs = node._inputs
     copy._outputs = node._outputs
-    copy._metadata = dict(node._metadata) if node._metadata is not None else None
+    metadata = node._metadata
+    copy._metadata = metadata if metadata is None or metadata is NO_METADATA else dict(metadata)
     copy._loaded_from = node._loaded_from
     copy._loaded_index = node._loaded_index
     copy._changed = node._changed

@@ -13,7 +13,13 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["LazyMetadata"]
+__all__ = ["NO_METADATA", "LazyMetadata"]
+
+NO_METADATA: dict[str, str] = {}
+"""``_metadata`` of an object loaded without ``metadata_props``: known empty, without a
+trip to the proto, and without a dict of its own (a model's nodes would make hundreds of
+thousands, and the collector would walk the whole heap for them). Shared, so never
+changed: :meth:`LazyMetadata.set_metadata` gives the object a dict of its own first."""
 
 
 class LazyMetadata:
@@ -37,6 +43,8 @@ class LazyMetadata:
     def set_metadata(self, key: str, value: str | None) -> None:
         """Set (or with ``None`` remove) one ``metadata_props`` entry."""
         metadata = self._decoded_metadata()
+        if metadata is NO_METADATA:
+            metadata = self._metadata = {}
         self._forget_loaded_metadata()  # written from the dict from now on
         if value is None:
             metadata.pop(key, None)
@@ -52,7 +60,7 @@ class LazyMetadata:
             if loaded is not None:
                 for entry in loaded:
                     metadata[entry.key] = entry.value
-        return metadata
+        return metadata  # NO_METADATA too: callers only read it (set_metadata replaces it)
 
     def _loaded_metadata(self) -> Any:
         """The ``metadata_props`` field as loaded, or ``None`` (none, or changed since)."""

@@ -226,21 +226,24 @@ def state_kinds(graph: Graph) -> dict[str, StateKind]:
     """
     kinds: dict[str, StateKind] = {}
     names = list(dict.fromkeys([*graph.initializers, *graph.input_names]))
+    values = graph.values
     for name in names:
-        value = graph.values.get(name)
+        value = values.get(name)
         metadata = value.metadata if value is not None else {}
         if FOLDED_FROM in metadata:
             kinds[name] = "constant"
         elif (kind := input_spec_kind(metadata)) is not None:
             kinds[name] = kind
-    stems = {placeholder_stem(name): name for name in names if name not in kinds}
-    if not stems:
+    if len(kinds) == len(names):
         return kinds
-    for node in graph:
-        for placeholder in fx_placeholders(node):
-            stem_of = stems.get(placeholder.stem)
-            if stem_of is not None and stem_of in node.inputs and stem_of not in kinds:
-                kinds[stem_of] = placeholder.kind
+    read = [(node, placeholder) for node in graph for placeholder in fx_placeholders(node)]
+    if not read:  # not a torch export, or one without FX records: no stems to make
+        return kinds
+    stems = {placeholder_stem(name): name for name in names if name not in kinds}
+    for node, placeholder in read:
+        stem_of = stems.get(placeholder.stem)
+        if stem_of is not None and stem_of in node.inputs and stem_of not in kinds:
+            kinds[stem_of] = placeholder.kind
     return kinds
 
 
@@ -300,6 +303,8 @@ def default_trainable(graph: Graph) -> tuple[list[str], dict[str, StateKind]]:
 def _running_statistics(graph: Graph) -> set[str]:
     """Initializers every node reads only as ``BatchNormalization``'s mean or variance."""
     found: set[str] = set()
+    if not any(node.op_type == "BatchNormalization" for node in graph):
+        return found  # most models: no need to look at every initializer's uses
     for name in graph.initializers:
         uses = graph.uses(name)
         if uses and all(node is not None and node.op_type == "BatchNormalization"

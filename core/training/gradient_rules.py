@@ -558,12 +558,13 @@ class GradientRules:
         # Answers that depend only on (domain, op_type), asked for every node of a model.
         object.__setattr__(self, "_memo", {})
 
-    def _memoized(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+    def _memoized(self, key: tuple[Any, ...], compute: Callable[..., Any], *args: Any) -> Any:
+        """``compute(*args)``, once per ``key`` (no closure made per question: hot)."""
         memo: dict[tuple[Any, ...], Any] = self._memo  # type: ignore[attr-defined]
         try:
             return memo[key]
         except KeyError:
-            value = memo[key] = compute()
+            value = memo[key] = compute(*args)
             return value
 
     # --------------------------------------------------------------- lookups
@@ -588,7 +589,7 @@ class GradientRules:
         registered operator of the same name (the trainer ignores the domain).
         """
         found: tuple[str, str] | None = self._memoized(
-            ("builder", domain, op_type), lambda: self._builder_for(domain, op_type))
+            ("builder", domain, op_type), self._builder_for, domain, op_type)
         return found
 
     def _builder_for(self, domain: str, op_type: str) -> tuple[str, str] | None:
@@ -619,9 +620,7 @@ class GradientRules:
 
         When not, :meth:`stop_inputs` gives nothing for it, whatever the node.
         """
-        found: bool = self._memoized(
-            ("stops", domain, op_type),
-            lambda: bool(self._stops.get(self.trainer_view(domain, op_type)[1])))
+        found: bool = self._memoized(("stops", domain, op_type), self._has_stops, domain, op_type)
         return found
 
     def inputs_given_gradient(self, site: NodeSite) -> frozenset[int]:
@@ -630,16 +629,20 @@ class GradientRules:
         domain, op_type, count = node.domain, node.op_type, len(node.inputs)
         if not self.has_stop_edges(domain, op_type):  # the answer depends on the operator
             given: frozenset[int] = self._memoized(
-                ("given", domain, op_type, count),
-                lambda: frozenset(range(count)) - self._without(domain, op_type))
+                ("given", domain, op_type, count), self._given, domain, op_type, count)
             return given
         excluded = self._without(domain, op_type) | self.stop_inputs(site)
         return frozenset(i for i in range(count) if i not in excluded)
 
+    def _has_stops(self, domain: str, op_type: str) -> bool:
+        return bool(self._stops.get(self.trainer_view(domain, op_type)[1]))
+
+    def _given(self, domain: str, op_type: str, count: int) -> frozenset[int]:
+        return frozenset(range(count)) - self._without(domain, op_type)
+
     def _without(self, domain: str, op_type: str) -> frozenset[int]:
         without: frozenset[int] = self._memoized(
-            ("without", domain, op_type),
-            lambda: self._inputs_without_gradient(domain, op_type))
+            ("without", domain, op_type), self._inputs_without_gradient, domain, op_type)
         return without
 
     def _inputs_without_gradient(self, domain: str, node_op_type: str) -> frozenset[int]:
@@ -659,8 +662,8 @@ class GradientRules:
         """
         node = site.node
         candidates: tuple[OpFailure, ...] = self._memoized(
-            ("failures", node.domain, node.op_type, scope),
-            lambda: self._failure_candidates(node.domain, node.op_type, scope))
+            ("failures", node.domain, node.op_type, scope), self._failure_candidates,
+            node.domain, node.op_type, scope)
         if not candidates:
             return []
         return [failure for failure in candidates if failure.matches(site)]
@@ -672,8 +675,8 @@ class GradientRules:
         Only the operator counts, not the conditions: when not, no site is needed.
         """
         candidates: tuple[OpFailure, ...] = self._memoized(
-            ("failures", domain, op_type, scope),
-            lambda: self._failure_candidates(domain, op_type, scope))
+            ("failures", domain, op_type, scope), self._failure_candidates, domain, op_type,
+            scope)
         return bool(candidates)
 
     def _failure_candidates(self, node_domain: str, node_op_type: str, scope: str

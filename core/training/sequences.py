@@ -112,12 +112,14 @@ def split_sequences(graph: Graph, shape_of: ShapeOf | None = None) -> int:
         shape_of: The shape of a value of ``graph``, for a split given as one chunk size
             (default: declarations, then ONNX shape inference, for a model's graphs).
     """
+    splits = [node for node in graph if node.op_type == "SplitToSequence" and not node.domain]
+    if not splits:  # the usual case: no names or shapes to gather
+        return 0
     if shape_of is None:
         shape_of = _shapes(graph)
     names = NameScope(names_in(graph))
     count = 0
-    for node in list(graph):
-        if node.op_type == "SplitToSequence" and not node.domain and node.graph is graph \
-                and _rewrite(graph, node, names, shape_of):
+    for node in splits:
+        if node.graph is graph and _rewrite(graph, node, names, shape_of):
             count += 1
     return count

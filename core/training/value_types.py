@@ -86,8 +86,12 @@ def _info(type_proto: onnx.TypeProto) -> TypeInfo | None:
 
 
 def _collect(graph: onnx.GraphProto, into: dict[str, TypeInfo], *,
-             nested: bool = True) -> None:
-    """Types of every declared value in ``graph`` and (if ``nested``) its subgraphs."""
+             nested: bool = True, initializers: bool = True) -> None:
+    """Types of every declared value in ``graph`` and (if ``nested``) its subgraphs.
+
+    ``initializers=False`` leaves out the initializers (the caller knows them: reading
+    them back from an inferred model costs more than all the declarations).
+    """
     decoded: dict[bytes, TypeInfo | None] = {}  # most values share their type with others
     for items in (graph.input, graph.output, graph.value_info):
         for item in items:  # a hot loop: inference declares every value of a model
@@ -101,19 +105,20 @@ def _collect(graph: onnx.GraphProto, into: dict[str, TypeInfo], *,
                 found = decoded[key] = _info(type_proto)
             if found is not None:
                 into[name] = found
-    for tensor in graph.initializer:
-        name = tensor.name
-        if name not in into:
-            into[name] = TypeInfo(tensor.data_type, tuple(tensor.dims))
+    if initializers:
+        for tensor in graph.initializer:
+            name = tensor.name
+            if name not in into:
+                into[name] = TypeInfo(tensor.data_type, tuple(tensor.dims))
     if not nested:
         return
     for node in graph.node:
         for attribute in node.attribute:
             if attribute.type == onnx.AttributeProto.GRAPH:
-                _collect(attribute.g, into)
+                _collect(attribute.g, into, initializers=initializers)
             elif attribute.type == onnx.AttributeProto.GRAPHS:
                 for subgraph in attribute.graphs:
-                    _collect(subgraph, into)
+                    _collect(subgraph, into, initializers=initializers)
 
 
 def _infer(proto: onnx.ModelProto) -> dict[str, TypeInfo]:
@@ -122,26 +127,28 @@ def _infer(proto: onnx.ModelProto) -> dict[str, TypeInfo]:
                                                      data_prop=False)
     except Exception:  # inference is a best effort: what it cannot type stays unknown
         inferred = proto
-    return _collected(inferred)
+    return _collected(inferred, initializers=False)  # initializers type themselves
 
 
-def _collected(inferred: onnx.ModelProto, *, nested: bool = True) -> dict[str, TypeInfo]:
+def _collected(inferred: onnx.ModelProto, *, nested: bool = True,
+               initializers: bool = True) -> dict[str, TypeInfo]:
     found: dict[str, TypeInfo] = {}
-    _collect(inferred.graph, found, nested=nested)
+    _collect(inferred.graph, found, nested=nested, initializers=initializers)
     return found
 
 
 def _declared(graph: Graph, name: str) -> tuple[TypeInfo | None, bool]:
     """``(type, defined here)`` of ``name`` in ``graph`` without inference."""
-    tensor = graph.initializers.get(name)
+    # A hot path (asked once per value of a model): the graph's own dicts, no views.
+    tensor = graph._initializers.get(name)
     if tensor is not None:
         return TypeInfo(tensor.dtype, tensor.shape), True
-    value = graph.values.get(name)
+    value = graph._values.get(name)
     if value is None:
         return None, False
     type_proto = value.type
     found = _info(type_proto) if type_proto is not None else None
-    return found, value.is_defined
+    return found, value._producer is not None or value.is_defined
 
 
 class _Lookup:
@@ -187,6 +194,10 @@ class ModelTypes(_Lookup):
 
     def of(self, graph: Graph, name: str) -> TypeInfo:
         """What is known of the type of ``name`` as seen from ``graph``."""
+        if self._model.graph._version == self._known_version:  # _remembered, inline: hot
+            found = self._known.get((id(graph), name, True))
+            if found is not None:
+                return found
         return self._remembered(graph, name, True)
 
     def elem_type(self, graph: Graph, name: str) -> int | None:
@@ -225,8 +236,9 @@ class ModelTypes(_Lookup):
         # reuses its outcome; where it fails, the lenient one types what it can.
         inferred, _ = strict_inference(self._model)
         if inferred is not None:
+            # Initializers are typed by their tensors (``_declared``), which come first.
             nested = any(True for _ in self._model.graph.subgraphs())
-            return _collected(inferred, nested=nested)
+            return _collected(inferred, nested=nested, initializers=False)
         return _infer(structural_proto(self._model))
 
 
