@@ -88,8 +88,8 @@ class RunResult(_Outcome):
 
     Attributes:
         model: The resulting model: a copy, unless ``run`` was told to work on the
-            model it was given (``copy=False``). When the run stopped early (see :attr:`stopped_after`), it holds
-            the state after the last pass that ran.
+            model it was given (``copy=False``). When the run stopped early (see
+            :attr:`stopped_after`), it holds the state after the last pass that ran.
         records: One record per pass run, in order.
         findings: Every finding, in the order reported (repeats across fixed-point
             rounds are reported once), plus the instruments' findings.
