@@ -81,19 +81,20 @@ class Region:
             loss_added: Whether the trainer adds a loss block (see ``NodeSite``).
         """
         known = self._sites.get(node)
-        if known is None:
-            needed = self.gradient_values
-            types = [self.type_of(name) if name else _ABSENT for name in node.inputs]
-            outputs = [self.type_of(name) if name else _ABSENT for name in node.outputs]
+        if known is None:  # a hot path: a site for every node a condition looks at
+            needed, type_of = self.gradient_values, self.type_of
+            inputs, outputs = node.inputs, node.outputs
+            types = [type_of(name) if name else _ABSENT for name in inputs]
+            elem_types, shapes = zip(*types, strict=True) if types else ((), ())
             known = self._sites[node] = NodeSite(
                 node,
-                frozenset(i for i, name in enumerate(node.inputs) if name and name in needed),
-                frozenset(i for i, name in enumerate(node.outputs) if name and name in needed),
+                frozenset([i for i, name in enumerate(inputs) if name and name in needed]),
+                frozenset([i for i, name in enumerate(outputs) if name and name in needed]),
                 trainable,
-                tuple(t.elem_type for t in types),
-                tuple(t.rank for t in types),
-                tuple(t.shape for t in types),
-                tuple(t.shape for t in outputs),
+                elem_types,
+                tuple([None if shape is None else len(shape) for shape in shapes]),
+                shapes,
+                tuple([type_of(name).shape if name else None for name in outputs]),
                 loss_added,
             )
         if known.trainable is not trainable and known.trainable != trainable:
@@ -109,10 +110,13 @@ class Region:
 
 def _edges(graph: Graph) -> tuple[dict[Node, list[Edge]], dict[Node, list[Edge]]]:
     """Every node's incoming and outgoing edges (one per use of a value computed here)."""
-    pred: dict[Node, list[Edge]] = {node: [] for node in graph}
-    succ: dict[Node, list[Edge]] = {node: [] for node in pred}
-    producer_of = graph.producer
-    for node, incoming in pred.items():
+    nodes = list(graph)
+    pred: dict[Node, list[Edge]] = {node: [] for node in nodes}
+    succ: dict[Node, list[Edge]] = {node: [] for node in nodes}
+    # The producers in one dict (a hot loop: one lookup per input of the graph).
+    producer_of = {name: node for node in nodes for name in node.outputs if name}.get
+    for node in nodes:
+        incoming = pred[node]
         for slot, name in enumerate(node.inputs):
             if name:
                 producer = producer_of(name)
