@@ -216,7 +216,8 @@ class Transaction:
         crash_point("data synced")
 
     # ------------------------------------------------------------------ committing
-    def commit(self, model_bytes: bytes | Sequence[bytes]) -> None:
+    def commit(self, model_bytes: bytes | Sequence[bytes], *,
+               references_data: bool | None = None) -> None:
         """Name the data files, then put the model in place, then remove the old data.
 
         External data locations that name a destination which got another name
@@ -225,6 +226,9 @@ class Transaction:
         Args:
             model_bytes: The serialized model, or its pieces in order (written one
                 after another; joined only if the model has external data to read).
+            references_data: Whether the model names external data files, if the
+                caller knows (the save does: it wrote the tensors); ``None``: look for
+                locations in its pieces (a loop over every piece).
 
         Raises:
             OSError: A rename failed; the previous output is whole, since only files
@@ -232,7 +236,9 @@ class Transaction:
         """
         chunks = [model_bytes] if isinstance(model_bytes, bytes) else list(model_bytes)
         # The pieces are whole messages, so an external location is never split.
-        if len(chunks) > 1 and (self._renamed or _mention_locations(chunks)):
+        if len(chunks) > 1 and (self._renamed or (
+                references_data if references_data is not None
+                else any(b"location" in chunk for chunk in chunks))):
             chunks = [b"".join(chunks)]
         if len(chunks) == 1:
             chunks = [_relocated(chunks[0], self.out_dir, self._renamed)]
@@ -499,20 +505,6 @@ def _external_tensors(proto: Message) -> Iterator[onnx.TensorProto]:
                 stack.append(value)
             else:
                 stack.extend(value)
-
-
-_JOINED_SCAN_LIMIT: Final = 64 * 2**20
-
-
-def _mention_locations(chunks: list[bytes]) -> bool:
-    """Whether any piece of a serialized model holds an external data location.
-
-    A model of up to 64 MiB is scanned joined (one copy, in a fraction of the time a
-    loop over its hundreds of thousands of pieces takes); a larger one piece by piece.
-    """
-    if sum(map(len, chunks)) <= _JOINED_SCAN_LIMIT:
-        return b"location" in b"".join(chunks)
-    return any(b"location" in chunk for chunk in chunks)
 
 
 def _relocated(model_bytes: bytes, folder: Path, moves: Mapping[Path, Path]) -> bytes:

@@ -236,7 +236,11 @@ def _write_model(model: Model, out_path: Path, data_name: str, external_data: bo
                 where=where,
                 hint="save with external_data=True (weights go to a separate file)",
             )
-        transaction.commit(serialized)
+        # Locations come only from the tensors planned here (initializers, and the
+        # external tensors the IR keeps as protos): no need to search the bytes.
+        references_data = plan.loose_external or any(
+            proto.data_location == onnx.TensorProto.EXTERNAL for proto in emitted.values())
+        transaction.commit(serialized, references_data=references_data)
     except GraphpassError as error:
         if isinstance(error, ModelSaveError):
             raise
@@ -257,6 +261,7 @@ class _Plan:
     data_path: Path = Path()
     data_name: str = ""
     read: set[Path] = field(default_factory=set)  # the data files the tensors come from
+    loose_external: bool = False  # external tensors the IR keeps as protos (attributes ...)
 
 
 def _model_tensors(model: Model) -> tuple[list[Tensor], list[onnx.TensorProto]]:
@@ -373,6 +378,7 @@ def _plan_tensors(model: Model, out_dir: Path, data_path: Path, data_name: str,
             if (out_dir / _proto_location(group[0])).resolve() == target:
                 moved.extend(plan.copy_files.pop(source))
         plan.stream = moved + plan.stream
+    plan.loose_external = bool(loose)
     _plan_loose(model, plan, loose, out_dir, target)
     return plan
 
