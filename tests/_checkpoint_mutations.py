@@ -44,11 +44,9 @@ import os
 import random
 import re
 import resource
-import select
 import shutil
 import signal
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _worker_process import WorkerProcess
 
 HERE = Path(__file__).resolve().parent
 FAMILIES = ("seed", "bytes", "safetensors", "torch", "npz", "sharded")
@@ -886,30 +885,7 @@ class Sandbox:
     def __init__(self, root: Path, *, seconds: float = CASE_SECONDS):
         self.root = root
         self.seconds = seconds
-        self.process: subprocess.Popen[str] | None = None
-        self.log = root / "worker-stderr.log"
-
-    def _start(self) -> subprocess.Popen[str]:
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
-               "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-        with open(self.log, "wb") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-c", "import _checkpoint_mutations as m; m._worker()"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
-                cwd=self.root)
-        if self._read_line(process, 120.0) != "ready":
-            process.kill()
-            raise RuntimeError(f"the worker did not start: {self.log.read_text()[-2000:]}")
-        return process
-
-    @staticmethod
-    def _read_line(process: subprocess.Popen[str], seconds: float) -> str | None:
-        assert process.stdout is not None
-        ready, _, _ = select.select([process.stdout], [], [], seconds)
-        if not ready:
-            return None
-        line = process.stdout.readline()
-        return line.strip() if line else None
+        self.worker = WorkerProcess(root, "import _checkpoint_mutations as m; m._worker()")
 
     def run(self, case: Case) -> Outcome:
         """Write the case's files and open them in a fork of the worker."""
@@ -922,16 +898,9 @@ class Sandbox:
             except Exception as error:  # a broken generator: say so, do not count it
                 return Outcome(case.ident, case.family, case.what,
                                "generator error", f"{type(error).__name__}: {error}")
-            if self.process is None or self.process.poll() is not None:
-                self.process = self._start()
-            assert self.process.stdin is not None
-            self.process.stdin.write(json.dumps({"case": str(case_dir),
-                                                 "checkpoint": str(checkpoint),
-                                                 "seconds": self.seconds}) + "\n")
-            self.process.stdin.flush()
-            line = self._read_line(self.process, self.seconds + 60)
+            line = self.worker.ask({"case": str(case_dir), "checkpoint": str(checkpoint),
+                                    "seconds": self.seconds}, self.seconds + 60)
             if line is None:
-                self.close()
                 return Outcome(case.ident, case.family, case.what, "died: the worker")
             return Outcome(case.ident, case.family, case.what, **json.loads(line))
         finally:
@@ -942,11 +911,7 @@ class Sandbox:
             shutil.rmtree(case_dir, ignore_errors=True)
 
     def close(self) -> None:
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.kill()
-            self.process.wait()
-            self.process = None
+        self.worker.close()
 
     def __enter__(self) -> Sandbox:
         return self

@@ -32,10 +32,8 @@ import json
 import os
 import random
 import re
-import select
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +45,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from _worker_process import WorkerProcess
 from onnx import TensorProto, helper, numpy_helper
 
 HERE = Path(__file__).resolve().parent
@@ -1073,37 +1072,11 @@ class Sandbox:
                  memory_limit: int = MEMORY_LIMIT, restart_every: int = 500):
         self.root = root
         self.seconds = seconds
-        self.memory_limit = memory_limit
         self.restart_every = restart_every
-        self.process: subprocess.Popen[str] | None = None
-        self.log = root / "worker-stderr.log"
+        self.worker = WorkerProcess(root, "import _mutations; _mutations._worker()", {
+            "FUZZ_MEMORY_LIMIT": str(memory_limit), "OPENBLAS_NUM_THREADS": "1",
+            "GRAPHPASS_DISABLE_PLUGINS": None})
         self._served = 0
-
-    def _start(self) -> subprocess.Popen[str]:
-        env = {**os.environ, "FUZZ_MEMORY_LIMIT": str(self.memory_limit),
-               "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
-               "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-        env.pop("GRAPHPASS_DISABLE_PLUGINS", None)
-        with open(self.log, "wb") as log:  # the worker's stderr: why it died, if it does
-            process = subprocess.Popen(
-                [sys.executable, "-c", "import _mutations; _mutations._worker()"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                text=True, env=env, cwd=self.root)
-        assert process.stdout is not None
-        ready = self._read_line(process, 120.0)
-        if ready != "ready":
-            process.kill()
-            raise RuntimeError("the fuzz worker did not start")
-        return process
-
-    @staticmethod
-    def _read_line(process: subprocess.Popen[str], seconds: float) -> str | None:
-        assert process.stdout is not None
-        ready, _, _ = select.select([process.stdout], [], [], seconds)
-        if not ready:
-            return None
-        line = process.stdout.readline()
-        return line.strip() if line else None
 
     def run(self, case: Case, steps: list[str]) -> list[Outcome]:
         """Run ``steps`` (pipelines, or ``cli run|lint|inspect``) on a case."""
@@ -1112,20 +1085,14 @@ class Sandbox:
             model = case.write(folder / "case")
             if self._served >= self.restart_every:
                 self.close()  # a fresh worker now and then: no state carried too long
-            if self.process is None or self.process.poll() is not None:
-                self.process = self._start()
                 self._served = 0
             self._served += 1
-            assert self.process.stdin is not None
             request = {"model": str(model), "steps": steps, "seconds": self.seconds}
-            self.process.stdin.write(json.dumps(request) + "\n")
-            self.process.stdin.flush()
-            line = self._read_line(self.process, self.seconds + 30)
+            line = self.worker.ask(request, self.seconds + 30)
             if line is None:
-                died = self.process.poll()
-                self.close()
+                died = self.worker.exit_code
                 category = "hang" if died is None else f"died: exit {died}"
-                stderr = self.log.read_text(errors="replace")[-3000:]
+                stderr = self.worker.stderr_tail(3000)
                 return [Outcome(case.ident, "all", category, f"{case.mutation}\n{stderr}")]
             return [Outcome(**entry) for entry in json.loads(line)]
         finally:
@@ -1133,11 +1100,7 @@ class Sandbox:
 
     def close(self) -> None:
         """Stop the worker."""
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.kill()
-            self.process.wait()
-            self.process = None
+        self.worker.close()
 
     def __enter__(self) -> Sandbox:
         return self
