@@ -134,7 +134,7 @@ class PassManager:
 
     # ------------------------------------------------------------------ running
     def run(self, model: Model, *, copy: bool = True) -> RunResult:
-        """Run the plan on a copy of ``model``.
+        """Run the plan on a copy of ``model`` (or, with ``copy=False``, on ``model``).
 
         Args:
             model: The model; it is not changed (unless ``copy`` is false).
