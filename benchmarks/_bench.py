@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import argparse
+import collections
 import json
 import resource
 import subprocess
@@ -126,6 +128,45 @@ def judge_zoo(judge: Callable[[str, str, str], dict[str, Any]], cases: list[str]
                     records.append(future.result())
                     _print_record(records[-1])
     return records
+
+
+def zoo_arguments(description: str, cases: list[str], modes: list[str], results: Path, *,
+                  jobs: int) -> argparse.Namespace:
+    """The zoo scripts' command line (``--cases --modes --jobs --json --no-docs``), parsed.
+
+    ``cases`` and ``modes`` (the zoo's) are the defaults; the namespace holds them as lists.
+    """
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--cases", default=",".join(cases))
+    parser.add_argument("--modes", default=",".join(modes))
+    parser.add_argument("--jobs", type=int, default=jobs)
+    parser.add_argument("--json", default=str(results), help="where to write the records")
+    parser.add_argument("--no-docs", action="store_true",
+                        help="do not update docs/benchmarks.md")
+    args = parser.parse_args()
+    args.cases = [c for c in args.cases.split(",") if c]
+    args.modes = [m for m in args.modes.split(",") if m]
+    return args
+
+
+def write_records(path: str, records: list[dict[str, Any]]) -> None:
+    """The zoo's records as JSON, one case a line."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(records, indent=1) + "\n")
+
+
+def zoo_table(records: list[dict[str, Any]], modes: list[str],
+              cell: Callable[[dict[str, Any]], str]) -> list[str]:
+    """Architecture x export mode as a Markdown table, ``cell(record)`` in each cell."""
+    by_case: dict[str, dict[str, dict[str, Any]]] = collections.defaultdict(dict)
+    for record in records:
+        by_case[record["case"]][record["mode"]] = record
+    lines = ["| architecture | " + " | ".join(f"`{m}`" for m in modes) + " |",
+             "|---|" + "---|" * len(modes)]
+    for name, row in by_case.items():
+        lines.append(f"| {name} | " + " | ".join(cell(row[m]) if m in row else "" for m in modes)
+                     + " |")
+    return lines
 
 
 def _print_record(record: dict[str, Any]) -> None:

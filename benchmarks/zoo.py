@@ -16,9 +16,7 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import collections
-import json
 import os
 import sys
 import time
@@ -31,7 +29,14 @@ sys.path.insert(0, str(REPO / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import zoo  # noqa: E402
-from _bench import judge_zoo, markdown_text, write_docs_section  # noqa: E402
+from _bench import (  # noqa: E402
+    judge_zoo,
+    markdown_text,
+    write_docs_section,
+    write_records,
+    zoo_arguments,
+    zoo_table,
+)
 from zoo.cache import versions as zoo_versions  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "zoo.json"
@@ -76,12 +81,10 @@ def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> 
     """The ``zoo`` section of docs/benchmarks.md."""
     versions = zoo_versions()
     counts = collections.Counter(r["label"] for r in records)
-    by_case: dict[str, dict[str, dict[str, Any]]] = collections.defaultdict(dict)
-    for record in records:
-        by_case[record["case"]][record["mode"]] = record
+    architectures = len({r["case"] for r in records})
     lines = [
         "## The model zoo: real Hugging Face exports, judged against torch", "",
-        f"`benchmarks/zoo.py` (`make zoo`): {len(by_case)} `transformers` architectures "
+        f"`benchmarks/zoo.py` (`make zoo`): {architectures} `transformers` architectures "
         f"(tiny configs, random init) x {len(modes)} export modes, each exported, run "
         "through `graphpass run -p train-ready --emit-training-artifacts` and three AdamW "
         "steps of onnxruntime-training, and judged by `tests/zoo` against torch: **trains** "
@@ -95,11 +98,7 @@ def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> 
         f"({wall / max(len(records), 1):.1f} s a case). Cells: verdict (wall seconds of the "
         "case: graphpass, training, checks and a followed hint; exports cached; two cases "
         "at a time on a shared 2-core machine).", "",
-        "| architecture | " + " | ".join(f"`{m}`" for m in modes) + " |",
-        "|---|" + "---|" * len(modes)]
-    for name, row in by_case.items():
-        cells = [_cell(row[m]) if m in row else "" for m in modes]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        *zoo_table(records, modes, _cell)]
     lines += ["", "Why, case by case:", ""]
     for record in records:
         lines.append(f"- {record['case']} / `{record['mode']}`: {record['label']}: "
@@ -108,29 +107,20 @@ def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default=",".join(c.name for c in zoo.CASES))
-    parser.add_argument("--modes", default=",".join(zoo.MODES))
-    parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--json", default=str(RESULTS), help="where to write the records")
-    parser.add_argument("--no-docs", action="store_true",
-                        help="do not update docs/benchmarks.md")
-    args = parser.parse_args()
+    args = zoo_arguments(__doc__.splitlines()[0], [c.name for c in zoo.CASES], list(zoo.MODES),
+                         RESULTS, jobs=1)
     if zoo.ort_training_python() is None:
         print("no onnxruntime-training venv (make ort-venv): the zoo cannot run")
         return 1
-    cases = [c for c in args.cases.split(",") if c]
-    modes = [m for m in args.modes.split(",") if m]
     started = time.perf_counter()
-    records = run(cases, modes, args.jobs)
+    records = run(args.cases, args.modes, args.jobs)
     wall = time.perf_counter() - started
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(records, indent=1) + "\n")
+    write_records(args.json, records)
     counts = collections.Counter(r["label"] for r in records)
     print(f"\n{counts['trains']} trains, {counts['refused rightly']} refused rightly, "
           f"{counts['wrong']} wrong, of {len(records)}; {wall:.0f} s")
     if not args.no_docs:
-        write_docs_section("zoo", docs_lines(records, modes, wall))
+        write_docs_section("zoo", docs_lines(records, args.modes, wall))
     return 0
 
 

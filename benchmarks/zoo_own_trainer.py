@@ -19,9 +19,7 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import collections
-import json
 import os
 import sys
 import time
@@ -33,7 +31,14 @@ sys.path.insert(0, str(REPO / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import zoo  # noqa: E402
-from _bench import judge_zoo, markdown_text, write_docs_section  # noqa: E402
+from _bench import (  # noqa: E402
+    judge_zoo,
+    markdown_text,
+    write_docs_section,
+    write_records,
+    zoo_arguments,
+    zoo_table,
+)
 from zoo.cache import versions as zoo_versions  # noqa: E402
 from zoo.own_training import OwnOutcome, own_judge  # noqa: E402
 
@@ -88,16 +93,14 @@ def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> 
     checked = _checked(records)
     passed = [r for r in checked if r["label"] == "trains"]
     gradients_right = [r for r in checked if r["label"] in ("trains", "undecided")]
-    by_case: dict[str, dict[str, dict[str, Any]]] = collections.defaultdict(dict)
-    for record in records:
-        by_case[record["case"]][record["mode"]] = record
+    architectures = len({r["case"] for r in records})
 
     def worst(key: str, among: list[dict[str, Any]]) -> float:
         return max((r[key] for r in among), default=0.0)
 
     lines = [
         "## The model zoo through graphpass's own trainer (stock onnxruntime)", "",
-        f"`benchmarks/zoo_own_trainer.py`: the zoo's {len(by_case)} architectures x "
+        f"`benchmarks/zoo_own_trainer.py`: the zoo's {architectures} architectures x "
         f"{len(modes)} export modes through `graphpass run -p train-ready "
         "--emit-training-graph DIR` in the main venv (stock onnxruntime, onnxruntime-training "
         "not installed), judged by `tests/zoo/own_training.py` against torch: **trains** "
@@ -121,11 +124,7 @@ def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> 
         f"after ten AdamW steps (largest difference {worst('weight_error', passed):.1e}). "
         f"{wall:.0f} s in all. Cells: verdict (largest relative gradient error / largest "
         "weight difference after ten steps).", "",
-        "| architecture | " + " | ".join(f"`{m}`" for m in modes) + " |",
-        "|---|" + "---|" * len(modes)]
-    for name, row in by_case.items():
-        cells = [_cell(row[m]) if m in row else "" for m in modes]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        *zoo_table(records, modes, _cell)]
     lines += ["", "Refusals and failures, case by case:", ""]
     for record in records:
         if record["label"] != "trains":
@@ -135,21 +134,12 @@ def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default=",".join(c.name for c in zoo.CASES))
-    parser.add_argument("--modes", default=",".join(zoo.MODES))
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--json", default=str(RESULTS), help="where to write the records")
-    parser.add_argument("--no-docs", action="store_true",
-                        help="do not update docs/benchmarks.md")
-    args = parser.parse_args()
-    cases = [c for c in args.cases.split(",") if c]
-    modes = [m for m in args.modes.split(",") if m]
+    args = zoo_arguments(__doc__.splitlines()[0], [c.name for c in zoo.CASES], list(zoo.MODES),
+                         RESULTS, jobs=2)
     started = time.perf_counter()
-    records = run(cases, modes, args.jobs)
+    records = run(args.cases, args.modes, args.jobs)
     wall = time.perf_counter() - started
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(records, indent=1) + "\n")
+    write_records(args.json, records)
     counts = collections.Counter(r["label"] for r in records)
     checked = _checked(records)
     print(f"\n{counts['trains']} trains, {counts['refused rightly']} refused rightly, "
@@ -157,7 +147,7 @@ def main() -> int:
           f"{len(checked)} directories checked, "
           f"{sum(r['label'] == 'trains' for r in checked)} passed; {wall:.0f} s")
     if not args.no_docs:
-        write_docs_section("zoo-own-trainer", docs_lines(records, modes, wall))
+        write_docs_section("zoo-own-trainer", docs_lines(records, args.modes, wall))
     return 0
 
 
