@@ -408,7 +408,6 @@ class _Linter:
         graph, report = region.graph, self.report
         torch_export = any(INPUT_KIND in v.metadata for v in graph.value_info)
         nested = any(True for _ in graph.subgraphs())  # else nothing is read in a subgraph
-        given_by_operator: dict[tuple[str, str, int], frozenset[int]] = {}
         for name in self.trainable:
             captured = [use.node for use in graph.uses(name)
                         if use.slot == CAPTURE and use.node] if nested else []
@@ -439,14 +438,10 @@ class _Linter:
                 if self.rules.builder_for(node.domain, node.op_type) is None:
                     carrying.append(-1)  # no builder: reported as such, not as a weight problem
                     continue
-                if self.rules.has_stop_edges(node.domain, node.op_type):
-                    given = self.rules.inputs_given_gradient(region.site(node))
-                else:  # what stops nothing needs no types: the answer is the operator's
-                    operator = (node.domain, node.op_type, len(node.inputs))
-                    given = given_by_operator.get(operator)
-                    if given is None:
-                        given = given_by_operator[operator] = \
-                            self.rules.inputs_given_gradient(NodeSite(node))
+                site = region.site(node) if self.rules.has_stop_edges(node.domain,
+                                                                      node.op_type) \
+                    else NodeSite(node)  # what stops nothing needs no types
+                given = self.rules.inputs_given_gradient(site)  # memoized per operator
                 slots = [i for i, input_name in enumerate(node.inputs)
                          if input_name == name and i in given]
                 carrying.extend(slots)
