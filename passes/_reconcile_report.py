@@ -9,8 +9,11 @@ Finding codes (stable):
 * ``GP202`` info: checkpoint keys nothing used.
 * ``GP203`` warning: no base-prefix change was applied because several matched
   equally many keys.
-* ``GP204`` info / warning: transposes the exporter folded were replayed from
-  their keys (a warning when found from the graph's structure, not a record).
+* ``GP204`` info / warning: constants the exporter folded from weights (transposes,
+  row gathers, broadcasts, scalings, copies) are computed again by nodes from their
+  sources' keys, so that the parameters train; says which were stale (the checkpoint
+  changes their values) and which equal the file's (a warning when the fold was found
+  from the graph's structure, not from a record or the values).
 * ``GP205`` warning: an initializer the exporter shared between weights that were
   identical at export time was split, each consumer reading its own key.
 * ``GP206`` info: graph inputs that stood for weights became initializers (or,
@@ -24,6 +27,15 @@ Finding codes (stable):
   weights too, as the legacy exporter lists them after the data inputs) matched no
   key and stay inputs.
 * ``GP209`` info: checkpoint entries the loader could not represent.
+* ``GP210`` info: tied weights filled from the key of another of their names.
+* ``GP211`` error: a folded constant whose source the checkpoint fills, that graphpass
+  cannot compute again (it would keep the export's values and train a copy); or a fused
+  batch norm the checkpoint fills only in part.
+* ``GP212`` info: batch norms the exporter fused into convolutions were separated
+  again (``Conv`` + ``BatchNormalization``) from the checkpoint's tensors.
+* ``GP213`` info: folded constants kept as the export made them: the checkpoint fills
+  none of their sources (rotary frequencies and other non-persistent buffers), or fills
+  them with the values the file holds.
 """
 
 from __future__ import annotations
@@ -35,13 +47,15 @@ from typing import Any, Final
 from graphpass.checkpoint import Checkpoint
 from graphpass.findings import Finding, Severity
 from graphpass.passes._reconcile_match import LEVELS, Matching
-from graphpass.passes._reconcile_plan import REEXPORT_ADVICE, Fill, Plan
+from graphpass.passes._reconcile_plan import Fill, Plan, Unfusion
 from graphpass.passes._reconcile_targets import Target
+from graphpass.torch.folding import Fold
 
 __all__ = ["MatchTable", "NameList", "build_report"]
 
 PASS_NAME: Final = "reconcile-initializers"
-RULES: Final = (*LEVELS, "tied-alias", "folded-transpose", "merged-split")
+RULES: Final = (*LEVELS, "tied-alias", "folded-transpose", "folded-rows", "folded-broadcast",
+                "folded-scale", "folded-copy", "fused-batch-norm", "merged-split")
 _SHOWN: Final = 5
 
 
@@ -81,20 +95,23 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
             entry["nodes"] = [node.name for node, _ in fill.uses]
     counts = Counter(fill.rule for fill in plan.fills)
     used = plan.used_keys()
-    unused = NameList(k for k in checkpoint if k not in used)
-    tied = {k: next(a for a in checkpoint.aliases(k) if a in used) for k in unused
-            if any(a in used for a in checkpoint.aliases(k))}
+    tied = {k: next(a for a in checkpoint.aliases(k) if a in used) for k in checkpoint
+            if k not in used and any(a in used for a in checkpoint.aliases(k))}
+    unused = NameList(k for k in checkpoint if k not in used and k not in tied)
     unmatched = NameList(t.name for t in plan.unmatched if t.required)
     left_inputs = _probable_weight_inputs(plan, input_names)
     skipped = dict(checkpoint.skipped)
 
     summary = ", ".join(f"{rule}: {counts[rule]}" for rule in RULES if counts[rule])
     prefix_text = f"; base prefix: {matching.base_prefix}" if matching.base_prefix else ""
+    tied_text = (f"; {_listing([f'{k} is {v}' for k, v in tied.items()])} (tied: one tensor "
+                 f"saved under several names)" if tied else "")
     findings.append(Finding(
         "GP200", Severity.INFO,
         f"filled {len(table)} initializers from {len(used)} checkpoint keys ({summary or 'none'})"
-        f"{prefix_text}",
+        f"{prefix_text}{tied_text}",
         PASS_NAME, data={"matched_by": dict(counts), "table": dict(table),
+                         "same_data_as": dict(tied),
                          "base_prefix": str(matching.base_prefix or "") or None,
                          "checkpoints": [str(f) for f in checkpoint.files]}))
     for name in unmatched:
@@ -113,9 +130,9 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
     if unused:
         findings.append(Finding(
             "GP202", Severity.INFO,
-            f"{len(unused)} checkpoint keys were not used: {_listing(unused)}"
-            + (f" ({len(tied)} of them share their data with a used key)" if tied else ""),
-            PASS_NAME, data={"keys": list(unused), "same_data_as": tied}))
+            f"{len(unused)} checkpoint keys were not used: {_listing(unused)}",
+            PASS_NAME, data={"keys": list(unused)}))
+
     if matching.base_prefix_ties:
         findings.append(Finding(
             "GP203", Severity.WARNING,
@@ -125,6 +142,9 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
             hint="say which with a regex rule, e.g. rules = {'^model\\\\.' = ''}"))
     findings.extend(_tied_findings(plan.fills))
     findings.extend(_fold_findings(plan.fills))
+    findings.extend(_unfusion_findings(plan.unfusions))
+    findings.extend(_kept_findings(plan.kept))
+    findings.extend(finding.with_pass(PASS_NAME) for finding in plan.refusals)
     findings.extend(_merge_findings(plan.fills))
     inputs = [f.name for f in plan.fills if f.is_plain and by_name[f.name].is_input]
     if inputs:
@@ -206,19 +226,81 @@ def _tied_findings(fills: Sequence[Fill]) -> list[Finding]:
 def _fold_findings(fills: Sequence[Fill]) -> list[Finding]:
     findings = []
     for inferred in (False, True):
-        folds = [f for f in fills if f.replaces is not None and f.inferred == inferred]
+        folds = [f for f in fills if f.fold is not None and f.inferred == inferred]
         if not folds:
             continue
-        pairs = [f"{f.replaces} = Transpose({f.name})" for f in folds]
-        how = ("found from the graph (the consumer's module or aten.linear), not a record"
-               if inferred else "recorded as pkg.onnxscript.optimizer.folded_from")
+        recipes = Counter(f.rule.removeprefix("folded-") for f in folds)
+        kinds = ", ".join(f"{count} {_plural(kind, count)}" for kind, count in recipes.items())
+        stale = [f.fold.name for f in folds if f.stale and f.fold is not None]
+        equal = [f for f in folds if f.stale is False]
+        unknown = len(folds) - len(stale) - len(equal)
+        checked = []
+        if equal:
+            checked.append(f"{len(equal)} equal the file's values (the checkpoint holds the "
+                           "values the export was made from)")
+        if stale:
+            checked.append(f"{len(stale)} were stale (the checkpoint changes their sources): "
+                           + _listing(stale))
+        if unknown:
+            checked.append(f"{unknown} could not be compared (the file does not hold them)")
+        pairs = [f.fold.describe() if f.fold.source == f.name else
+                 f"{f.fold.name} = {f.fold.recipe.describe(f.name)}"
+                 for f in folds if f.fold is not None and f.fold.recipe is not None]
+        how = ("found from the graph (the consumer's module), not from a record or the values"
+               if inferred else "found from torch's records and the values")
         findings.append(Finding(
             "GP204", Severity.WARNING if inferred else Severity.INFO,
-            f"replayed {len(folds)} transposes the exporter had folded into new initializers "
-            f"({how}): {_listing(pairs)}", PASS_NAME,
-            hint=REEXPORT_ADVICE if inferred else None,
-            data={"folds": {f.replaces: {"source": f.name, "key": f.key} for f in folds}}))
+            f"computed {len(folds)} constants the exporter had folded from weights ({kinds}) "
+            f"again by nodes from their sources, so that training updates the sources "
+            f"({how}); checked: {'; '.join(checked)}: {_listing(pairs)}", PASS_NAME,
+            hint=("if a source is wrong, name its key with a rename; or export without "
+                  "constant folding") if inferred else None,
+            data={"folds": {f.fold.name: {"source": f.name, "key": f.key,
+                                          "recipe": f.rule.removeprefix("folded-"),
+                                          "stale": f.stale, "evidence": f.fold.evidence}
+                            for f in folds if f.fold is not None}}))
     return findings
+
+
+def _unfusion_findings(unfusions: Sequence[Unfusion]) -> list[Finding]:
+    if not unfusions:
+        return []
+    stale = [u.fused.node.name or "Conv" for u in unfusions if u.stale]
+    checked = (f"{len(stale)} were stale (the checkpoint's tensors fuse into other weights "
+               f"than the file's): {_listing(stale)}" if stale else
+               "all equal the file's fused weights (the checkpoint holds the values the "
+               "export was made from)")
+    names = [u.fused.node.name or "Conv" for u in unfusions]
+    return [Finding(
+        "GP212", Severity.INFO,
+        f"separated {len(unfusions)} batch norms the exporter had fused into convolutions "
+        f"into Conv and BatchNormalization again, from the checkpoint's conv weights, scales, "
+        f"shifts and running statistics, so that they train as in torch; checked: {checked}: "
+        f"{_listing(names)}", PASS_NAME,
+        data={"separated": {u.fused.node.name: {"weight": u.names[u.fused.conv_weight],
+                                                 "batch_norm": u.names[u.fused.scale],
+                                                 "stale": u.stale,
+                                                 "evidence": u.fused.evidence}
+                            for u in unfusions}})]
+
+
+def _kept_findings(kept: Sequence[Fold]) -> list[Finding]:
+    if not kept:
+        return []
+    sources = sorted({fold.source for fold in kept})
+    return [Finding(
+        "GP213", Severity.INFO,
+        f"kept {len(kept)} constants the exporter had folded as it made them: the checkpoint "
+        f"fills none of their sources with other values ({_listing(sources)}), so they are "
+        f"not stale: {_listing([fold.name for fold in kept])}", PASS_NAME,
+        data={"kept": {fold.name: fold.source for fold in kept}})]
+
+
+def _plural(kind: str, count: int) -> str:
+    words = {"transpose": "transposes", "rows": "row gathers", "broadcast": "broadcasts",
+             "scale": "scalings", "copy": "copies"}
+    return words.get(kind, kind) if count != 1 else \
+        {"rows": "row gather", "scale": "scaling", "copy": "copy"}.get(kind, kind)
 
 
 def _merge_findings(fills: Sequence[Fill]) -> list[Finding]:

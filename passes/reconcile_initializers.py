@@ -44,7 +44,7 @@ from graphpass.errors import CheckpointError, PipelineError
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Graph, Model, Node
 from graphpass.passes._reconcile_match import match_names
-from graphpass.passes._reconcile_plan import Fill, Plan, plan_fills
+from graphpass.passes._reconcile_plan import Fill, Plan, checkpoint_state, plan_fills
 from graphpass.passes._reconcile_report import build_report
 from graphpass.passes._reconcile_shapes import ShapeCheck, check_undeclared
 from graphpass.passes._reconcile_targets import Target, collect_targets
@@ -52,7 +52,9 @@ from graphpass.torch.export_record import (
     fx_arguments,
     graph_signature,
     is_placeholder_name,
+    signature_kinds,
 )
+from graphpass.torch.folding import find_folds, mark_state, mark_ties, recompute, unfuse
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -143,7 +145,9 @@ class ReconcileInitializers(Pass):
                         matching.problems, checkpoint,
                         "add renames (checkpoint key = initializer) or regex rules to say "
                         "which key is meant")
-        plan = plan_fills(graph, targets, matching, checkpoint, signature)
+        state, keys = checkpoint_state(checkpoint, matching)
+        folding = find_folds(graph, checkpoint=state)
+        plan = plan_fills(graph, targets, matching, checkpoint, signature, folding, keys)
         undeclared_names = {t.name for t in targets if t.source == "undefined" and t.shape is None}
         _raise_problems("the checkpoint cannot fill this model correctly", plan.problems,
                         checkpoint, None)
@@ -154,6 +158,7 @@ class ReconcileInitializers(Pass):
                             "add renames or rules, or run without strict")
         input_names = graph.input_names
         _apply(graph, plan, targets, checkpoint, keep_inputs=self.options.keep_inputs)
+        mark_ties(graph, folding.ties)
         undeclared = {f.name: f.key for f in plan.fills
                       if f.is_plain and f.name in undeclared_names}
         shapes = ShapeCheck()
@@ -225,11 +230,13 @@ def _apply(graph: Graph, plan: Plan, targets: list[Target], checkpoint: Checkpoi
     by_name = {t.name: t for t in targets}
     drop = {f.name for f in plan.fills if f.is_plain and by_name[f.name].is_input
             and not keep_inputs}
-    drop.update(f.replaces for f in plan.fills if f.replaces and by_name[f.replaces].is_input)
+    drop.update(f.replaces for f in plan.fills if f.replaces and f.replaces in by_name
+                and by_name[f.replaces].is_input)
     for name in graph.input_names:  # in order, so that each removal finds its input first
         if name in drop:
             _drop_input(graph, name)
-    position = {id(node): index for index, node in enumerate(graph)}
+    kinds = signature_kinds(graph)
+    placeholders = {name: placeholder for placeholder, name in graph_signature(graph).items()}
     written: dict[str, str] = {}
     for fill in plan.fills:
         if fill.removes is not None:
@@ -237,29 +244,30 @@ def _apply(graph: Graph, plan: Plan, targets: list[Target], checkpoint: Checkpoi
         if written.get(fill.name) != fill.key:
             graph.set_initializer(checkpoint[fill.key].tensor(fill.name))
             written[fill.name] = fill.key
-        if fill.replaces is not None:
-            _replay_transpose(graph, fill, by_name[fill.replaces], position, keep_inputs)
+        if fill.fold is not None:
+            _recompute(graph, fill, by_name[fill.fold.name], keep_inputs)
+            mark_state(graph, fill.name, fill.fold.kind or "parameter",
+                       placeholders.get(fill.fold.source))
         elif fill.uses:
             for node, slot in fill.uses:
                 node.set_input(slot, fill.name)
+    for unfusion in plan.unfusions:
+        unfuse(graph, unfusion.fused, unfusion.names)
+        for source, name in unfusion.names.items():
+            kind = kinds.get(source) or (
+                "parameter" if source in unfusion.fused.parameters else "buffer")
+            mark_state(graph, name, kind, placeholders.get(source))
 
 
-def _replay_transpose(graph: Graph, fill: Fill, folded: Target, position: dict[int, int],
-                      keep_inputs: bool) -> None:
-    name = folded.name
-    if name in graph.initializers:
-        graph.remove_initializer(name)
+def _recompute(graph: Graph, fill: Fill, folded: Target, keep_inputs: bool) -> None:
+    assert fill.fold is not None
     if folded.is_input and keep_inputs and fill.name not in graph.input_names:
         tensor = graph.initializers[fill.name]
         graph.add_input(onnx.helper.make_tensor_value_info(fill.name, tensor.dtype,
                                                            tensor.shape))
-    consumers = [node for node, _ in graph.uses(name) if node is not None]
-    first = min(consumers, key=lambda node: position.get(id(node), len(position)))
-    transpose = Node("Transpose", [fill.name], [name], name=f"{name}__transpose",
-                     attributes={"perm": [1, 0]},
-                     metadata={_REPLAY_TAG: f"replays the exporter's folded transpose of "
-                                            f"{fill.name} (key {fill.key})"})
-    graph.insert_before(first, transpose)
+    for node in recompute(graph, fill.fold, fill.name):
+        node.set_metadata(_REPLAY_TAG, f"computes the exporter's folded {fill.fold.name!r} "
+                                       f"from {fill.name} (key {fill.key})")
 
 
 def _drop_input(graph: Graph, name: str) -> None:

@@ -43,6 +43,7 @@ __all__ = [
     "NAME_SCOPES",
     "ORIGINAL_NAME",
     "SIGNATURE",
+    "TIED_NAMES",
     "TRAINABLE_TYPES",
     "Placeholder",
     "StateKind",
@@ -57,6 +58,7 @@ __all__ = [
     "module_scope",
     "placeholder_stem",
     "records_state",
+    "signature_kinds",
     "signature_parameters",
     "state_kinds",
 ]
@@ -83,6 +85,9 @@ FX_NODE: Final = "pkg.torch.onnx.fx_node"
 """Node metadata key: the FX node the ONNX node was exported from."""
 NAME_SCOPES: Final = "pkg.torch.onnx.name_scopes"
 """Node metadata key: the module path of the node, as a list."""
+TIED_NAMES: Final = "graphpass.torch.tied_names"
+"""Value metadata key graphpass writes: the other torch names of a tied initializer, as a
+Python list literal (``"['transformer.wte.weight']"``)."""
 
 _SPEC_KINDS: Final[dict[str, StateKind]] = {
     "PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant",
@@ -139,6 +144,17 @@ def graph_signature(graph: Graph) -> dict[str, str]:
     """Placeholder names and the state-dict names they stand for (dynamo exports)."""
     text = graph.metadata.get(SIGNATURE, "")
     return dict(_SIGNATURE_LINE.findall(text))
+
+
+def signature_kinds(graph: Graph) -> dict[str, StateKind]:
+    """What torch.export's graph signature says each state name is (dynamo exports).
+
+    Every parameter, buffer and tensor constant of the exported module by its
+    ``state_dict()`` name (with the export's module prefix), whether or not the ONNX
+    graph still has an initializer of that name. Empty for other producers.
+    """
+    text = graph.metadata.get(SIGNATURE, "")
+    return {target: _SPEC_KINDS[kind] for _, kind, target in _SIGNATURE_KIND.findall(text)}
 
 
 def signature_parameters(graph: Graph) -> dict[str, str]:
@@ -227,6 +243,7 @@ def state_kinds(graph: Graph) -> dict[str, StateKind]:
     kinds: dict[str, StateKind] = {}
     names = list(dict.fromkeys([*graph.initializers, *graph.input_names]))
     values = graph.values
+    signature = signature_kinds(graph)
     for name in names:
         value = values.get(name)
         metadata = value.metadata if value is not None else {}
@@ -234,6 +251,8 @@ def state_kinds(graph: Graph) -> dict[str, StateKind]:
             kinds[name] = "constant"
         elif (kind := input_spec_kind(metadata)) is not None:
             kinds[name] = kind
+        elif name in signature:  # the state name itself: torch's record of the source
+            kinds[name] = signature[name]
     if len(kinds) == len(names):
         return kinds
     read = [(node, placeholder) for node in graph for placeholder in fx_placeholders(node)]
