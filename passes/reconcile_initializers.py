@@ -246,17 +246,16 @@ def _apply(graph: Graph, plan: Plan, targets: list[Target], checkpoint: Checkpoi
             written[fill.name] = fill.key
         if fill.fold is not None:
             _recompute(graph, fill, by_name[fill.fold.name], keep_inputs)
-            mark_state(graph, fill.name, fill.fold.kind or "parameter",
-                       placeholders.get(fill.fold.source))
+            if fill.fold.kind is not None:  # torch's record of the source, on the initializer
+                mark_state(graph, fill.name, fill.fold.kind, placeholders.get(fill.fold.source))
         elif fill.uses:
             for node, slot in fill.uses:
                 node.set_input(slot, fill.name)
     for unfusion in plan.unfusions:
         unfuse(graph, unfusion.fused, unfusion.names)
         for source, name in unfusion.names.items():
-            kind = kinds.get(source) or (
-                "parameter" if source in unfusion.fused.parameters else "buffer")
-            mark_state(graph, name, kind, placeholders.get(source))
+            if source in kinds:  # a dynamo export: torch's record, as the exporter writes it
+                mark_state(graph, name, kinds[source], placeholders.get(source))
 
 
 def _recompute(graph: Graph, fill: Fill, folded: Target, keep_inputs: bool) -> None:
