@@ -195,6 +195,7 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
         "table": table,
         "unmatched initializers": unmatched,
         "unused checkpoint keys": unused,
+        "tied checkpoint keys": dict(tied),
         "checkpoints": NameList(str(f) for f in checkpoint.files),
     }
     return findings, stats

@@ -22,6 +22,9 @@ the trainer reports):
 * ``GP407`` the loss has an element type the trainer does not accept;
 * ``GP423`` (info) float weights left out of the default trainable set because
   torch's export record marks them as buffers or constants;
+* ``GP426`` torch parameters the model still computes with that the default trainable
+  set leaves out (folded into a constant, fused into a node, or left out by name):
+  training would leave them where they are;
 * ``GP425`` a registered builder that computes a wrong gradient on this node (a known
   condition: the trainer builds and runs it, and every gradient comes out wrong);
 * ``GP424`` (warning) a ``BatchNormalization`` on the gradient path normalises so few
@@ -52,7 +55,7 @@ from graphpass.passes._gradient_region import (
     weight_bits,
 )
 from graphpass.passes._gradient_view import resolve_constant_ifs
-from graphpass.torch.export_record import INPUT_KIND
+from graphpass.torch.export_record import INPUT_KIND, parameters_left_out
 from graphpass.training.gradient_rules import (
     GradientRules,
     NodeSite,
@@ -81,6 +84,7 @@ CODES: Final = {
     "not-parameters": "GP423",
     "few-values": "GP424",
     "wrong-gradient": "GP425",
+    "parameter-left-out": "GP426",
 }
 """The finding codes of ``lint-gradients`` by problem (stable)."""
 
@@ -220,6 +224,8 @@ class LintGradients(AnalysisPass):
     def _run(self, model: Model, context: PassContext) -> PassResult:
         rules = self._rules(context)
         findings, trainable, frozen = _select_trainable(model.graph, self.options, rules)
+        if not self.options.trainable:
+            findings.extend(_parameters_left_out(model.graph, trainable, frozen, context))
         losses = _select_losses(model.graph, self.options.loss)
         view = None
         if rules.resolves_constant_ifs:
@@ -287,6 +293,36 @@ def _select_trainable(graph: Graph, options: Any, rules: GradientRules
             continue
         trainable.append(name)
     return findings, trainable, frozen
+
+
+def _parameters_left_out(graph: Graph, trainable: Sequence[str], frozen: frozenset[str],
+                         context: PassContext) -> list[Finding]:
+    """GP426: torch parameters the model computes with that the trainable set leaves out.
+
+    Parameters the user froze are not listed, nor those an earlier pass already reported
+    in an error (its ``data["parameters"]``: ``restore-parameters``' GP251).
+    """
+    reported: set[str] = set()
+    for result in context.results.values():
+        for finding in result.findings:
+            if finding.severity is Severity.ERROR and isinstance(finding.data, dict):
+                reported.update(finding.data.get("parameters", ()))
+    left_out = {name: where for name, where in parameters_left_out(graph, trainable).items()
+                if name not in frozen and name not in reported}
+    if not left_out:
+        return []
+    shown = shortened_list([f"{name!r} ({where})" for name, where in left_out.items()], _SHOWN)
+    return [Finding(
+        CODES["parameter-left-out"], Severity.ERROR,
+        f"{len(left_out)} torch parameter{'s' * (len(left_out) != 1)} the model computes with "
+        f"{'are' if len(left_out) != 1 else 'is'} not in the trainable set, so training would "
+        f"leave {'them' if len(left_out) != 1 else 'it'} as exported: {shown}",
+        value=next(iter(left_out)),
+        hint="fill the model from a checkpoint that holds them (reconcile-initializers "
+             "computes the exporter's copies from them), or export without constant folding "
+             "(torch.onnx.export(..., dynamo=True, optimize=False)); to train without them, "
+             "name them in lint-gradients' frozen option",
+        data={"parameters": list(left_out), "where": left_out})]
 
 
 def _select_losses(graph: Graph, loss: Sequence[str]) -> list[str]:

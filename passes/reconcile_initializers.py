@@ -27,6 +27,7 @@ The pass's :attr:`~graphpass.PassResult.stats` (also what later passes see in
                                 "split_from": str, "nodes": [...]}},  # split merges
         "unmatched initializers": [names],
         "unused checkpoint keys": [keys],
+        "tied checkpoint keys": {key: the used key with the same data},
         "checkpoints": [files],
     }
 """
@@ -42,7 +43,7 @@ import onnx
 from graphpass.checkpoint import Checkpoint, open_checkpoint
 from graphpass.errors import CheckpointError, PipelineError
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
-from graphpass.ir import Graph, Model, Node
+from graphpass.ir import Graph, Model
 from graphpass.passes._reconcile_match import match_names
 from graphpass.passes._reconcile_plan import Fill, Plan, checkpoint_state, plan_fills
 from graphpass.passes._reconcile_report import build_report

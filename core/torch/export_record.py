@@ -27,7 +27,9 @@ export mode; the other functions read one piece of it each.
 from __future__ import annotations
 
 import ast
+import contextlib
 import re
+from collections.abc import Iterable
 from typing import Final, Literal, NamedTuple
 
 import onnx
@@ -56,6 +58,7 @@ __all__ = [
     "input_spec_kind",
     "is_placeholder_name",
     "module_scope",
+    "parameters_left_out",
     "placeholder_stem",
     "records_state",
     "signature_kinds",
@@ -330,4 +333,45 @@ def _running_statistics(graph: Graph) -> set[str]:
                         and node.domain in ("", "ai.onnx") and slot in (3, 4)
                         for node, slot in uses):
             found.add(name)
+    return found
+
+
+def parameters_left_out(graph: Graph, trainable: Iterable[str]) -> dict[str, str]:
+    """Torch parameters the model still computes with that ``trainable`` does not train.
+
+    The worst failure of a training setup: the parameter "trains" and nothing of it moves.
+    A parameter torch.export's signature lists is computed with when an initializer of
+    its name is read, when a node's FX record reads its placeholder (it was fused into
+    that node), or when an initializer was folded from it; a tied name (recorded under
+    :data:`TIED_NAMES`) is the tensor of its initializer. Parameters the forward never
+    used are not listed (torch gives them no gradient either).
+
+    Returns:
+        Each such parameter and where it went, in signature order.
+    """
+    chosen = set(trainable)
+    tied: set[str] = set()
+    folded: dict[str, str] = {}
+    for name, value in graph.values.items():
+        metadata = value.metadata
+        if TIED_NAMES in metadata:
+            with contextlib.suppress(ValueError, SyntaxError):
+                tied.update(ast.literal_eval(metadata[TIED_NAMES]))
+        for source in folded_from(metadata):
+            folded.setdefault(source, name)
+    readers: dict[str, str] = {}
+    for node in graph:
+        for read in fx_placeholders(node):
+            readers.setdefault(read.name, node.name or node.op_type)
+    found: dict[str, str] = {}
+    for target, placeholder in signature_parameters(graph).items():
+        if target in chosen or target in tied:
+            continue
+        if target in graph.initializers:
+            if graph.is_used(target):
+                found[target] = "its initializer is left out of the trainable set"
+        elif target in folded:
+            found[target] = f"the exporter folded it into {folded[target]!r}"
+        elif placeholder in readers:
+            found[target] = f"the exporter fused it into node {readers[placeholder]!r}"
     return found

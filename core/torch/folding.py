@@ -500,11 +500,17 @@ class _Finder:
     def run(self) -> Folding:
         if self.kinds:
             self._fused_batch_norms()
-            self._recorded_folds()
+        self._recorded_folds()
+        if self.kinds:
             self._ties()
         else:
             self._legacy_folds()
         return self.folding
+
+    def _is_state(self, name: str) -> bool:
+        """Whether a recorded source is model state (torch's record, a weight, a key)."""
+        return name in self.kinds or name in self.checkpoint or (
+            not self.kinds and name in self.initializers)
 
     # -------------------------------------------------------------- the file's values
     def _file_value(self, name: str) -> np.ndarray[Any, Any] | None:
@@ -524,7 +530,7 @@ class _Finder:
     def _recorded_folds(self) -> None:
         for name, shape, tensor in self._candidates():
             recorded = folded_from(self.graph.values[name].metadata)
-            state = [s for s in recorded if s in self.kinds]
+            state = [s for s in recorded if self._is_state(s)]
             if recorded and not state:
                 continue  # computed from the exporter's own constants
             if not recorded:  # no record of its own: the aten.linear it is read by
@@ -534,17 +540,17 @@ class _Finder:
                 if source is None:
                     continue
                 state = [source]
-            parameters = [s for s in state if self.kinds[s] == "parameter"]
+            parameters = [s for s in state if self.kinds.get(s) == "parameter"]
             floats = parameters or [s for s in state if self._is_float_state(s)]
             if len(floats) != 1:
                 main = (floats or state)[0]
-                self._add(Fold(name, main, self.kinds[main], recorded, others=tuple(
+                self._add(Fold(name, main, self.kinds.get(main), recorded, others=tuple(
                     s for s in state if s != main),
                     problem=f"it was computed from {len(floats) or len(state)} state tensors "
                             f"({_names(floats or state)})"))
                 continue
             source = floats[0]
-            fold = Fold(name, source, self.kinds[source], recorded,
+            fold = Fold(name, source, self.kinds.get(source), recorded,
                         others=tuple(s for s in state if s != source))
             self._establish(fold, shape, tensor)
             self._add(fold)
@@ -595,6 +601,11 @@ class _Finder:
             fold.recipe, fold.evidence = Transpose((1, 0)), "torch's record: aten.linear"
             return
         if tensor is None:
+            if shape is not None and self._transposed_weight(fold.name, shape, source_shape):
+                fold.recipe = Transpose((1, 0))
+                fold.evidence = ("its shape is the source's transposed, and only MatMul reads "
+                                 "it, as its weight")
+                return
             fold.problem = ("the file does not hold it (the export was saved without its "
                             "weights), so it cannot be compared with the source")
             return
@@ -638,6 +649,9 @@ class _Finder:
             if np.array_equal(np.broadcast_to(first, constant.shape), constant):
                 return (Broadcast(tuple(constant.shape)),
                         "the constant repeats one slice of the source's shape")
+        if self._transposed_weight(fold.name, constant.shape, source_shape):
+            return (Transpose((1, 0)), "its shape is the source's transposed, and only MatMul "
+                                       "reads it, as its weight")
         indices = self._sibling_indices(fold, constant, source_shape)
         if indices is not None:
             name, values = indices
@@ -645,6 +659,19 @@ class _Finder:
                     f"the rows {name!r} lists: the export computed those positions from the "
                     f"same values")
         return None, ""
+
+    def _transposed_weight(self, name: str, shape: Sequence[int],
+                           source_shape: tuple[int, ...] | None) -> bool:
+        """A matrix read only as MatMul weights whose shape is the source's transposed.
+
+        A square one needs torch's ``aten.linear`` record: its shape tells nothing.
+        """
+        if source_shape is None or len(shape) != 2 or tuple(shape) != source_shape[::-1] \
+                or shape[0] == shape[1]:
+            return False
+        uses = self.graph.uses(name)
+        return bool(uses) and all(node is not None and node.op_type == "MatMul" and slot == 1
+                                  and node.domain in ("", "ai.onnx") for node, slot in uses)
 
     def _sibling_indices(self, fold: Fold, constant: np.ndarray[Any, Any],
                          source_shape: tuple[int, ...] | None
@@ -740,7 +767,7 @@ class _Finder:
             attribute = name.rpartition(".")[2]
             for node in self.graph.consumers(name):
                 scope = module_scope(node)
-                alias = f"{scope}.{attribute}" if scope else None
+                alias = f"{scope}.{attribute}" if scope else ""
                 if alias in unread and alias != name:
                     self._tie(name, alias)
                     unread.discard(alias)
@@ -750,9 +777,9 @@ class _Finder:
                 continue
             for name in parameters:
                 tensor = self.initializers[name]
-                if tuple(int(d) for d in tensor.shape) == values.shape and \
-                        np.array_equal(self.checkpoint.value(name) if name in self.checkpoint
-                                       else tensor.numpy(), values):
+                own = self.checkpoint.value(name) if name in self.checkpoint else tensor.numpy()
+                if tuple(int(d) for d in tensor.shape) == values.shape and own is not None \
+                        and np.array_equal(own, values):
                     self._tie(name, alias)
                     break
 
@@ -781,6 +808,13 @@ class _Finder:
             if conv is not None and self._legacy_fused(conv, name):
                 continue
             self._legacy_copy(name, tensor, file)
+        for value in self.graph.inputs:  # export_params=False: the folded copies are inputs
+            if LEGACY_CONSTANT_NAME.fullmatch(value.name) and \
+                    value.name not in self.initializers and any(
+                        node is not None and slot in _WEIGHT_SLOTS.get(node.op_type, ())
+                        for node, slot in self.graph.uses(value.name)):
+                self._add(Fold(value.name, value.name, None, problem=(
+                    "the file does not hold it (the export was saved without its weights)")))
 
     def _legacy_biases(self) -> set[str]:
         """Legacy constants read as a Conv's bias (found with the conv's weight)."""
@@ -867,9 +901,9 @@ def _matching_source(constant: np.ndarray[Any, Any],
                 continue
             if shape == constant.shape and np.array_equal(source, constant):
                 found.append((name, Copy()))
-            elif shape != constant.shape or constant.shape[0] == constant.shape[1]:
-                if np.array_equal(source.T, constant):
-                    found.append((name, Transpose((1, 0))))
+            elif (shape != constant.shape or constant.shape[0] == constant.shape[1]) and \
+                    np.array_equal(source.T, constant):
+                found.append((name, Transpose((1, 0))))
     transposes = [f for f in found if isinstance(f[1], Transpose)]
     found = transposes or found
     return found[0] if len(found) == 1 else None
