@@ -133,11 +133,13 @@ class Unfusion:
     Attributes:
         fused: What the exporter fused.
         names: The initializer each source is written to.
+        keys: The checkpoint key of each source.
         stale: Whether fusing the checkpoint's values gives other weights than the file's.
     """
 
     fused: FusedBatchNorm
     names: dict[str, str]
+    keys: dict[str, str]
     stale: bool
 
 
@@ -302,7 +304,7 @@ class _Planner:
                     + (f" {list(constant.shape)}" if constant is not None else ""))
                 continue
             stale = None if constant is None else not fold.recipe.same_values(computed, constant)
-            self._recompute(fold, fold.source, key, stale=stale, inferred=False)
+            self._recompute(fold, fold.source, key, stale=stale, inferred=fold.inferred)
             used.add(key)
 
     def _constant(self, name: str) -> np.ndarray | None:
@@ -406,7 +408,8 @@ class _Planner:
                     self.plan.fills.append(Fill(names[source], key, "fused-batch-norm",
                                                 fused.weight, stale=stale))
                 self.served.add(source)
-            self.plan.unfusions.append(Unfusion(fused, names, stale))
+            self.plan.unfusions.append(Unfusion(fused, names, {
+                source: key for source, key in keys.items() if key is not None}, stale))
 
     # -------------------------------------------------------------------- merges
     def merges(self) -> None:
@@ -594,6 +597,27 @@ def _transpose_problem(graph: Graph, target: Target, entry: CheckpointEntry,
             arguments = fx_arguments(node)
             if fx_target(node) != _LINEAR or len(arguments) < 2 or (
                     placeholder is not None and arguments[1] != placeholder):
-                return ("the weight is square, so its shape cannot tell a transpose apart, and "
-                        f"node {node.name!r} does not record an aten.linear reading it")
+                return _square_problem(graph, target, entry, node)
     return None
+
+
+def _square_problem(graph: Graph, target: Target, entry: CheckpointEntry,
+                    node: Node) -> str | None:
+    """Whether a square constant is the key's transpose, told by which is nearer its values.
+
+    A legacy export's folded ``W.T`` of a square weight looks the same transposed or not;
+    its values tell: when the checkpoint holds weights changed a little since the export
+    (fine-tuning), the constant is still far nearer their transpose than the weights
+    themselves. Decisive means four times nearer.
+    """
+    tensor = graph.initializers.get(target.name)
+    if tensor is not None:
+        constant = tensor.numpy().astype(np.float64)
+        weight = entry.numpy().astype(np.float64)
+        transposed = float(np.linalg.norm(constant - weight.T))
+        plain = float(np.linalg.norm(constant - weight))
+        if transposed <= 0.25 * plain:
+            return None
+    return ("the weight is square, so its shape cannot tell a transpose apart, its values are "
+            "not decisively nearer the key's transpose than the key, and "
+            f"node {node.name!r} does not record an aten.linear reading it")

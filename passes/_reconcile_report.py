@@ -49,6 +49,7 @@ from graphpass.findings import Finding, Severity
 from graphpass.passes._reconcile_match import LEVELS, Matching
 from graphpass.passes._reconcile_plan import Fill, Plan, Unfusion
 from graphpass.passes._reconcile_targets import Target
+from graphpass.passes._reconcile_verify import Verification
 from graphpass.torch.folding import Fold
 
 __all__ = ["MatchTable", "NameList", "build_report"]
@@ -79,7 +80,8 @@ class NameList(list[str]):
 
 def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
                  checkpoint: Checkpoint, input_names: Sequence[str], *, keep_inputs: bool,
-                 unconfirmed: Sequence[str] = (), ran: bool = False
+                 unconfirmed: Sequence[str] = (), ran: bool = False,
+                 verification: Verification | None = None,
                  ) -> tuple[list[Finding], dict[str, Any]]:
     """The findings and stats for the plan (see the module documentation for codes)."""
     by_name = {t.name: t for t in targets}
@@ -141,8 +143,8 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
             + " match equally many keys", PASS_NAME,
             hint="say which with a regex rule, e.g. rules = {'^model\\\\.' = ''}"))
     findings.extend(_tied_findings(plan.fills))
-    findings.extend(_fold_findings(plan.fills))
-    findings.extend(_unfusion_findings(plan.unfusions))
+    findings.extend(_fold_findings(plan.fills, verification))
+    findings.extend(_unfusion_findings(plan.unfusions, verification))
     findings.extend(_kept_findings(plan.kept))
     findings.extend(finding.with_pass(PASS_NAME) for finding in plan.refusals)
     findings.extend(_merge_findings(plan.fills))
@@ -224,7 +226,16 @@ def _tied_findings(fills: Sequence[Fill]) -> list[Finding]:
         data={"tied": {f.name: f.key for f in tied}})]
 
 
-def _fold_findings(fills: Sequence[Fill]) -> list[Finding]:
+def _run_note(verification: Verification | None) -> str:
+    if verification is None or not verification.checked and verification.ran:
+        return ""
+    if not verification.ran:
+        return "; the recomputations were not run in onnxruntime (it is not installed)"
+    return (f"; onnxruntime ran {verification.checked} of the recomputations (all but plain "
+            "transposes) and each gave what it must")
+
+
+def _fold_findings(fills: Sequence[Fill], verification: Verification | None) -> list[Finding]:
     findings = []
     for inferred in (False, True):
         folds = [f for f in fills if f.fold is not None and f.inferred == inferred]
@@ -247,13 +258,16 @@ def _fold_findings(fills: Sequence[Fill]) -> list[Finding]:
         pairs = [f.fold.describe() if f.fold.source == f.name else
                  f"{f.fold.name} = {f.fold.recipe.describe(f.name)}"
                  for f in folds if f.fold is not None and f.fold.recipe is not None]
-        how = ("found from the graph (the consumer's module), not from a record or the values"
+        how = ("found from the graph's structure or from the nearest values, not from a "
+               "record or equal values: " + "; ".join(sorted({f.fold.evidence for f in folds
+                                                             if f.fold is not None}))
                if inferred else "found from torch's records and the values")
         findings.append(Finding(
             "GP204", Severity.WARNING if inferred else Severity.INFO,
             f"computed {len(folds)} constants the exporter had folded from weights ({kinds}) "
             f"again by nodes from their sources, so that training updates the sources "
-            f"({how}); checked: {'; '.join(checked)}: {_listing(pairs)}", PASS_NAME,
+            f"({how}); checked: {'; '.join(checked)}{_run_note(verification)}: "
+            f"{_listing(pairs)}", PASS_NAME,
             hint=("if a source is wrong, name its key with a rename; or export without "
                   "constant folding") if inferred else None,
             data={"folds": {f.fold.name: {"source": f.name, "key": f.key,
@@ -263,7 +277,8 @@ def _fold_findings(fills: Sequence[Fill]) -> list[Finding]:
     return findings
 
 
-def _unfusion_findings(unfusions: Sequence[Unfusion]) -> list[Finding]:
+def _unfusion_findings(unfusions: Sequence[Unfusion],
+                       verification: Verification | None) -> list[Finding]:
     if not unfusions:
         return []
     stale = [u.fused.node.name or "Conv" for u in unfusions if u.stale]
@@ -272,12 +287,16 @@ def _unfusion_findings(unfusions: Sequence[Unfusion]) -> list[Finding]:
                "all equal the file's fused weights (the checkpoint holds the values the "
                "export was made from)")
     names = [u.fused.node.name or "Conv" for u in unfusions]
+    inferred = [u.fused.node.name or "Conv" for u in unfusions if u.fused.inferred]
+    if inferred:
+        checked += (f"; {len(inferred)} were found by nearness, not equal values (the "
+                    f"checkpoint changed them since the export): {_listing(inferred)}")
     return [Finding(
-        "GP212", Severity.INFO,
+        "GP212", Severity.WARNING if inferred else Severity.INFO,
         f"separated {len(unfusions)} batch norms the exporter had fused into convolutions "
         f"into Conv and BatchNormalization again, from the checkpoint's conv weights, scales, "
-        f"shifts and running statistics, so that they train as in torch; checked: {checked}: "
-        f"{_listing(names)}", PASS_NAME,
+        f"shifts and running statistics, so that they train as in torch; checked: {checked}"
+        f"{_run_note(verification)}: {_listing(names)}", PASS_NAME,
         data={"separated": {u.fused.node.name: {"weight": u.names[u.fused.conv_weight],
                                                  "batch_norm": u.names[u.fused.scale],
                                                  "stale": u.stale,

@@ -38,6 +38,7 @@ function's name and come after the main graph's.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -55,7 +56,11 @@ from graphpass.passes._gradient_region import (
     weight_bits,
 )
 from graphpass.passes._gradient_view import resolve_constant_ifs
-from graphpass.torch.export_record import INPUT_KIND, parameters_left_out
+from graphpass.torch.export_record import (
+    INPUT_KIND,
+    parameters_left_out,
+    signature_parameters,
+)
 from graphpass.training.gradient_rules import (
     GradientRules,
     NodeSite,
@@ -225,7 +230,8 @@ class LintGradients(AnalysisPass):
         rules = self._rules(context)
         findings, trainable, frozen = _select_trainable(model.graph, self.options, rules)
         if not self.options.trainable:
-            findings.extend(_parameters_left_out(model.graph, trainable, frozen, context))
+            findings.extend(_parameters_left_out(model.graph, trainable, self.options.frozen,
+                                                 context))
         losses = _select_losses(model.graph, self.options.loss)
         view = None
         if rules.resolves_constant_ifs:
@@ -254,8 +260,11 @@ def _select_trainable(graph: Graph, options: Any, rules: GradientRules
     findings: list[Finding] = []
     initializers = graph.initializers
     selection = select_weights(graph, options.trainable, options.frozen)
+    parameters = signature_parameters(graph)
     for option, patterns in (("trainable", options.trainable), ("frozen", options.frozen)):
         for pattern in selection.matching_nothing(patterns):
+            if option == "frozen" and any(fnmatch.fnmatchcase(p, pattern) for p in parameters):
+                continue  # a torch parameter the export folded away: frozen on purpose
             findings.append(Finding(
                 CODES["no-match"], Severity.WARNING,
                 f"{option} pattern {pattern!r} matches no initializer or graph input",
@@ -295,8 +304,8 @@ def _select_trainable(graph: Graph, options: Any, rules: GradientRules
     return findings, trainable, frozen
 
 
-def _parameters_left_out(graph: Graph, trainable: Sequence[str], frozen: frozenset[str],
-                         context: PassContext) -> list[Finding]:
+def _parameters_left_out(graph: Graph, trainable: Sequence[str],
+                         frozen_patterns: Sequence[str], context: PassContext) -> list[Finding]:
     """GP426: torch parameters the model computes with that the trainable set leaves out.
 
     Parameters the user froze are not listed, nor those an earlier pass already reported
@@ -308,7 +317,8 @@ def _parameters_left_out(graph: Graph, trainable: Sequence[str], frozen: frozens
             if finding.severity is Severity.ERROR and isinstance(finding.data, dict):
                 reported.update(finding.data.get("parameters", ()))
     left_out = {name: where for name, where in parameters_left_out(graph, trainable).items()
-                if name not in frozen and name not in reported}
+                if name not in reported and not any(fnmatch.fnmatchcase(name, pattern)
+                                                    for pattern in frozen_patterns)}
     if not left_out:
         return []
     shown = shortened_list([f"{name!r} ({where})" for name, where in left_out.items()], _SHOWN)

@@ -152,7 +152,8 @@ class _Restorer:
         self.transposes = transposes
         self.folding = folding
         self.advice = unfolded_export_advice(graph)
-        self.restored: dict[str, str] = {}  # folded value -> what computes it
+        self.restored: dict[str, str] = {}  # folded value -> the parameter it is computed from
+        self.recipes: dict[str, str] = {}  # folded value -> how (``Transpose(W)``)
         self.lost: list[_Lost] = []
         self.legacy: list[tuple[str, str]] = []  # (copy, consumer)
         self.merged: dict[str, str] = {}  # parameter name -> the initializer it reads
@@ -207,7 +208,8 @@ class _Restorer:
         for node in recompute(graph, fold):
             node.set_metadata(_TAG, f"{fold.recipe.describe(fold.source)} replaces the "
                                     f"exporter's folded copy")
-        self.restored[fold.name] = fold.recipe.describe(fold.source)
+        self.restored[fold.name] = fold.source
+        self.recipes[fold.name] = fold.recipe.describe(fold.source)
 
     def find_lost(self) -> None:
         """Parameters the signature lists that the model lacks, or holds rewritten."""
@@ -274,7 +276,8 @@ class _Restorer:
                 for node in recompute(self.graph, fold):
                     node.set_metadata(_TAG, f"{fold.recipe.describe(fold.source)} replaces the "
                                             "legacy exporter's folded copy")
-                self.restored[fold.name] = fold.recipe.describe(fold.source)
+                self.restored[fold.name] = fold.source
+                self.recipes[fold.name] = fold.recipe.describe(fold.source)
                 continue
             consumers = [node for node, slot in self.graph.uses(fold.name) if node is not None
                          and slot in _WEIGHT_SLOTS.get(node.op_type, ())]
@@ -323,13 +326,13 @@ class _Restorer:
     def findings(self) -> list[Finding]:
         found: list[Finding] = []
         if self.restored:
-            pairs = [f"{v} = {how}" for v, how in self.restored.items()]
+            pairs = [f"{v} = {how}" for v, how in self.recipes.items()]
             found.append(Finding(
                 RESTORED_CODE, Severity.INFO,
                 f"computed {len(pairs)} cop{'ies' if len(pairs) != 1 else 'y'} the exporter had "
                 f"folded from parameters again from the parameters, so that training updates "
                 f"them: {shortened_list(pairs, _SHOWN)}",
-                data={"restored": dict(self.restored)}))
+                data={"restored": dict(self.restored), "recipes": dict(self.recipes)}))
         if self.folding.ties:
             pairs = [f"{alias} is {name}" for name, aliases in self.folding.ties.items()
                      for alias in aliases]

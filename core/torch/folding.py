@@ -341,6 +341,8 @@ class Fold:
         problem: Why no recipe is known (when ``recipe`` is ``None``).
         others: Further state it was computed from (a fold of several tensors has no
             recipe; of a parameter and buffers, only the parameter is the source).
+        inferred: Whether the recipe rests on nearness rather than equality: the rows of a
+            table a checkpoint changed, matched to their nearest rows there (worth a warning).
     """
 
     name: str
@@ -351,6 +353,7 @@ class Fold:
     evidence: str = ""
     problem: str | None = None
     others: tuple[str, ...] = ()
+    inferred: bool = False
 
     @property
     def is_parameter(self) -> bool:
@@ -392,6 +395,8 @@ class FusedBatchNorm:
         epsilon: Its epsilon.
         momentum: torch's momentum (``0.1``: ONNX's is ``1 - momentum``).
         evidence: How it was found.
+        inferred: Whether it rests on nearness rather than records or equal values (a
+            legacy export filled from a checkpoint changed since: worth a warning).
     """
 
     node: Node
@@ -406,6 +411,7 @@ class FusedBatchNorm:
     epsilon: float
     momentum: float
     evidence: str
+    inferred: bool = False
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -622,6 +628,14 @@ class _Finder:
         recipe, evidence = self._recipe_from_constant(fold, constant, source_shape)
         if recipe is not None:
             fold.recipe, fold.evidence = recipe, evidence
+            return
+        changed = self.checkpoint.value(fold.source)
+        indices = _nearest_rows(constant, changed) if changed is not None else None
+        if indices is not None:
+            fold.recipe, fold.inferred = Rows(indices=indices), True
+            fold.evidence = (f"nearness: each row of it is far nearer one row of the "
+                             f"checkpoint's {fold.source!r} than any other (a table the "
+                             "checkpoint changed a little, as fine-tuning does)")
             return
         fold.problem = self._unknown(fold, constant, source_shape)
 
@@ -849,6 +863,8 @@ class _Finder:
                             key=lambda n: -_shared_prefix(n, scope))
         groups = _batch_norm_groups(self.checkpoint, shape[0])
         groups.sort(key=lambda group: -_shared_prefix(group[0], scope))
+        fused_weight = self.initializers[weight].numpy().astype(np.float64)
+        near: list[tuple[float, FusedBatchNorm]] = []
         for conv_weight in candidates:
             module = conv_weight.rpartition(".")[0]
             conv_bias = f"{module}.bias" if f"{module}.bias" in self.checkpoint else None
@@ -860,10 +876,37 @@ class _Finder:
                     evidence="values: the fusion of the checkpoint's conv weight and batch norm")
                 values = {n: v for n in fused.sources
                           if (v := self.checkpoint.value(n)) is not None}
-                if len(values) == len(fused.sources) and fused.matches(values, self.graph):
+                if len(values) != len(fused.sources):
+                    continue
+                if fused.matches(values, self.graph):
                     self.folding.fused[weight] = fused
                     return True
-        return False
+                computed = fused.compute(values)[0].astype(np.float64)
+                distance = float(np.linalg.norm(computed - fused_weight)) / max(
+                    float(np.linalg.norm(fused_weight)), 1e-30)
+                near.append((distance, fused))
+        return self._nearest_fusion(weight, near)
+
+    def _nearest_fusion(self, weight: str, near: list[tuple[float, FusedBatchNorm]]) -> bool:
+        """The fusion decisively nearest the file's weights (a checkpoint changed since).
+
+        Its relative distance must be under 1/2, and a quarter of the next nearest fusion's
+        of other tensors (an epsilon of 1e-3 instead of 1e-5 is the same tensors).
+        """
+        near.sort(key=lambda item: item[0])
+        if not near or near[0][0] >= 0.5:
+            return False
+        best = near[0][1]
+        rivals = [d for d, f in near[1:] if (f.conv_weight, f.scale) != (best.conv_weight,
+                                                                         best.scale)]
+        if rivals and near[0][0] > 0.25 * rivals[0]:
+            return False
+        best.inferred = True
+        best.evidence = ("nearness: the fusion of these checkpoint tensors is far nearer the "
+                         "file's fused weights than any other (tensors changed a little since "
+                         "the export, as fine-tuning does)")
+        self.folding.fused[weight] = best
+        return True
 
 
 # ================================================================== matching
@@ -944,6 +987,39 @@ def _row_indices(constant: np.ndarray[Any, Any],
         if digest not in index or digest in repeated:
             return None
         found[number] = index[digest]
+    return found.reshape(constant.shape[:lead])
+
+
+_NEAR: Final = 0.25
+"""A row matches its nearest row only when the next nearest is four times as far."""
+
+
+def _nearest_rows(constant: np.ndarray[Any, Any],
+                  source: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
+    """Indices of the rows of ``source`` nearest each row of ``constant``, if each is decisive.
+
+    The rows a fold took from a table that the checkpoint changed since (fine-tuned
+    position embeddings) are no longer equal to any row, but each is still far nearer its
+    own row than any other. Decisive means: the nearest row is at most :data:`_NEAR` of the
+    distance to the second nearest, and no two rows of the constant share their nearest row.
+    """
+    if source.ndim < 2 or source.shape[0] < 2 or source.dtype.kind != "f":
+        return None
+    row_shape = source.shape[1:]
+    lead = constant.ndim - len(row_shape)
+    if lead < 1 or tuple(constant.shape[lead:]) != tuple(row_shape):
+        return None
+    table = source.reshape(source.shape[0], -1).astype(np.float64)
+    wanted = constant.reshape(-1, table.shape[1]).astype(np.float64)
+    distances = (np.square(wanted).sum(1)[:, None] - 2 * wanted @ table.T
+                 + np.square(table).sum(1)[None, :])
+    order = np.argsort(distances, axis=1)[:, :2]
+    nearest = np.take_along_axis(distances, order, axis=1).clip(min=0)
+    if not bool((np.sqrt(nearest[:, 0]) <= _NEAR * np.sqrt(nearest[:, 1])).all()):
+        return None
+    found = order[:, 0].astype(np.int64)
+    if len(set(found.tolist())) != len(found):
+        return None
     return found.reshape(constant.shape[:lead])
 
 
