@@ -227,7 +227,7 @@ def _tied_findings(fills: Sequence[Fill]) -> list[Finding]:
 
 
 def _run_note(verification: Verification | None) -> str:
-    if verification is None or not verification.checked and verification.ran:
+    if verification is None or (not verification.checked and verification.ran):
         return ""
     if not verification.ran:
         return "; the recomputations were not run in onnxruntime (it is not installed)"

@@ -43,7 +43,7 @@ import onnx
 from graphpass.checkpoint import Checkpoint, open_checkpoint
 from graphpass.errors import CheckpointError, PassError, PipelineError
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
-from graphpass.ir import Graph, Model
+from graphpass.ir import Graph, Model, Node
 from graphpass.passes._reconcile_match import match_names
 from graphpass.passes._reconcile_plan import Fill, Plan, checkpoint_state, plan_fills
 from graphpass.passes._reconcile_report import build_report

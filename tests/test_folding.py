@@ -160,8 +160,9 @@ def test_the_folds_of_a_dynamo_export_are_found_with_their_recipes(exports):
 
 
 def test_a_checkpoint_with_the_exports_values_establishes_every_recipe_by_value(exports):
-    from graphpass.torch.folding import StateValues
     from safetensors.numpy import load_file
+
+    from graphpass.torch.folding import StateValues
 
     tensors = load_file(str(exports["text-state"]))
     state = StateValues({k: (v.shape, 1) for k, v in tensors.items() if v.dtype == np.float32},
@@ -262,7 +263,7 @@ def test_a_tie_is_one_initializer_reported_once_and_not_as_unused(exports, tmp_p
 
 def test_the_legacy_exporters_tied_copy_stays_tied_when_filled(exports, tmp_path):
     """The folded ``Transpose(embed.weight)`` of the head reads the embedding, not a new key."""
-    code, report, out = _ready(exports["text-legacy"], exports["text-finetuned"], tmp_path)
+    code, _, out = _ready(exports["text-legacy"], exports["text-finetuned"], tmp_path)
     assert code == 0
     ready = onnx.load(str(out))
     transposes = [n for n in ready.graph.node if n.op_type == "Transpose"
