@@ -248,13 +248,15 @@ def _fold_findings(fills: Sequence[Fill], verification: Verification | None) -> 
         unknown = len(folds) - len(stale) - len(equal)
         checked = []
         if equal:
-            checked.append(f"{len(equal)} equal the file's values (the checkpoint holds the "
-                           "values the export was made from)")
+            checked.append(f"{_count(len(equal), 'equals', 'equal')} the file's values (the "
+                           "checkpoint holds the values the export was made from)")
         if stale:
-            checked.append(f"{len(stale)} were stale (the checkpoint changes their sources): "
+            checked.append(f"{_count(len(stale), 'was', 'were')} stale (the checkpoint changes "
+                           f"{'its source' if len(stale) == 1 else 'their sources'}): "
                            + _listing(stale))
         if unknown:
-            checked.append(f"{unknown} could not be compared (the file does not hold them)")
+            checked.append(f"{_count(unknown, 'was', 'were')} not compared (the file does not "
+                           "hold it)")
         pairs = [f.fold.describe() if f.fold.source == f.name else
                  f"{f.fold.name} = {f.fold.recipe.describe(f.name)}"
                  for f in folds if f.fold is not None and f.fold.recipe is not None]
@@ -264,8 +266,9 @@ def _fold_findings(fills: Sequence[Fill], verification: Verification | None) -> 
                if inferred else "found from torch's records and the values")
         findings.append(Finding(
             "GP204", Severity.WARNING if inferred else Severity.INFO,
-            f"computed {len(folds)} constants the exporter had folded from weights ({kinds}) "
-            f"again by nodes from their sources, so that training updates the sources "
+            f"computed {_count(len(folds), 'constant', 'constants')} the exporter had folded "
+            f"from weights ({kinds}) again by nodes from their sources, so that training "
+            f"updates the sources "
             f"({how}); checked: {'; '.join(checked)}{_run_note(verification)}: "
             f"{_listing(pairs)}", PASS_NAME,
             hint=("if a source is wrong, name its key with a rename; or export without "
@@ -282,8 +285,8 @@ def _unfusion_findings(unfusions: Sequence[Unfusion],
     if not unfusions:
         return []
     stale = [u.fused.node.name or "Conv" for u in unfusions if u.stale]
-    checked = (f"{len(stale)} were stale (the checkpoint's tensors fuse into other weights "
-               f"than the file's): {_listing(stale)}" if stale else
+    checked = (f"{_count(len(stale), 'was', 'were')} stale (the checkpoint's tensors fuse into "
+               f"other weights than the file's): {_listing(stale)}" if stale else
                "all equal the file's fused weights (the checkpoint holds the values the "
                "export was made from)")
     names = [u.fused.node.name or "Conv" for u in unfusions]
@@ -293,7 +296,8 @@ def _unfusion_findings(unfusions: Sequence[Unfusion],
                     f"checkpoint changed them since the export): {_listing(inferred)}")
     return [Finding(
         "GP212", Severity.WARNING if inferred else Severity.INFO,
-        f"separated {len(unfusions)} batch norms the exporter had fused into convolutions "
+        f"separated {_count(len(unfusions), 'batch norm', 'batch norms')} the exporter had "
+        f"fused into convolutions "
         f"into Conv and BatchNormalization again, from the checkpoint's conv weights, scales, "
         f"shifts and running statistics, so that they train as in torch; checked: {checked}"
         f"{_run_note(verification)}: {_listing(names)}", PASS_NAME,
@@ -310,10 +314,15 @@ def _kept_findings(kept: Sequence[Fold]) -> list[Finding]:
     sources = sorted({fold.source for fold in kept})
     return [Finding(
         "GP213", Severity.INFO,
-        f"kept {len(kept)} constants the exporter had folded as it made them: the checkpoint "
+        f"kept {_count(len(kept), 'constant', 'constants')} the exporter had folded as it "
+        f"made {'it' if len(kept) == 1 else 'them'}: the checkpoint "
         f"fills none of their sources with other values ({_listing(sources)}), so they are "
         f"not stale: {_listing([fold.name for fold in kept])}", PASS_NAME,
         data={"kept": {fold.name: fold.source for fold in kept}})]
+
+
+def _count(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
 
 
 def _plural(kind: str, count: int) -> str:

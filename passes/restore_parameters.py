@@ -327,11 +327,13 @@ class _Restorer:
         found: list[Finding] = []
         if self.restored:
             pairs = [f"{v} = {how}" for v, how in self.recipes.items()]
+            count = len(set(self.restored.values()))
             found.append(Finding(
                 RESTORED_CODE, Severity.INFO,
-                f"computed {len(pairs)} cop{'ies' if len(pairs) != 1 else 'y'} the exporter had "
-                f"folded from parameters again from the parameters, so that training updates "
-                f"them: {shortened_list(pairs, _SHOWN)}",
+                f"restored {count} parameter{'s' * (count != 1)} the exporter had folded into "
+                f"copies; the copies are computed from {'them' if count != 1 else 'it'} again, "
+                f"so that training updates {'them' if count != 1 else 'it'}: "
+                f"{shortened_list(pairs, _SHOWN)}",
                 data={"restored": dict(self.restored), "recipes": dict(self.recipes)}))
         if self.folding.ties:
             pairs = [f"{alias} is {name}" for name, aliases in self.folding.ties.items()
