@@ -33,6 +33,8 @@ Finding codes (stable):
   batch norm the checkpoint fills only in part.
 * ``GP212`` info: batch norms the exporter fused into convolutions were separated
   again (``Conv`` + ``BatchNormalization``) from the checkpoint's tensors.
+* ``GP215`` warning: tied weights the checkpoint gives different values under their names
+  (the model keeps them one tensor).
 * ``GP213`` info: folded constants kept as the export made them: the checkpoint fills
   none of their sources (rotary frequencies and other non-persistent buffers), or fills
   them with the values the file holds.
@@ -41,8 +43,10 @@ Finding codes (stable):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
+
+import numpy as np
 
 from graphpass.checkpoint import Checkpoint
 from graphpass.findings import Finding, Severity
@@ -82,6 +86,8 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
                  checkpoint: Checkpoint, input_names: Sequence[str], *, keep_inputs: bool,
                  unconfirmed: Sequence[str] = (), ran: bool = False,
                  verification: Verification | None = None,
+                 ties: Mapping[str, Sequence[str]] | None = None,
+                 keys: Mapping[str, str] | None = None,
                  ) -> tuple[list[Finding], dict[str, Any]]:
     """The findings and stats for the plan (see the module documentation for codes)."""
     by_name = {t.name: t for t in targets}
@@ -143,6 +149,7 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
             + " match equally many keys", PASS_NAME,
             hint="say which with a regex rule, e.g. rules = {'^model\\\\.' = ''}"))
     findings.extend(_tied_findings(plan.fills))
+    findings.extend(_untied_findings(plan, checkpoint, ties or {}, keys or {}))
     findings.extend(_fold_findings(plan.fills, verification))
     findings.extend(_unfusion_findings(plan.unfusions, verification))
     findings.extend(_kept_findings(plan.kept))
@@ -233,6 +240,36 @@ def _run_note(verification: Verification | None) -> str:
         return "; the recomputations were not run in onnxruntime (it is not installed)"
     return (f"; onnxruntime ran {verification.checked} of the recomputations (all but plain "
             "transposes) and each gave what it must")
+
+
+def _untied_findings(plan: Plan, checkpoint: Checkpoint, ties: Mapping[str, Sequence[str]],
+                     keys: Mapping[str, str]) -> list[Finding]:
+    """GP215: tied weights the checkpoint gives different values under their two names."""
+    filled = {fill.name: fill.key for fill in plan.fills}
+    differing = []
+    for name, aliases in ties.items():
+        key = filled.get(name)
+        for alias in aliases:
+            other = keys.get(alias)
+            if key is None or other is None or other == key or \
+                    checkpoint[other].storage == checkpoint[key].storage:
+                continue
+            if checkpoint[other].shape != checkpoint[key].shape or not np.array_equal(
+                    checkpoint[other].numpy(), checkpoint[key].numpy()):
+                differing.append((name, key, alias, other))
+    if not differing:
+        return []
+    pairs = [f"{alias!r} (key {other!r}) is {name!r} (key {key!r})"
+             for name, key, alias, other in differing]
+    return [Finding(
+        "GP215", Severity.WARNING,
+        f"the checkpoint gives tied weights different values: {_listing(pairs)}; the model "
+        "keeps them one tensor (as torch ties them), filled from the first key, and the "
+        "other key's values are not used", PASS_NAME, value=differing[0][0],
+        hint="if the checkpoint's model untied them, export that model (its export then has "
+             "an initializer for each); graphpass never breaks a tie on its own",
+        data={"differing": {alias: {"key": other, "tied_to": name, "tied_key": key}
+                            for name, key, alias, other in differing}})]
 
 
 def _fold_findings(fills: Sequence[Fill], verification: Verification | None) -> list[Finding]:

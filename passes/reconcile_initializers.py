@@ -181,7 +181,8 @@ class ReconcileInitializers(Pass):
         findings, stats = build_report(plan, matching, targets, checkpoint, input_names,
                                        keep_inputs=self.options.keep_inputs,
                                        unconfirmed=shapes.unconfirmed, ran=shapes.ran,
-                                       verification=verification)
+                                       verification=verification, ties=folding.ties,
+                                       keys=keys)
         return PassResult(changed=bool(plan.fills), findings=findings, stats=stats)
 
     def _open(self, context: PassContext) -> Checkpoint:

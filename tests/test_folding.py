@@ -270,3 +270,21 @@ def test_the_legacy_exporters_tied_copy_stays_tied_when_filled(exports, tmp_path
                   and n.input[0] == "embed.weight"]
     assert transposes  # the head reads the embedding through a Transpose
     assert "head.weight" not in {i.name for i in ready.graph.initializer}
+
+
+def test_a_checkpoint_that_gives_tied_names_different_values_is_warned_about(exports,
+                                                                            tmp_path):
+    """The model keeps the tie (one tensor); the checkpoint's second value is not used."""
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(str(exports["text-state"]))
+    tensors["head.weight"] = tensors["embed.weight"] + 1.0  # untied: two values
+    checkpoint = tmp_path / "untied.safetensors"
+    save_file(tensors, str(checkpoint))
+    model = graphpass.load(exports["text-dynamo"])
+    result = graphpass.PassManager(["reconcile-initializers"], checkpoints=[checkpoint]).run(model)
+    [untied] = [f for f in result.findings if f.code == "GP215"]
+    assert untied.severity.value == "warning"
+    assert untied.data["differing"] == {"embed.weight": {
+        "key": "embed.weight", "tied_to": "head.weight", "tied_key": "head.weight"}}
+    assert "embed.weight" not in result.model.graph.initializers  # still one tensor
