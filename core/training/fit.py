@@ -75,7 +75,7 @@ def fit(trainer: Trainer, batches: Any, *, epochs: int | None = None,
         accumulate: int = 1, schedule: ScheduleKind | Schedule = "constant", warmup: int = 0,
         lr: float | None = None, callback: Callable[[dict[str, Any]], Any] | None = None,
         log: str | os.PathLike[str] | None = None, state_dir: str | os.PathLike[str] | None = None,
-        save_every: int | None = None, resume: bool = False,
+        save_every: int | None = None, resume: bool | str | os.PathLike[str] = False,
         settings: Mapping[str, Any] | None = None) -> FitResult:
     """Train ``trainer`` on ``batches`` for ``epochs`` epochs or ``steps`` steps.
 
@@ -100,7 +100,8 @@ def fit(trainer: Trainer, batches: Any, *, epochs: int | None = None,
         log: A metrics file (JSON lines, :mod:`graphpass.training.metrics`).
         state_dir: Where the state is saved (every ``save_every`` steps and at the end).
         save_every: Steps between saves.
-        resume: Continue the run saved in ``state_dir`` (if one was saved there).
+        resume: Continue the run saved in ``state_dir`` (``True``) or in this folder,
+            if a state was saved there (else the run starts from the beginning).
         settings: More of the run's settings, recorded in the state and compared on
             resume (``graphpass train`` records its data paths).
 
@@ -127,10 +128,11 @@ def fit(trainer: Trainer, batches: Any, *, epochs: int | None = None,
 
     first_step, epoch, index = trainer.steps, 0, 0
     result = FitResult(trainer.steps)
-    if resume and state_dir is not None:
-        saved = load_state(trainer, state_dir, missing_ok=True)
+    source = state_dir if resume is True else (resume or None)
+    if source is not None:
+        saved = load_state(trainer, source, missing_ok=True)
         if saved is not None:
-            _check_same_run(saved.run.get("settings", {}), recorded, state_dir)
+            _check_same_run(saved.run.get("settings", {}), recorded, source)
             first_step = int(saved.run["first_step"])
             epoch, index = (int(v) for v in saved.run["position"])
             result.resumed_from = saved.steps
@@ -319,7 +321,7 @@ def _check_arguments(epochs: int | None, steps: int | None, eval_every: int | No
             raise TrainingError(f"{name} must be a whole number of at least 1, not {value!r}")
     if not isinstance(accumulate, int) or accumulate < 1:
         raise TrainingError(f"accumulate must be at least 1, not {accumulate!r}")
-    if (save_every is not None or resume) and state_dir is None:
+    if (save_every is not None or resume is True) and state_dir is None:
         raise TrainingError("saving or resuming the state needs a state folder",
                             hint="give state_dir (graphpass train: --state-dir DIR)")
 
