@@ -350,28 +350,21 @@ class Trainer:
         return save(model, path)
 
     def checkpoint(self) -> dict[str, np.ndarray]:
-        """The trained weights and running statistics under their torch ``state_dict`` keys.
+        """The trained model's torch ``state_dict``: what a strict ``load_state_dict`` takes.
 
-        The keys are those ``reconcile-initializers`` matched the initializers with
-        (the manifest's ``torch_names``); a weight it did not fill keeps its
-        initializer name (which is the torch name in a ``dynamo=True`` export).
+        Every key the manifest's ``torch_state`` lists (tied weights under each of
+        their names, buffers the export dropped from the user's checkpoint, keys as
+        that checkpoint spelled them): see :mod:`graphpass.training.torch_checkpoint`.
         """
-        names = self.manifest.get("torch_names", {})
-        arrays: dict[str, np.ndarray] = {}
-        for name, value in self.weights().items():
-            key = names.get(name, name)
-            if key in arrays:
-                raise TrainingError(f"two weights map to the checkpoint key {key!r}",
-                                    hint="check the manifest's torch_names")
-            arrays[key] = value
-        return arrays
+        from graphpass.training.torch_checkpoint import checkpoint_arrays
+
+        return checkpoint_arrays(self)
 
     def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
         """Write :meth:`checkpoint` as a safetensors file (atomic).
 
         Load it into the torch model with ``model.load_state_dict(
-        safetensors.torch.load_file(path), strict=False)`` (it holds what training
-        changed, not buffers the export dropped).
+        safetensors.torch.load_file(path), strict=True)``.
 
         Raises:
             ModelSaveError: The file cannot be written (nothing is changed on disk).
