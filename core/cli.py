@@ -55,7 +55,7 @@ from graphpass.batch import (
     run_model,
 )
 from graphpass.batch._tasks import Command
-from graphpass.errors import GraphpassError, first_line
+from graphpass.errors import GraphpassError
 from graphpass.files import load
 from graphpass.framework.config import PipelineFile, load_pipeline_file, parse_value
 from graphpass.framework.plugin_loading import default_registry

@@ -38,7 +38,7 @@ from graphpass.torch.export_record import (
     state_kinds,
 )
 
-__all__ = ["TorchState", "Spelling", "torch_state"]
+__all__ = ["Spelling", "TorchState", "torch_state"]
 
 COUNTER: Final = "num_batches_tracked"
 _SIGNATURE_LINE: Final = re.compile(

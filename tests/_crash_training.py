@@ -40,9 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
-
 from _crash_writes import _decode, run, start
+from onnx import TensorProto, helper, numpy_helper
 
 WIDTH, SAMPLES, BATCH = 64, 64, 4
 

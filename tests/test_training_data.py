@@ -184,8 +184,8 @@ def test_parquet_is_read_a_row_group_at_a_time(tmp_path: Path) -> None:
     batches = open_batches(tmp_path / "rows.parquet", batch_size=50)
     read = [batch["target"] for batch in batches.epoch(0)]
     np.testing.assert_array_equal(np.concatenate(read), arrays["target"])
-    source = batches._source  # noqa: SLF001
-    assert len(source._groups) <= 4  # noqa: SLF001 (a few row groups held, of 40)
+    source = batches._source
+    assert len(source._groups) <= 4
 
 
 # ========================================================================= errors

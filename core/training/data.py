@@ -41,7 +41,7 @@ from typing import Any, Final
 import numpy as np
 
 from graphpass.errors import first_line
-from graphpass.training.trainer import TrainingError
+from graphpass.training._errors import TrainingError
 
 __all__ = ["Batches", "DataError", "batch_rows", "open_batches", "read_npz"]
 
@@ -395,7 +395,7 @@ def _column_array(column: Any, name: str, where: str) -> np.ndarray:
                         where=where) from None
     if values.dtype == object:
         raise DataError(f"column {name!r} is not numeric ({array.type})", where=where)
-    return values.reshape(shape)
+    return np.asarray(values).reshape(shape)
 
 
 class _TableRows(_Source):

@@ -31,7 +31,7 @@ from graphpass.training.data import Batches, batch_rows
 from graphpass.training.metrics import MetricsLog
 from graphpass.training.schedule import Schedule, ScheduleKind
 from graphpass.training.state import load_state, save_state
-from graphpass.training.trainer import TrainingError
+from graphpass.training._errors import TrainingError
 
 if TYPE_CHECKING:
     from graphpass.training.trainer import Trainer
@@ -181,7 +181,7 @@ class _Loop:
         clock = time.perf_counter()
         while True:
             upcoming = _Lookahead(_epoch_batches(batches, epoch, index))
-            if upcoming.exhausted:
+            if upcoming.exhausted():
                 if index == 0:
                     raise TrainingError("the training data gave no batch"
                                         + (f" in epoch {epoch + 1}" if epoch else ""),
@@ -189,12 +189,13 @@ class _Loop:
                                              "epoch (a list, or a function of the epoch)")
                 epoch, index = epoch + 1, 0  # a resumed position at an epoch's very end
                 continue
-            while not upcoming.exhausted:
+            while not upcoming.exhausted():
                 group = list(itertools.islice(upcoming, self.accumulate))
                 index += len(group)
                 position = trainer.steps - self.first_step
                 trainer.lr = self.plan.at(position)
-                loss = trainer.step(group[0] if self.accumulate == 1 else group)
+                batch: Any = group[0] if self.accumulate == 1 else group
+                loss = trainer.step(batch)
                 now = time.perf_counter()
                 samples = sum(batch_rows(b) for b in group)
                 record = {"step": trainer.steps, "epoch": epoch + 1, "loss": loss,
@@ -208,7 +209,7 @@ class _Loop:
                                     "are not written (try a smaller learning rate)")
                     result.epochs = epoch
                     return
-                epoch_ends = upcoming.exhausted
+                epoch_ends = upcoming.exhausted()
                 done_steps = trainer.steps - self.first_step
                 evaluated = False
                 if self.eval_every and done_steps % self.eval_every == 0 and not epoch_ends:
@@ -272,8 +273,8 @@ class _Lookahead(Iterator[Batch]):
         self._iterator = iterator
         self._next: Any = next(iterator, self._END)
 
-    @property
     def exhausted(self) -> bool:
+        """Whether no item follows."""
         return self._next is self._END
 
     def __next__(self) -> Batch:
@@ -311,7 +312,7 @@ def _steps_per_epoch(batches: Any, accumulate: int) -> int | None:
 
 def _check_arguments(epochs: int | None, steps: int | None, eval_every: int | None,
                      accumulate: int, save_every: int | None, state_dir: Any,
-                     resume: bool) -> None:
+                     resume: Any) -> None:
     if (epochs is None) == (steps is None):
         raise TrainingError("give either epochs or steps" if epochs is None else
                             "give epochs or steps, not both")

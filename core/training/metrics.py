@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from graphpass.errors import ModelSaveError
-from graphpass.training.trainer import TrainingError
+from graphpass.training._errors import TrainingError
 
 __all__ = ["MetricsLog", "plot_metrics", "read_metrics"]
 
@@ -100,11 +100,18 @@ def _replace_text(path: Path, text: str) -> None:
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
+        os.chmod(name, 0o666 & ~_umask())
         os.replace(name, path)
     except BaseException:
         if os.path.exists(name):
             os.unlink(name)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def plot_metrics(records: Iterable[Mapping[str, Any]] | str | os.PathLike[str],
@@ -159,6 +166,7 @@ def plot_metrics(records: Iterable[Mapping[str, Any]] | str | os.PathLike[str],
     try:
         figure.savefig(name, format=target.suffix.lstrip(".") or "png",
                        metadata={"Software": None} if target.suffix == ".png" else None)
+        os.chmod(name, 0o666 & ~_umask())
         os.replace(name, target)
     except OSError as error:
         raise ModelSaveError(f"cannot write ({error.strerror})", where=str(target)) from None

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from graphpass.training.trainer import TrainingError
+from graphpass.training._errors import TrainingError
 
 __all__ = ["SCHEDULES", "Schedule", "ScheduleKind"]
 

@@ -8,8 +8,8 @@ settings and its position in the data) into a snapshot of ``dir``
 (:mod:`graphpass.files.snapshots`: a kill at any moment leaves the previous state
 whole)::
 
-    dir/pointer.json                {"format": "graphpass-trainer-state", "snapshot": "step-40", ...}
-    dir/step-40/arrays.safetensors  the carried values, by the names step.onnx reads them under
+    dir/pointer.json                {"format": "graphpass-trainer-state", "snapshot": "step-40"}
+    dir/step-40/arrays.safetensors  the carried values, by their names in step.onnx
     dir/step-40/trainer.json        steps, lr, the arrays' types and shapes, the run
 
 :meth:`~graphpass.training.Trainer.load_state` writes the saved values into the
@@ -29,7 +29,7 @@ import numpy as np
 
 from graphpass.errors import ModelSaveError, first_line
 from graphpass.files.snapshots import read_snapshot, write_snapshot
-from graphpass.training.trainer import TrainingError
+from graphpass.training._errors import TrainingError
 
 if TYPE_CHECKING:
     from graphpass.training.trainer import Trainer
@@ -200,4 +200,4 @@ def _write_safetensors(arrays: Mapping[str, np.ndarray], path: Path) -> None:
         handle.write(len(text).to_bytes(8, "little"))
         handle.write(text)
         for array in arrays.values():
-            handle.write(memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8)))
+            np.ascontiguousarray(array).tofile(handle)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graphpass.files import load
+from graphpass.training._errors import TrainingError
 
 if TYPE_CHECKING:
     from graphpass.training.trainer import Trainer
@@ -32,8 +33,6 @@ __all__ = ["checkpoint_arrays"]
 
 def checkpoint_arrays(trainer: Trainer) -> dict[str, np.ndarray]:
     """The checkpoint's arrays by key (copies), in the manifest's order."""
-    from graphpass.training.trainer import TrainingError
-
     manifest = trainer.manifest
     state: dict[str, Any] | None = manifest.get("torch_state")
     carried = trainer.carried_arrays()

@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from graphpass.errors import GraphpassError, ModelSaveError, first_line
+from graphpass.errors import ModelSaveError, first_line
 from graphpass.files import load, save
 from graphpass.ir import Tensor
+from graphpass.training._errors import TrainingError
 from graphpass.training.directory import MANIFEST, read_manifest
 from graphpass.training.graphs import FORMAT_VERSION
 
@@ -51,10 +52,6 @@ __all__ = ["Evaluation", "Trainer", "TrainingError"]
 _BUILD_HINT = ("build one with `graphpass run MODEL -o READY.onnx -p train-ready "
                "--emit-training-graph DIR`, or train the model directly with "
                "`graphpass train MODEL --data BATCH.npz`")
-
-
-class TrainingError(GraphpassError):
-    """A training-graph directory cannot be trained: a bad directory, a bad batch, no runtime."""
 
 
 @dataclass(frozen=True)
