@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
+from graphpass.training._errors import TrainingError
 from graphpass.training.data import Batches, batch_rows
 from graphpass.training.metrics import MetricsLog
 from graphpass.training.schedule import Schedule, ScheduleKind
 from graphpass.training.state import load_state, save_state
-from graphpass.training._errors import TrainingError
 
 if TYPE_CHECKING:
     from graphpass.training.trainer import Trainer
@@ -175,7 +175,9 @@ class _Loop:
 
     def run(self, batches: Any, epoch: int, index: int, result: FitResult) -> None:
         trainer = self.trainer
-        if self._finished(epoch):
+        if self._finished(epoch):  # a resumed run that had ended: nothing to train
+            if self.state_dir is not None:
+                self._save(epoch, index)  # the same state again; tidies the folder up
             result.epochs = epoch
             return
         clock = time.perf_counter()
