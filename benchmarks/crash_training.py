@@ -1,7 +1,8 @@
 """Crash runs of ``graphpass train --state-dir``, long (``make bench``).
 
 ``tests/_crash_training.py`` does the work; ``tests/test_crash_training.py`` runs a
-short version in ``make test`` (every step of the second and the last state write, a few random kills).
+short version in ``make test`` (every step of the second and the last state write,
+a few random kills).
 This kills the run at every step of every state write and at hundreds of random
 moments (the resumed run killed again at random each time); after every kill the
 state folder must be whole (or empty), and every resumed run must end with the

@@ -2,13 +2,14 @@
 
 ``tests/_crash_training.py`` trains a small MLP (3 shuffled epochs, evaluations, the
 state saved every 5 steps, always the same command with ``--resume``) and kills it
-with ``SIGKILL`` at every step of two state writes (the second and the last: the commit protocol's test hook:
-each file written and synced, each rename, the pointer, the old snapshot's removal)
-and at random moments (training, evaluating or saving), the resumed run too. After
-every kill the state folder holds a whole state (or none yet), never a torn one; the
-resumed run then ends with the uninterrupted run's state, bit for bit, and the folder
-holds the pointer and one snapshot. ``benchmarks/crash_training.py`` runs the long
-version (every state write, hundreds of random kills).
+with ``SIGKILL`` at every step of two state writes, the second and the last (the
+commit protocol's test hook: each file written and synced, each rename, the pointer,
+the old snapshot's removal), and at random moments (training, evaluating or saving),
+the resumed run too. After every kill the state folder holds a whole state (or none
+yet), never a torn one; the resumed run then ends with the uninterrupted run's state,
+bit for bit, and the folder holds the pointer and one snapshot.
+``benchmarks/crash_training.py`` runs the long version (every state write, hundreds
+of random kills).
 """
 
 from __future__ import annotations
