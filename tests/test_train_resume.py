@@ -55,6 +55,16 @@ def _data(case: zoo.Case, folder: Path, seed: int, count: int) -> Path:
     return path
 
 
+def _training_graphs(case: zoo.Case, folder: Path) -> Path:
+    exported = zoo.export(case, "dynamo-full-state")
+    directory = folder / "train"
+    subprocess.run([sys.executable, "-m", "graphpass", "run", str(exported.model), "-o",
+                    str(folder / "ready.onnx"), "-p", "train-ready", "--checkpoint",
+                    str(exported.checkpoint), "--emit-training-graph", str(directory)],
+                   check=True, capture_output=True)
+    return directory
+
+
 def _train(directory: Path, data: Path, held_out: Path, state: Path, log: Path,
            *extra: str, kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **({KILL_AT_ENV: kill_at} if kill_at else {})}
@@ -75,12 +85,7 @@ def _timeless(log: Path) -> list[dict[str, object]]:
 @pytest.mark.parametrize("name", ["resnet", "gpt2"])
 def test_killed_and_resumed_equals_straight(name: str, tmp_path: Path) -> None:
     case = zoo.case(name)
-    exported = zoo.export(case, "dynamo-full-state")
-    directory = tmp_path / "train"
-    subprocess.run([sys.executable, "-m", "graphpass", "run", str(exported.model), "-o",
-                    str(tmp_path / "ready.onnx"), "-p", "train-ready", "--checkpoint",
-                    str(exported.checkpoint), "--emit-training-graph", str(directory)],
-                   check=True, capture_output=True)
+    directory = _training_graphs(case, tmp_path)
     data, held_out = _data(case, tmp_path, 0, SAMPLES), _data(case, tmp_path, 1, 4)
 
     straight = _train(directory, data, held_out, tmp_path / "straight", tmp_path / "a.jsonl")
@@ -124,12 +129,7 @@ def test_killed_and_resumed_equals_straight(name: str, tmp_path: Path) -> None:
 
 def test_a_resume_with_other_settings_is_refused(tmp_path: Path) -> None:
     case = zoo.case("resnet")
-    exported = zoo.export(case, "dynamo-full-state")
-    directory = tmp_path / "train"
-    subprocess.run([sys.executable, "-m", "graphpass", "run", str(exported.model), "-o",
-                    str(tmp_path / "ready.onnx"), "-p", "train-ready", "--checkpoint",
-                    str(exported.checkpoint), "--emit-training-graph", str(directory)],
-                   check=True, capture_output=True)
+    directory = _training_graphs(case, tmp_path)
     data, held_out = _data(case, tmp_path, 0, 8), _data(case, tmp_path, 1, 2)
     assert _train(directory, data, held_out, tmp_path / "s", tmp_path / "a.jsonl").returncode \
         == 0
