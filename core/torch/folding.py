@@ -85,6 +85,7 @@ __all__ = [
     "StateValues",
     "Transpose",
     "find_folds",
+    "find_ties",
     "mark_state",
     "mark_ties",
     "recompute",
@@ -479,6 +480,22 @@ class Folding:
         for fused in self.fused.values():
             found.update(fused.sources)
         return found
+
+
+def find_ties(graph: Graph) -> dict[str, list[str]]:
+    """The tied parameters of ``graph``: initializer -> its other torch names.
+
+    What earlier passes recorded (:data:`~graphpass.torch.export_record.TIED_NAMES`), and
+    torch's record (see :class:`Folding`); without the values a checkpoint adds.
+    """
+    finder = _Finder(graph, StateValues.empty())
+    if finder.kinds:
+        finder._ties()
+    else:
+        for name in graph.initializers:
+            for alias in _listed_names(graph.values[name].metadata.get(TIED_NAMES)):
+                finder._tie(name, alias)
+    return finder.folding.ties
 
 
 def find_folds(graph: Graph, *, checkpoint: StateValues | None = None) -> Folding:
