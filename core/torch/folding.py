@@ -118,6 +118,7 @@ class StateValues:
         self._load = load
         self._cache: dict[str, np.ndarray[Any, Any]] = {}
         self._by_shape: dict[tuple[int, ...], list[str]] | None = None
+        self._digests: dict[tuple[int, ...], dict[bytes, list[str]]] = {}
 
     @classmethod
     def of_initializers(cls, graph: Graph, names: Iterable[str]) -> StateValues:
@@ -165,6 +166,33 @@ class StateValues:
                 if dtype in TRAINABLE_TYPES:
                     self._by_shape.setdefault(dims, []).append(name)
         return list(self._by_shape.get(shape, ()))
+
+    def with_values(self, values: np.ndarray[Any, Any]) -> list[str]:
+        """The names of float tensors holding exactly ``values`` (same shape and bytes).
+
+        Each tensor of that shape is read and hashed once (and not kept), so that finding the
+        sources of many folded copies takes one pass over the candidates.
+        """
+        shape = tuple(int(d) for d in values.shape)
+        index = self._digests.get(shape)
+        if index is None:
+            index = {}
+            for name in self.with_shape(shape):
+                array = self._cache.get(name)
+                index.setdefault(_digest(np.asarray(self._load(name)) if array is None
+                                         else array), []).append(name)
+            self._digests[shape] = index
+        found = []
+        for name in index.get(_digest(values), ()):
+            candidate = self.value(name)
+            if candidate is not None and candidate.dtype == values.dtype and \
+                    np.array_equal(candidate, values):
+                found.append(name)
+        return found
+
+
+def _digest(array: np.ndarray[Any, Any]) -> bytes:
+    return hashlib.blake2b(np.ascontiguousarray(array).tobytes(), digest_size=16).digest()
 
 
 # ================================================================== recipes
@@ -951,21 +979,10 @@ def _matching_source(constant: np.ndarray[Any, Any],
                      values: StateValues) -> tuple[str, Recipe] | None:
     """The one tensor of ``values`` that a transpose or copy turns into ``constant``."""
     found: list[tuple[str, Recipe]] = []
-    shapes = {constant.shape}
     if constant.ndim == 2:
-        shapes.add(constant.shape[::-1])
-    for shape in shapes:
-        for name in values.with_shape(tuple(shape)):
-            source = values.value(name)
-            if source is None:
-                continue
-            if shape == constant.shape and np.array_equal(source, constant):
-                found.append((name, Copy()))
-            elif (shape != constant.shape or constant.shape[0] == constant.shape[1]) and \
-                    np.array_equal(source.T, constant):
-                found.append((name, Transpose((1, 0))))
-    transposes = [f for f in found if isinstance(f[1], Transpose)]
-    found = transposes or found
+        found = [(name, Transpose((1, 0))) for name in values.with_values(constant.T)]
+    if not found:
+        found = [(name, Copy()) for name in values.with_values(constant)]
     return found[0] if len(found) == 1 else None
 
 
