@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import sys
 import tempfile
 import time
@@ -53,8 +52,7 @@ WRONG = ("wrong",)
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ort-python", default=os.environ.get(
-        "GRAPHPASS_ORT_TRAINING_PYTHON", str(REPO / ".venv-ort-training" / "bin" / "python")))
+    parser.add_argument("--ort-python", default=corpus.default_ort_python())
     parser.add_argument("--write-golden", action="store_true")
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--reuse", action="store_true",

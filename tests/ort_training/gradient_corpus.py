@@ -354,6 +354,16 @@ def lint_findings(case: Case) -> list[Any]:
     return LintGradients(options).run(model, context).findings
 
 
+def default_ort_python() -> str:
+    """The onnxruntime-training venv's Python: ``$GRAPHPASS_ORT_TRAINING_PYTHON``, else the
+    repository's ``.venv-ort-training`` (``make ort-venv``)."""
+    import os
+
+    repository = Path(__file__).resolve().parents[2]
+    return os.environ.get("GRAPHPASS_ORT_TRAINING_PYTHON",
+                          str(repository / ".venv-ort-training" / "bin" / "python"))
+
+
 def run_oracle(python: str, jobs: Iterable[Mapping[str, Any]], folder: Path, *,
                timeout: float | None = None) -> dict[Any, dict[str, Any]]:
     """Run ``oracle.py --batch`` on ``jobs`` with ``python``; its results by job ``id``.
