@@ -216,4 +216,3 @@ def _runtime(model: Model, keys: Mapping[str, str], result: ShapeCheck) -> str |
                         f"and onnxruntime refuses it in {node.op_type} {node.name!r}: "
                         f"{outcome.reason}")
     return None
-

@@ -148,7 +148,8 @@ def _split_output_without_gradient(site: NodeSite) -> bool:
     ORT's gradient concatenates the outputs' gradients it has and nothing for the others,
     so the input's gradient is missing their part, and what it has lands at the wrong
     places, except when the outputs without a gradient come last and every dimension
-    before the axis is 1 (then the part it has is a prefix of the input's memory).
+    before the axis is 1 (then the part it has is a prefix of the input's memory): then
+    only a dimension known to be above 1 proves it wrong.
     """
     if 0 not in site.inputs_needing_gradient:
         return False
@@ -156,14 +157,13 @@ def _split_output_without_gradient(site: NodeSite) -> bool:
     having = site.outputs_needing_gradient
     if not having or all(index in having for index in outputs):
         return False
-    prefix = all(index in having for index in outputs[:len(having)])
+    if not all(index in having for index in outputs[:len(having)]):
+        return True  # an output without a gradient before one with: wrong whatever the shape
     shape = site.input_shape(0)
-    if not prefix or shape is None:
-        return True
     axis = site.node.attribute("axis", 0)
-    if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
-        return True
-    return not all(size == 1 for size in shape[:axis % len(shape)])
+    if shape is None or not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
+        return False  # the leading dimensions are unknown: nothing proves it wrong
+    return any(isinstance(size, int) and size > 1 for size in shape[:axis % len(shape)])
 
 
 CHECKS: dict[str, Check] = {
