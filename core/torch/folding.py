@@ -212,8 +212,12 @@ class Recipe:
         """The source's values recovered from the constant (``None``: not all are in it)."""
         return None
 
-    def nodes(self, source: str, output: str) -> tuple[list[Node], list[Tensor]]:
-        """Nodes computing ``output`` from ``source``, and the small constants they read."""
+    def nodes(self, source: str, output: str) -> list[Node]:
+        """Nodes computing ``output`` from ``source`` (small constants as ``Constant`` nodes).
+
+        The indices, shapes and factors a recipe reads are ``Constant`` nodes, not
+        initializers: whatever the exporter's records, no trainer takes them for weights.
+        """
         raise NotImplementedError
 
     def describe(self, source: str) -> str:
@@ -244,9 +248,9 @@ class Transpose(Recipe):
                   shape: tuple[int, ...] | None) -> np.ndarray[Any, Any] | None:
         return np.ascontiguousarray(np.transpose(constant, np.argsort(self.perm)))
 
-    def nodes(self, source: str, output: str) -> tuple[list[Node], list[Tensor]]:  # noqa: D102
+    def nodes(self, source: str, output: str) -> list[Node]:  # noqa: D102
         return [Node("Transpose", [source], [output], name=f"{output}__transpose",
-                     attributes={"perm": list(self.perm)})], []
+                     attributes={"perm": list(self.perm)})]
 
     def describe(self, source: str) -> str:  # noqa: D102
         return f"Transpose({source})"
@@ -265,8 +269,8 @@ class Copy(Recipe):
                   shape: tuple[int, ...] | None) -> np.ndarray[Any, Any] | None:
         return constant
 
-    def nodes(self, source: str, output: str) -> tuple[list[Node], list[Tensor]]:  # noqa: D102
-        return [Node("Identity", [source], [output], name=f"{output}__copy")], []
+    def nodes(self, source: str, output: str) -> list[Node]:  # noqa: D102
+        return [Node("Identity", [source], [output], name=f"{output}__copy")]
 
     def describe(self, source: str) -> str:  # noqa: D102
         return f"Identity({source})"
@@ -290,10 +294,10 @@ class Rows(Recipe):
         rows = constant.reshape((flat.size, *constant.shape[self.indices.ndim:]))
         return np.ascontiguousarray(rows[np.argsort(flat)])
 
-    def nodes(self, source: str, output: str) -> tuple[list[Node], list[Tensor]]:  # noqa: D102
-        indices = Tensor.from_array(f"{output}__rows", self.indices.astype(np.int64))
-        return [Node("Gather", [source, indices.name], [output], name=f"{output}__gather",
-                     attributes={"axis": 0})], [indices]
+    def nodes(self, source: str, output: str) -> list[Node]:  # noqa: D102
+        indices = _constant(f"{output}__rows", self.indices.astype(np.int64))
+        return [indices, Node("Gather", [source, indices.outputs[0]], [output],
+                              name=f"{output}__gather", attributes={"axis": 0})]
 
     def describe(self, source: str) -> str:  # noqa: D102
         flat = self.indices.reshape(-1).tolist()
@@ -320,10 +324,10 @@ class Broadcast(Recipe):
             return None
         return np.ascontiguousarray(_first_slice(constant, shape))
 
-    def nodes(self, source: str, output: str) -> tuple[list[Node], list[Tensor]]:  # noqa: D102
-        shape = Tensor.from_array(f"{output}__shape", np.array(self.shape, dtype=np.int64))
-        return [Node("Expand", [source, shape.name], [output], name=f"{output}__expand")], \
-            [shape]
+    def nodes(self, source: str, output: str) -> list[Node]:  # noqa: D102
+        shape = _constant(f"{output}__shape", np.array(self.shape, dtype=np.int64))
+        return [shape, Node("Expand", [source, shape.outputs[0]], [output],
+                            name=f"{output}__expand")]
 
     def describe(self, source: str) -> str:  # noqa: D102
         return f"Expand({source}, {list(self.shape)})"
@@ -344,12 +348,18 @@ class Scale(Recipe):
                   shape: tuple[int, ...] | None) -> np.ndarray[Any, Any] | None:
         return None  # dividing back is not exact
 
-    def nodes(self, source: str, output: str) -> tuple[list[Node], list[Tensor]]:  # noqa: D102
-        factor = Tensor.from_array(f"{output}__factor", np.array(self.factor, np.float32))
-        return [Node("Mul", [source, factor.name], [output], name=f"{output}__scale")], [factor]
+    def nodes(self, source: str, output: str) -> list[Node]:  # noqa: D102
+        factor = _constant(f"{output}__factor", np.array(self.factor, np.float32))
+        return [factor, Node("Mul", [source, factor.outputs[0]], [output],
+                             name=f"{output}__scale")]
 
     def describe(self, source: str) -> str:  # noqa: D102
         return f"Mul({source}, {self.factor:g})"
+
+
+def _constant(name: str, value: np.ndarray[Any, Any]) -> Node:
+    return Node("Constant", [], [name], name=name,
+                attributes={"value": onnx.numpy_helper.from_array(value, name)})
 
 
 # ==================================================================== folds
@@ -1166,13 +1176,17 @@ def recompute(graph: Graph, fold: Fold, source: str | None = None) -> list[Node]
     source = source or fold.source
     if source not in graph.initializers:
         raise ValueError(f"{source!r} is no initializer of the graph")
-    nodes, constants = fold.recipe.nodes(source, fold.name)
+    nodes = fold.recipe.nodes(source, fold.name)
+    for node in nodes:  # the small constants' names must be free
+        if node.op_type == "Constant":
+            node.set_outputs([_fresh(graph, node.outputs[0])])
+    for node, reader in itertools.pairwise(nodes):
+        if node.op_type == "Constant":
+            reader.set_inputs([reader.inputs[0], node.outputs[0], *reader.inputs[2:]])
     if fold.name in graph.initializers:  # else undefined: the export was saved without it
         graph.remove_initializer(fold.name)
     value = graph.values[fold.name]
     value.set_metadata(FOLDED_FROM, None)
-    for constant in constants:
-        graph.set_initializer(constant)
     for node in nodes:
         node.set_metadata(_TAG, f"computes the exporter's folded {fold.name!r} again "
                                 f"({fold.evidence})")
