@@ -281,6 +281,8 @@ class _Planner:
                 if found is not None:
                     used.add(found)
                     continue
+            if key is None and fold.source == fold.name:
+                continue  # a legacy copy of nothing known: unmatched (restore-parameters says)
             if key is None:
                 self.plan.kept.append(fold)
                 self.served.add(fold.name)
