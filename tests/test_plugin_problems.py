@@ -25,7 +25,7 @@ from onnx import TensorProto, helper
 
 import graphpass
 from graphpass import PipelineError, PluginError
-from graphpass.framework.plugin_loading import build_registry, reset_default_registry
+from graphpass.framework.plugin_loading import build_registry
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,17 +36,9 @@ def sites(install_plugin: Callable[[str], Path]) -> dict[str, Path]:
 
 
 @pytest.fixture
-def use(sites: dict[str, Path], monkeypatch: pytest.MonkeyPatch):
+def use(plugins_on_path: Callable[..., None]) -> Callable[..., None]:
     """Put the named plugins on sys.path (for build_registry and the in-process CLI)."""
-    monkeypatch.delenv("GRAPHPASS_DISABLE_PLUGINS", raising=False)
-    reset_default_registry()
-
-    def put(*names: str) -> None:
-        for name in names:
-            monkeypatch.syspath_prepend(str(sites[name]))
-
-    yield put
-    reset_default_registry()
+    return plugins_on_path
 
 
 def _model(folder: Path) -> Path:

@@ -28,28 +28,15 @@ from onnx import TensorProto, helper
 
 import graphpass
 from graphpass import PluginError
-from graphpass.framework.plugin_loading import build_registry, reset_default_registry
+from graphpass.framework.plugin_loading import build_registry
 
 TRAPS = ("clash", "dupe", "misorder", "bad-name", "careless")
 
 
-@pytest.fixture(scope="session")
-def sites(install_plugin: Callable[[str], Path]) -> dict[str, Path]:
-    return {name: install_plugin(name) for name in ("trap", "broken", "example")}
-
-
 @pytest.fixture
-def use(sites: dict[str, Path], monkeypatch: pytest.MonkeyPatch):
+def use(plugins_on_path: Callable[..., None]) -> Callable[..., None]:
     """Put the named packages on sys.path (for build_registry and the in-process CLI)."""
-    monkeypatch.delenv("GRAPHPASS_DISABLE_PLUGINS", raising=False)
-    reset_default_registry()
-
-    def put(*names: str) -> None:
-        for name in names:
-            monkeypatch.syspath_prepend(str(sites[name]))
-
-    yield put
-    reset_default_registry()
+    return plugins_on_path
 
 
 def _only(*keep: str) -> list[str]:

@@ -7,38 +7,7 @@ other layer); this module gives the very same functions, so that code importing
 
 from __future__ import annotations
 
-from graphpass.ir.proto import (
-    TENSOR_ATTRIBUTE_TYPES,
-    UNKNOWN_FIELDS,
-    TensorEmitter,
-    attribute_tensors,
-    attribute_to_proto,
-    function_from_proto,
-    function_to_proto,
-    graph_from_proto,
-    graph_to_proto,
-    model_from_proto,
-    model_to_bytes,
-    model_to_chunks,
-    model_to_proto,
-    node_to_proto,
-    subgraph_protos,
-)
+from graphpass.ir import proto as _ir_proto
+from graphpass.ir.proto import *  # noqa: F403 - every public name, the same objects
 
-__all__ = [
-    "TENSOR_ATTRIBUTE_TYPES",
-    "UNKNOWN_FIELDS",
-    "TensorEmitter",
-    "attribute_tensors",
-    "attribute_to_proto",
-    "function_from_proto",
-    "function_to_proto",
-    "graph_from_proto",
-    "graph_to_proto",
-    "model_from_proto",
-    "model_to_bytes",
-    "model_to_chunks",
-    "model_to_proto",
-    "node_to_proto",
-    "subgraph_protos",
-]
+__all__ = _ir_proto.__all__
