@@ -76,9 +76,12 @@ def test_a_plugin_pass_named_like_a_builtin_is_refused_and_the_builtin_kept(use)
     clash = registry.plugin("clash")
     assert clash is not None and clash.status == "active"
     assert clash.provides == {"passes": ["clash-helper"]}  # the rest of it works
-    (warning,) = clash.warnings
+    warning, builder_warning = clash.warnings
     assert "pass 'check'" in warning and "graphpass-trap-plugin" in warning
     assert "builtin" in warning and "refused" in warning
+    # The same for every kind: its gradient builder for Relu is refused, graphpass's kept.
+    assert "gradient builder 'Relu'" in builder_warning and "refused" in builder_warning
+    assert registry.plugin_of("gradient_builders", "Relu") == "builtin"
     problems = "\n".join(registry.problems)
     assert "--disable-plugin builtin" not in problems
 
@@ -123,6 +126,7 @@ def test_one_plugin_giving_one_name_twice_is_that_plugins_own_error(use) -> None
     dupe = registry.plugin("dupe")
     assert dupe is not None
     (warning,) = dupe.warnings
+    assert "two passes named 'dupe-pass'" in warning
     assert "DupeFirst" in warning and "DupeSecond" in warning
     assert "also given by ;" not in warning
     # The class given twice is one pass, listed once.
@@ -143,6 +147,9 @@ def test_the_plugins_listing_shows_the_duplicate_once_and_no_clash(use, cli) -> 
     assert "dupe-given-twice, dupe-given-twice" not in stdout
     assert "clash:" not in stdout
     assert "DupeFirst" in stdout
+    # A plugin that gave only what was refused is not said to give nothing "here".
+    bad_name = next(line for line in stdout.splitlines() if line.startswith("bad-name"))
+    assert "nothing here" not in bad_name and "Bad_Name" in bad_name
 
 
 # =================================== 3. a misspelled after/before is reported
@@ -197,7 +204,7 @@ def test_a_pass_named_against_the_rules_is_refused(use) -> None:
     bad = registry.plugin("bad-name")
     assert bad is not None
     (warning,) = bad.warnings
-    assert "'Bad_Name'" in warning and "lowercase" in warning
+    assert "'Bad_Name'" in warning and "lowercase" in warning and "'bad-name'" in warning
 
 
 def test_a_plugin_whose_hook_raised_is_not_said_to_have_failed_to_load(use) -> None:

@@ -58,7 +58,7 @@ from graphpass.framework.onnx_ir_pass import RewriteRules
 from graphpass.framework.pass_base import Pass
 from graphpass.framework.pipeline import Pipeline
 from graphpass.framework.planning import unknown_order_names
-from graphpass.framework.registry import KIND_WORDS, PluginInfo, Registry
+from graphpass.framework.registry import KIND_PLURALS, KIND_WORDS, PluginInfo, Registry
 
 __all__ = ["BUILTIN", "DISABLE_ENV", "build_registry", "default_registry", "disabled_plugins",
            "reset_default_registry"]
@@ -230,12 +230,12 @@ def _one_per_name(items: list[tuple[str, str, Any]],
         if len(given) == 1:
             kept.append((kind, name, given[0]))
             continue
-        word = KIND_WORDS[kind]
+        words = KIND_PLURALS[kind]
         count = "two" if len(given) == 2 else str(len(given))
         described = _join([_describe(item) for item in given])
-        reason = (f"it gives {count} {word}s named {name!r} ({described}), so "
+        reason = (f"it gives {count} {words} named {name!r} ({described}), so "
                   f"{'neither' if len(given) == 2 else 'none of them'} is used")
-        info.warnings.append(f"gives {count} {word}s named {name!r}: {described}; "
+        info.warnings.append(f"gives {count} {words} named {name!r}: {described}; "
                              f"{'neither' if len(given) == 2 else 'none'} is used (give "
                              "each a name of its own)")
         info.withheld.setdefault(kind, {})[name] = reason

@@ -19,15 +19,20 @@ from graphpass.errors import GraphpassError, PipelineError, PluginError
 if TYPE_CHECKING:
     from graphpass.framework.pass_base import Pass
 
-__all__ = ["KIND_WORDS", "PluginInfo", "Registered", "Registry"]
+__all__ = ["KIND_PLURALS", "KIND_WORDS", "PluginInfo", "Registered", "Registry"]
 
 KIND_WORDS = {
     "passes": "pass",
     "checkpoint_loaders": "checkpoint loader",
     "gradient_rules": "gradient rule set",
+    "gradient_builders": "gradient builder",
     "pipelines": "pipeline",
 }
 """What one item of each kind is called in messages."""
+
+KIND_PLURALS = {kind: f"{word}es" if word.endswith("s") else f"{word}s"
+                for kind, word in KIND_WORDS.items()}
+"""What several items of each kind are called in messages."""
 
 T = TypeVar("T")
 

@@ -182,7 +182,7 @@ def print_plugins(registry: Registry, console: Console) -> None:
             if text:
                 text.append("\n")
             text.append(f"{kind.replace('_', ' ')}: {', '.join(names)}")
-        if entry["status"] == "active" and not text:
+        if entry["status"] == "active" and not text and not entry["warnings"]:
             text.append("nothing here (a plugin may give passes only where what it needs is "
                         "installed)", style="dim")
         if entry["error"]:

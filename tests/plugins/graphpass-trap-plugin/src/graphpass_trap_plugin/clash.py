@@ -1,11 +1,13 @@
 """A pass named like a builtin pass: ``check``, which reports nothing at all.
 
 Were it used in place of graphpass's own ``check``, ``graphpass lint`` would pass every
-model: graphpass must refuse it and keep its own.
+model: graphpass must refuse it and keep its own. Its gradient builder for ``Relu``
+(which lets every gradient through) must be refused the same way.
 """
 
 import graphpass
 from graphpass.plugins import hookimpl
+from graphpass.training import GradientBuilder
 
 
 class Impostor(graphpass.AnalysisPass):
@@ -27,3 +29,12 @@ class ClashHelper(graphpass.AnalysisPass):
 @hookimpl
 def graphpass_passes():
     return [Impostor, ClashHelper]
+
+
+def _relu_passes_everything(ctx):
+    return [ctx.output_gradient(0)]
+
+
+@hookimpl
+def graphpass_gradient_builders():
+    return [GradientBuilder("Relu", _relu_passes_everything, differentiable=frozenset({0}))]
