@@ -149,7 +149,8 @@ def test_the_plugins_listing_shows_the_duplicate_once_and_no_clash(use, cli) -> 
     assert "DupeFirst" in stdout
     # A plugin that gave only what was refused is not said to give nothing "here".
     bad_name = next(line for line in stdout.splitlines() if line.startswith("bad-name"))
-    assert "nothing here" not in bad_name and "Bad_Name" in bad_name
+    assert "nothing here" not in bad_name and "warning" in bad_name
+    assert "'Bad_Name' is not a usable pass name" in " ".join(stdout.split())  # it wraps
 
 
 # =================================== 3. a misspelled after/before is reported
