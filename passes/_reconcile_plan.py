@@ -49,9 +49,6 @@ if TYPE_CHECKING:
 
 __all__ = ["REFUSED_CODE", "Fill", "Plan", "Unfusion", "checkpoint_state", "plan_fills"]
 
-REEXPORT_ADVICE = ("re-export without the optimizer's folding: torch.onnx.export(..., "
-                   "dynamo=True, optimize=False), or dynamo=False with "
-                   "do_constant_folding=False; or name the key with a rename")
 REFUSED_CODE = "GP211"
 """A folded constant the checkpoint fills the source of, that graphpass cannot compute again."""
 _LINEAR = "aten.linear.default"
@@ -437,7 +434,7 @@ class _Planner:
                         f"node {node.name!r} reads {fill.name!r}, which the exporter's "
                         "optimizer shared between weights that were identical at export "
                         f"time; it stands for one of {', '.join(repr(n) for n, _ in found)}, "
-                        f"and graphpass cannot tell which. Hint: {REEXPORT_ADVICE}")
+                        f"and graphpass cannot tell which. Hint: {self.advice}")
                     continue
                 own_name, own_key = found[0]
                 self.served_placeholders.add(self.placeholder_of.get(own_name, own_name))

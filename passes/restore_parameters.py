@@ -68,13 +68,6 @@ UNUSED_CODE: Final = "GP253"
 MERGED_CODE: Final = "GP254"
 TIED_CODE: Final = "GP255"
 
-OPTIMIZE_ADVICE: Final = (
-    "re-export with torch.onnx.export(..., dynamo=True, optimize=False): every parameter "
-    "then keeps an initializer of its own (or train only the parameters that are there, "
-    "naming them with lint-gradients' trainable option)")
-FOLDING_ADVICE: Final = (
-    "re-export with torch.onnx.export(..., dynamo=False, do_constant_folding=False), or "
-    "with dynamo=True, optimize=False: every parameter then keeps an initializer of its own")
 MERGED_ADVICE: Final = (
     "if they are distinct parameters in torch, re-export with torch.onnx.export(..., "
     "dynamo=True, optimize=False) (or from weights that differ, as after training); tied "
@@ -365,7 +358,9 @@ class _Restorer:
                 "legacy exporter gives constants: its constant folding made it from "
                 "parameters (a transposed linear weight, a convolution with the BatchNorm "
                 "after it fused in), which training would not update",
-                node=consumer, value=copy, hint=FOLDING_ADVICE))
+                node=consumer, value=copy,
+                hint=self.advice + " (or fill the model from a checkpoint that holds the "
+                     "parameters: reconcile-initializers computes the copies from them)"))
         if self.merged:
             pairs = [f"{name} = Identity({source})" for name, source in self.merged.items()]
             found.append(Finding(

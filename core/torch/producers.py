@@ -10,6 +10,8 @@ exporter's own producer name).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Final, Literal
 
 from graphpass.ir import Graph
@@ -40,25 +42,44 @@ _ADVICE: Final[dict[Producer, str]] = {
 }
 
 
+_OPTIMUM_AXES: Final = frozenset({
+    "batch_size", "sequence_length", "num_channels", "height", "width", "decoder_sequence_length",
+    "past_sequence_length", "encoder_sequence_length", "num_choices", "feature_size"})
+"""The names Optimum's export configs give dynamic axes (``input_ids``: ``batch_size`` x
+``sequence_length``; ``pixel_values``: ``batch_size`` x ``num_channels`` x ``height`` x
+``width``)."""
+
+
 def producer(graph: Graph) -> Producer:
     """The exporter that wrote ``graph``'s model, as far as the file says.
 
     torch's dynamo exporter leaves its export record (:func:`records_state`); its legacy
-    exporter writes producer ``pytorch`` and names nodes by module path; Optimum runs the
-    legacy exporter and adds ``optimum`` to the model's metadata or doc string when it
-    records itself.
+    exporter writes producer ``pytorch``. Optimum runs that legacy exporter and writes no
+    mark of its own, but it names every dynamic axis of the inputs from its export configs
+    (``batch_size``, ``sequence_length``, ``num_channels`` ...) and writes the model beside
+    the Hugging Face ``config.json`` it was exported from: a legacy export with either is
+    taken for Optimum's.
     """
     model = graph.root.model
     if records_state(graph):
         return "torch-dynamo"
-    if model is None:
+    if model is None or model.producer_name != "pytorch":
         return "unknown"
-    marks = " ".join([model.doc_string, *model.metadata.keys(), *model.metadata.values()])
-    if "optimum" in marks.lower():
+    axes = {dim for value in graph.inputs for dim in (value.shape or ())
+            if isinstance(dim, str)}
+    if axes and axes <= _OPTIMUM_AXES:
         return "optimum"
-    if model.producer_name == "pytorch":
-        return "torch-legacy"
-    return "unknown"
+    folder = model.source_path.parent if model.source_path is not None else None
+    if folder is not None and _hugging_face_config(folder / "config.json"):
+        return "optimum"
+    return "torch-legacy"
+
+
+def _hugging_face_config(path: Path) -> bool:
+    try:
+        return "transformers_version" in json.loads(path.read_text())
+    except (OSError, ValueError, TypeError):
+        return False
 
 
 def unfolded_export_advice(graph: Graph) -> str:
