@@ -288,3 +288,23 @@ def test_a_checkpoint_that_gives_tied_names_different_values_is_warned_about(exp
     assert untied.data["differing"] == {"embed.weight": {
         "key": "embed.weight", "tied_to": "head.weight", "tied_key": "head.weight"}}
     assert "embed.weight" not in result.model.graph.initializers  # still one tensor
+
+
+def test_the_advice_is_worded_for_the_tool_that_wrote_the_file(exports, tmp_path):
+    """torch's exporters by their records; Optimum by the Hugging Face config beside its file."""
+    import shutil
+
+    from graphpass.torch.producers import producer, unfolded_export_advice
+
+    assert producer(graphpass.load(exports["text-dynamo"]).graph) == "torch-dynamo"
+    legacy = graphpass.load(exports["text-legacy"]).graph
+    assert producer(legacy) == "torch-legacy"
+    assert "do_constant_folding=False" in unfolded_export_advice(legacy)
+    folder = tmp_path / "optimum-export"
+    folder.mkdir()
+    shutil.copy(exports["text-legacy"], folder / "model.onnx")
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert",
+                                                    "transformers_version": "4.57.1"}))
+    optimum = graphpass.load(folder / "model.onnx").graph
+    assert producer(optimum) == "optimum"
+    assert "optimum-cli export onnx --no-constant-folding" in unfolded_export_advice(optimum)
