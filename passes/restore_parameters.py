@@ -178,7 +178,15 @@ class _Restorer:
         if fold.name not in self.graph.initializers:
             return "the file does not hold it"
         if fold.source in self.graph.initializers and fold.source not in self.folding.fused:
-            return None  # the parameter is there (a tied weight): the recipe was checked on it
+            # the parameter is there (a tied weight, or restored for another copy)
+            source = self.graph.initializers[fold.source].numpy()
+            constant = self.graph.initializers[fold.name].numpy()
+            try:
+                same = fold.recipe.same_values(fold.recipe.compute(source), constant)
+            except (ValueError, IndexError):
+                same = False
+            return None if same else (f"it differs from {fold.recipe.describe(fold.source)}, "
+                                      f"and {fold.source!r} is in the model")
         if self.graph.is_defined(fold.source) or self.graph.is_used(fold.source):
             return f"the name {fold.source!r} is taken by another value"
         if fold.recipe.source_of(self.graph.initializers[fold.name].numpy(), None) is None:
