@@ -101,8 +101,6 @@ def judged(tmp_path_factory: pytest.TempPathFactory,
     outcomes: dict[tuple[str, str], zoo.Outcome] = {}
 
     def judge(name: str, mode: str) -> zoo.Outcome:
-        if mode in zoo.OPTIMUM_MODES:
-            request.getfixturevalue("optimum_python")
         if (name, mode) not in outcomes:
             path = shared / f"{name}-{mode}.pickle"
             with FileLock(str(path) + ".lock"):
@@ -120,7 +118,10 @@ def judged(tmp_path_factory: pytest.TempPathFactory,
 @pytest.mark.parametrize(("name", "mode"), _cases(
     lambda name, mode: CHECKPOINT_SUBSET.get((name, mode), ("", ()))[1]))
 def test_trains_like_torch_or_is_refused_rightly(name: str, mode: str, judged,
-                                                 ort_training_python: str) -> None:
+                                                 ort_training_python: str,
+                                                 request: pytest.FixtureRequest) -> None:
+    if mode in zoo.OPTIMUM_MODES:
+        request.getfixturevalue("optimum_python")
     outcome = judged(name, mode)
     assert outcome.label == _expected(name, mode), outcome.reason
 
@@ -128,8 +129,11 @@ def test_trains_like_torch_or_is_refused_rightly(name: str, mode: str, judged,
 @pytest.mark.parametrize(("name", "mode"), _cases(
     lambda name, mode: ISSUE_22 if (name, mode) in LEFT_OUT_TODAY else ()))
 def test_no_ready_run_leaves_a_torch_parameter_outside_the_trainable_set(
-        name: str, mode: str, judged, ort_training_python: str) -> None:
+        name: str, mode: str, judged, ort_training_python: str,
+        request: pytest.FixtureRequest) -> None:
     """The worst failure: graphpass says ready, training runs, and a parameter never moves."""
+    if mode in zoo.OPTIMUM_MODES:
+        request.getfixturevalue("optimum_python")
     outcome = judged(name, mode)
     for judged_outcome in (outcome, outcome.followed):
         if judged_outcome is not None and judged_outcome.run is not None \

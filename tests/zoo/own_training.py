@@ -29,7 +29,7 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -134,9 +134,13 @@ def build_training_graph(exported: Export, workdir: Path, *arguments: str
     return done.returncode, report, done.stderr
 
 
-def own_judge(case: Case, mode: str, workdir: Path, *, follow_hints: bool = True
-              ) -> OwnOutcome:
-    """Export ``case`` in ``mode``, build its training graphs, check them against torch."""
+def own_judge(case: Case, mode: str, workdir: Path, *, follow_hints: bool = True,
+              arguments: tuple[str, ...] = ()) -> OwnOutcome:
+    """Export ``case`` in ``mode``, build its training graphs, check them against torch.
+
+    ``arguments``: more ``graphpass run`` arguments (``-O PASS.OPTION=VALUE``), for tests
+    of the judge itself; a followed hint is judged without them.
+    """
     started = time.perf_counter()
     try:
         exported = export(case, mode)
@@ -146,7 +150,7 @@ def own_judge(case: Case, mode: str, workdir: Path, *, follow_hints: bool = True
     except ZooError as error:
         return OwnOutcome(case.name, mode, "wrong", f"export failed: {error}",
                           {"total": time.perf_counter() - started})
-    code, report, stderr = build_training_graph(exported, workdir / mode)
+    code, report, stderr = build_training_graph(exported, workdir / mode, *arguments)
     built = time.perf_counter()
     seconds = {"graphpass": built - started}
     errors = [f for f in report.get("findings", []) if f.get("severity") == "error"]
@@ -185,9 +189,10 @@ def _check(case: Case, mode: str, exported: Export, directory: Path) -> OwnOutco
         batch = {name: data[name] for name in data.files}
     loss, gradients = _run_gradient(directory, manifest, batch)
     names = _canonical_names(manifest, reference)
-    run = TrainingRun(0, {}, directory / "ready.onnx", directory,
-                      gradients={names.get(name, name): g for name, g in gradients.items()})
-    check = compare_gradients(reference, run)
+    # Keyed by the trainable names, with their torch names as aliases: two trainable
+    # copies of one parameter (a tie split in two) stay two, and are caught.
+    run = TrainingRun(0, {}, directory / "ready.onnx", directory, gradients=gradients)
+    check = compare_gradients(replace(reference, aliases={**reference.aliases, **names}), run)
     loss_error = abs(loss - reference.loss) / max(abs(reference.loss), 1e-30)
     measured: dict[str, Any] = {"gradients": check, "loss_error": loss_error}
     if loss_error > LOSS_RTOL:
