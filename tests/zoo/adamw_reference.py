@@ -27,10 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from zoo.cache import cached_entry
 from zoo.cases import Case
 from zoo.cases import case as case_named
-from zoo.subjects import subject
+from zoo.subjects import oracle_entry, subject
 
 __all__ = ["OWN_STEPS", "TORCH_ADAMW", "AdamWReference", "adamw_in_optimum_venv",
            "torch_adamw"]
@@ -60,20 +59,9 @@ class AdamWReference:
 
 def torch_adamw(case: Case, oracle: str = "export") -> AdamWReference:
     """``torch.optim.AdamW`` on ``case``'s model of ``oracle`` (:data:`zoo.ORACLES`; cached)."""
-    sources = ("adamw_reference.py", "subjects.py", "finetuning.py")
-    if oracle == "optimum":
-        from zoo import optimum
-
-        folder = cached_entry(case.name, "adamw-torch-optimum",
-                              lambda scratch: optimum.compute_oracle(
-                                  case, "zoo.adamw_reference:adamw_in_optimum_venv", scratch),
-                              sources=(*sources, "optimum.py", "exporting.py"),
-                              extra=optimum.optimum_versions())
-    else:
-        kind = "adamw-torch" if oracle == "export" else f"adamw-torch-{oracle}"
-        folder = cached_entry(case.name, kind,
-                              lambda scratch: _compute(case, oracle, {}, scratch),
-                              sources=sources)
+    folder = oracle_entry(case, "adamw-torch", oracle, "adamw_reference.py",
+                          lambda scratch: _compute(case, oracle, {}, scratch),
+                          "zoo.adamw_reference:adamw_in_optimum_venv")
     meta = json.loads((folder / "adamw.json").read_text())
     with np.load(folder / "adamw.npz") as data:
         weights = {name: data[name] for name in data.files}

@@ -32,10 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from zoo.cache import cached_entry
 from zoo.cases import Case
 from zoo.cases import case as case_named
-from zoo.subjects import Subject, subject
+from zoo.subjects import Subject, oracle_entry, subject
 
 __all__ = ["ADAMW", "STEPS", "Reference", "adamw_step", "compute_in_optimum_venv",
            "torch_reference"]
@@ -102,20 +101,9 @@ class Reference:
 
 def torch_reference(case: Case, oracle: str = "export") -> Reference:
     """The torch oracle for ``case`` (cached): ``oracle`` is one of :data:`zoo.ORACLES`."""
-    sources = ("reference.py", "subjects.py", "finetuning.py")
-    if oracle == "optimum":
-        from zoo import optimum
-
-        folder = cached_entry(case.name, "reference-optimum",
-                              lambda scratch: optimum.compute_oracle(
-                                  case, "zoo.reference:compute_in_optimum_venv", scratch),
-                              sources=(*sources, "optimum.py", "exporting.py"),
-                              extra=optimum.optimum_versions())
-    else:
-        kind = "reference" if oracle == "export" else f"reference-{oracle}"
-        folder = cached_entry(case.name, kind,
-                              lambda scratch: _compute(lambda: subject(case, oracle), scratch),
-                              sources=sources)
+    folder = oracle_entry(case, "reference", oracle, "reference.py",
+                          lambda scratch: _compute(lambda: subject(case, oracle), scratch),
+                          "zoo.reference:compute_in_optimum_venv")
     meta = json.loads((folder / "reference.json").read_text())
     with np.load(folder / "reference.npz") as data:
         arrays = {name: data[name] for name in data.files}

@@ -24,10 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from zoo.cache import cached_entry
 from zoo.cases import Case, ZooError
 from zoo.finetuning import finetune
 
-__all__ = ["ORACLES", "Subject", "subject"]
+__all__ = ["ORACLES", "Subject", "oracle_entry", "subject"]
 
 ORACLES = ("export", "finetuned", "optimum")
 """The torch models a mode can be judged against."""
@@ -83,3 +84,29 @@ def subject(case: Case, oracle: str, *, pretrained: Path | None = None,
         return model(**dict(zip(names, values, strict=True)), return_dict=False)[0]
 
     return Subject(case, model, call, feeds, "")
+
+
+def oracle_entry(case: Case, kind: str, oracle: str, source: str,
+                 compute: Callable[[Path], None], in_optimum_venv: str) -> Path:
+    """The cache folder of what torch computes for ``case``'s ``oracle`` (cached).
+
+    Args:
+        case: The case.
+        kind: What is computed (``reference``, ``adamw-torch``); the entry is called that,
+            with ``-ORACLE`` after it for the oracles other than ``export``.
+        oracle: One of :data:`ORACLES`.
+        source: The zoo module (file name) that computes it.
+        compute: Writes the entry into the folder it is given, in this venv.
+        in_optimum_venv: ``module:function`` that does it in the Optimum venv, for the
+            ``optimum`` oracle (:func:`zoo.optimum.compute_oracle`).
+    """
+    sources = (source, "subjects.py", "finetuning.py")
+    name = kind if oracle == "export" else f"{kind}-{oracle}"
+    if oracle != "optimum":
+        return cached_entry(case.name, name, compute, sources=sources)
+    from zoo import optimum
+
+    return cached_entry(case.name, name,
+                        lambda scratch: optimum.compute_oracle(case, in_optimum_venv, scratch),
+                        sources=(*sources, "optimum.py", "exporting.py"),
+                        extra=optimum.optimum_versions())
