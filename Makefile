@@ -33,7 +33,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || { $(PYTHON) -m venv $(VENV) && $(BIN)/pip install $(PIP_FLAGS) --upgrade pip; }
 	$(BIN)/pip install $(PIP_FLAGS) $(TORCH)
-	$(BIN)/pip install $(PIP_FLAGS) -e '.[dev,torch,zoo]'
+	$(BIN)/pip install $(PIP_FLAGS) -e '.[dev,torch,zoo,data,plot]'
 	touch $@
 
 # A second environment for onnxruntime-training: it ships its own `onnxruntime`

@@ -5,9 +5,13 @@ graphpass run MODEL... -o OUT [-p PASS,PASS...] [-c pipeline.toml] [--checkpoint
                            [--format text|json|sarif] [--verify-each] [--fixed-point] ...
 graphpass lint MODEL_OR_DIR_OR_GLOB... [-p ...] [-j N] [--executor dask --scheduler ADDR]
                            [--format ...]
-graphpass train MODEL_OR_DIR --data BATCH.npz [--steps N] [--lr LR] [--save OUT.onnx]
-                           [--checkpoint-out CK.safetensors] [--emit-training-graph DIR]
-                           [-p ...] [--checkpoint PATH...] [-O ...] [--format text|json]
+graphpass train MODEL_OR_DIR --data PATH... [--batch-size B] [--epochs E | --steps N]
+                           [--shuffle --seed S] [--drop-last] [--eval-data PATH... --eval-every N]
+                           [--accumulate N] [--lr LR] [--warmup N --schedule constant|linear|cosine]
+                           [--log metrics.jsonl] [--plot loss.png] [--save-every N --state-dir DIR]
+                           [--resume DIR] [--save OUT.onnx] [--checkpoint-out CK.safetensors]
+                           [--emit-training-graph DIR] [-p ...] [--checkpoint PATH...] [-O ...]
+                           [--format text|json]
 graphpass passes | plan -p ... | plugins | inspect MODEL
 ```
 
@@ -51,7 +55,7 @@ from graphpass.batch import (
     run_model,
 )
 from graphpass.batch._tasks import Command
-from graphpass.errors import GraphpassError, first_line
+from graphpass.errors import GraphpassError
 from graphpass.files import load
 from graphpass.framework.config import PipelineFile, load_pipeline_file, parse_value
 from graphpass.framework.plugin_loading import default_registry
@@ -80,6 +84,7 @@ from graphpass.reporting.summary import model_summary, render_summary
 from graphpass.reporting.training import (
     TrainingReport,
     print_build_summary,
+    print_evaluation,
     print_step,
     print_training_summary,
     training_dict,
@@ -311,18 +316,56 @@ def _parser() -> argparse.ArgumentParser:
                     "options); given a training-graph directory, train it.")
     train.add_argument("model", metavar="MODEL_OR_DIR",
                        help="an ONNX model, or a directory build-training-graph wrote")
-    train.add_argument("--data", required=True, metavar="BATCH.npz",
-                       help="the batch: one array per model input, and 'target' for a loss "
-                            "that takes one (numpy.savez)")
-    train.add_argument("--steps", type=int, default=10, metavar="N",
-                       help="optimizer steps to take on the batch (default 10)")
+    data = train.add_argument_group("data")
+    data.add_argument("--data", required=True, nargs="+", metavar="PATH",
+                      help="one .npz (one batch: an array per model input, and 'target'); "
+                           "several .npz, a folder or a glob (one batch each); with "
+                           "--batch-size, .npz of stacked samples, a datasets save_to_disk "
+                           "folder, or Parquet/Arrow files (columns named as the inputs)")
+    data.add_argument("--batch-size", type=int, metavar="B",
+                      help="samples per batch: split the data's samples along axis 0")
+    data.add_argument("--shuffle", action="store_true",
+                      help="shuffle the samples (or batch files) every epoch")
+    data.add_argument("--seed", type=int, default=0, metavar="S",
+                      help="the shuffle's seed (default 0)")
+    data.add_argument("--drop-last", action="store_true",
+                      help="leave out a short last batch (a static export needs whole ones)")
+    data.add_argument("--eval-data", nargs="+", metavar="PATH",
+                      help="evaluation data (the same forms), evaluated with eval.onnx at "
+                           "the end of each epoch, every --eval-every steps and at the end")
+    data.add_argument("--eval-every", type=int, metavar="N",
+                      help="also evaluate every N steps")
+    length = train.add_mutually_exclusive_group()
+    length.add_argument("--epochs", type=int, metavar="E",
+                        help="epochs to train (default 1; one .npz batch: --steps 10)")
+    length.add_argument("--steps", type=int, metavar="N",
+                        help="optimizer steps to train instead of epochs")
+    train.add_argument("--accumulate", type=int, default=1, metavar="N",
+                       help="batches per optimizer step (gradient accumulation)")
     train.add_argument("--lr", type=float, metavar="LR",
                        help="the learning rate (default: the training graph's, 0.001 unless "
                             "-O build-training-graph.lr=... says otherwise)")
+    train.add_argument("--schedule", choices=["constant", "linear", "cosine"],
+                       default="constant", help="the learning-rate schedule (default constant)")
+    train.add_argument("--warmup", type=int, default=0, metavar="N",
+                       help="steps of linear warmup before the schedule")
+    train.add_argument("--log", metavar="metrics.jsonl",
+                       help="write one JSON line per step and per evaluation")
+    train.add_argument("--plot", metavar="loss.png",
+                       help="draw the training and evaluation loss (needs matplotlib)")
+    train.add_argument("--state-dir", metavar="DIR",
+                       help="save the trainer's whole state here at the end (and every "
+                            "--save-every steps), atomically")
+    train.add_argument("--save-every", type=int, metavar="N",
+                       help="save the state every N steps")
+    train.add_argument("--resume", metavar="DIR",
+                       help="continue the run saved in DIR (the same command otherwise); "
+                            "from the beginning when DIR holds no state yet")
     train.add_argument("--save", metavar="OUT.onnx",
                        help="write the model with the trained weights (atomic)")
     train.add_argument("--checkpoint-out", metavar="CK.safetensors",
-                       help="write the trained weights under their torch state_dict keys")
+                       help="write the trained weights under their torch state_dict keys, "
+                            "every key a strict load_state_dict needs")
     train.add_argument("--emit-training-graph", metavar="DIR",
                        help="with a MODEL: keep the training graphs in DIR (default: a "
                             "temporary folder, removed after training)")
@@ -454,15 +497,12 @@ def _executor(args: argparse.Namespace, tasks: int) -> Iterator[Executor | None]
 def _train(args: argparse.Namespace) -> int:
     """``train``: build the training graphs of a model (or take a directory) and train."""
     name = "graphpass train"
-    if args.steps < 1:
-        raise UsageError("--steps must be at least 1", name)
-    if args.lr is not None and not args.lr > 0:
-        raise UsageError("--lr must be a positive number", name)
+    _check_train_arguments(args, name)
     source = Path(args.model)
     if not source.exists():
         raise UsageError(f"{args.model}: no such file or directory", name)
-    batch = _read_batch(Path(args.data))
-    for flag, given in (("--save", args.save), ("--checkpoint-out", args.checkpoint_out)):
+    for flag, given in (("--save", args.save), ("--checkpoint-out", args.checkpoint_out),
+                        ("--log", args.log), ("--plot", args.plot)):
         if given and _same_path(Path(given), source):
             raise UsageError(f"{flag} {given} is the input; refusing to write over it", name)
     if source.is_dir():
@@ -473,7 +513,7 @@ def _train(args: argparse.Namespace) -> int:
         if given:
             raise UsageError(f"{', '.join(given)} build the training graphs of a model; "
                              f"{args.model} is a training-graph directory already", name)
-        return _train_directory(args, source, batch, kept=True, build=None)
+        return _train_directory(args, source, kept=True, build=None)
     kept = bool(args.emit_training_graph)
     with contextlib.ExitStack() as stack:
         if kept:
@@ -496,61 +536,116 @@ def _train(args: argparse.Namespace) -> int:
                                                           args.model, None))
         if args.format == "text":
             print_build_summary(outcome.summary, _stdout_console())
-        return _train_directory(args, directory, batch, kept=kept, build=build)
+        return _train_directory(args, directory, kept=kept, build=build)
 
 
-def _read_batch(path: Path) -> dict[str, Any]:
-    import numpy as np
+def _check_train_arguments(args: argparse.Namespace, name: str) -> None:
+    """Usage errors of ``train``, before anything is built."""
+    for flag, value in (("--steps", args.steps), ("--epochs", args.epochs),
+                        ("--batch-size", args.batch_size), ("--eval-every", args.eval_every),
+                        ("--save-every", args.save_every), ("--accumulate", args.accumulate)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be at least 1", name)
+    if args.warmup < 0:
+        raise UsageError("--warmup must be 0 or more", name)
+    if args.lr is not None and not args.lr > 0:
+        raise UsageError("--lr must be a positive number", name)
+    if args.save_every and not (args.state_dir or args.resume):
+        raise UsageError("--save-every needs --state-dir DIR (where the state goes)", name)
+    if args.eval_every and not args.eval_data:
+        raise UsageError("--eval-every needs --eval-data", name)
+    import glob
 
-    if not path.is_file():
-        raise UsageError(f"--data {path}: no such file", "graphpass train")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            if not hasattr(data, "files"):
-                raise ValueError("not an .npz archive")
-            return {name: data[name] for name in data.files}
-    except (OSError, ValueError, EOFError) as error:
-        raise GraphpassError(f"cannot read the batch: {first_line(error)}", where=str(path),
-                             hint="write it with numpy.savez(path, input=array, ..., "
-                                  "target=array)") from None
+    for flag, paths in (("--data", args.data), ("--eval-data", args.eval_data or [])):
+        for path in paths:
+            if not Path(path).exists() and not glob.has_magic(path):
+                raise UsageError(f"{flag} {path}: no such file", name)
 
 
-def _train_directory(args: argparse.Namespace, directory: Path, batch: dict[str, Any], *,
-                     kept: bool, build: dict[str, Any] | None) -> int:
-    import math
-    import time
+def _open_data(paths: list[str], args: argparse.Namespace, columns: list[str], *,
+               training: bool) -> Any:
+    from graphpass.training.data import open_batches
 
+    return open_batches(paths, batch_size=args.batch_size,
+                        shuffle=args.shuffle and training, seed=args.seed,
+                        drop_last=args.drop_last, columns=columns)
+
+
+def _train_directory(args: argparse.Namespace, directory: Path, *, kept: bool,
+                     build: dict[str, Any] | None) -> int:
     from graphpass.training import Trainer
+    from graphpass.training.fit import fit
 
     trainer = Trainer(directory, lr=args.lr)
+    columns = list(trainer.batch_shapes())
+    batches = _open_data(args.data, args, columns, training=True)
+    evaluation = (_open_data(args.eval_data, args, columns, training=False)
+                  if args.eval_data else None)
+    steps, epochs = args.steps, args.epochs
+    if steps is None and epochs is None:
+        steps, epochs = (10, None) if batches.batch_size is None and len(batches) == 1 \
+            else (None, 1)
+    per_epoch = -(-len(batches) // args.accumulate)
+    total = steps if steps is not None else (epochs or 1) * per_epoch
+    state_dir = args.state_dir or args.resume
     report = TrainingReport(args.model, str(directory) if kept else None,
-                            trainer.manifest["optimizer"]["kind"], trainer.lr, args.steps,
-                            build=build)
+                            trainer.manifest["optimizer"]["kind"], trainer.lr, total,
+                            build=build, state=state_dir, log=args.log, plot=args.plot)
+    if args.resume and not _has_state(Path(args.resume)):
+        report.notes.append(f"no saved state in {args.resume}: started from the beginning")
     text = args.format == "text"
     console = _stdout_console()
-    started = time.perf_counter()
-    with StepProgress(args.steps) as progress:
-        for index in range(1, args.steps + 1):
-            loss = trainer.step(batch)
-            report.losses.append(loss)
-            progress.done(loss)
+    records: list[dict[str, Any]] = []
+    with StepProgress(total, epochs=epochs) as progress:
+        def shown(record: dict[str, Any]) -> None:
+            records.append(record)
+            if record.get("eval"):
+                report.evaluations.append(record)
+                if text:
+                    print_evaluation(console, record)
+                return
+            report.losses.append(record["loss"])
+            progress.done(record["loss"], step=record["step"], epoch=record["epoch"],
+                          samples_per_s=record["samples_per_s"])
             if text:
-                print_step(console, index, args.steps, loss)
-            if not math.isfinite(loss):
-                report.error = (f"the loss is {loss} at step {index}; the weights are not "
-                                "written (try a smaller --lr)")
-                break
-    report.seconds = time.perf_counter() - started
+                print_step(console, record["step"], total, record["loss"],
+                           epoch=record["epoch"] if epochs is not None else None)
+
+        result = fit(trainer, batches, epochs=epochs, steps=steps, eval_batches=evaluation,
+                     eval_every=args.eval_every, accumulate=args.accumulate,
+                     schedule=args.schedule, warmup=args.warmup, callback=shown, log=args.log,
+                     state_dir=state_dir, save_every=args.save_every,
+                     resume=Path(args.resume) if args.resume else False,
+                     settings={"data_paths": _absolute(args.data),
+                               "eval_data_paths": _absolute(args.eval_data or [])})
+    report.seconds = result.seconds
+    report.error = result.error
+    report.resumed_from = result.resumed_from
+    report.epochs = result.epochs
     if report.error is None:
         if args.save:
             report.saved = str(trainer.save(args.save))
         if args.checkpoint_out:
             report.checkpoint = str(trainer.save_checkpoint(args.checkpoint_out))
+    if args.plot and (records or args.log):
+        from graphpass.training.metrics import plot_metrics
+
+        report.plot = str(plot_metrics(args.log if args.log else records, args.plot))
     if text:
         print_training_summary(report, console)
     else:
         _write_json(training_dict(report))
     return EXIT_OK if report.error is None else EXIT_FINDINGS
+
+
+def _has_state(folder: Path) -> bool:
+    from graphpass.files.snapshots import POINTER
+
+    return (folder / POINTER).is_file()
+
+
+def _absolute(paths: list[str]) -> list[str]:
+    return [str(Path(p).absolute()) for p in paths]
 
 
 def _passes(args: argparse.Namespace) -> int:

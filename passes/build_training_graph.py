@@ -24,19 +24,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from graphpass.errors import ModelSaveError
+from graphpass.checkpoint import Checkpoint, open_checkpoint
+from graphpass.errors import CheckpointError, ModelSaveError
 from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Model
+from graphpass.passes._torch_state import Spelling, torch_state
+from graphpass.torch.export_record import module_scope, signature_parameters
 from graphpass.training import GradientError
 from graphpass.training.batch_norm import BatchNormMode
 from graphpass.training.directory import write_training_directory
 from graphpass.training.gradient_rules import DIFFERENTIABLE_TYPES, select_weights
-from graphpass.training.graphs import build_training_graphs
+from graphpass.training.graphs import TrainingGraphs, build_training_graphs
 from graphpass.training.optimizers import SGD, AdamW, Optimizer
 from graphpass.training.table import registered_builders
 
-__all__ = ["CODES", "BuildTrainingGraph"]
+__all__ = ["CODES", "TORCH_EXTRA", "BuildTrainingGraph"]
+
+TORCH_EXTRA = "torch_extra.safetensors"
+"""The file of the checkpoint keys no initializer holds (``num_batches_tracked`` ...)."""
 
 CODES = {
     "wrote": "GP850",
@@ -143,6 +149,7 @@ class BuildTrainingGraph(Pass):
             findings.append(Finding(CODES["not-differentiable"], Severity.ERROR, error.message,
                                     node=error.node, hint=error.hint))
             return PassResult(findings=findings)
+        _record_torch_state(graphs, model, context)
         if graphs.frozen_unreached:
             findings.append(Finding(
                 CODES["unreached"], Severity.WARNING,
@@ -209,6 +216,72 @@ class BuildTrainingGraph(Pass):
         return {"loss": o.loss, "loss_inputs": list(o.loss_inputs),
                 "trainable": list(o.trainable), "frozen": list(o.frozen),
                 "optimizer": o.optimizer, "batch_norm": o.batch_norm, "lr": o.lr}
+
+
+def _record_torch_state(graphs: TrainingGraphs, model: Model, context: PassContext) -> None:
+    """Add ``torch_aliases`` and ``torch_state`` to the manifest (the strict checkpoint)."""
+    manifest = graphs.manifest
+    checkpoints = _checkpoints(context)
+    aliases = _torch_aliases(model, manifest["torch_names"], checkpoints)
+    state = torch_state(model.graph, torch_names=manifest["torch_names"], aliases=aliases,
+                        trainable=manifest["trainable"],
+                        carried_statistics=manifest["buffers"], checkpoints=checkpoints)
+    manifest["torch_aliases"] = aliases
+    manifest["torch_state"] = state.manifest(TORCH_EXTRA)
+    if state.extra:
+        manifest["files"]["torch_extra"] = TORCH_EXTRA
+        graphs.torch_extra = state.extra
+
+
+def _checkpoints(context: PassContext) -> list[Checkpoint]:
+    """The checkpoints reconcile-initializers filled the model from, if it ran."""
+    result = context.results.get("reconcile-initializers")
+    paths = result.stats.get("checkpoints", []) if result is not None else []
+    opened = []
+    for path in paths:
+        try:
+            opened.append(open_checkpoint(path, registry=context.registry))
+        except CheckpointError:
+            continue  # (reconcile read it a moment ago)
+    return opened
+
+
+def _torch_aliases(model: Model, torch_names: dict[str, str],
+                   checkpoints: list[Checkpoint]) -> dict[str, list[str]]:
+    """Initializer -> every other ``state_dict`` name of the same tensor (tied weights).
+
+    From the checkpoint, keys that share the matched key's storage; from torch's export
+    record, a parameter the graph signature lists that no initializer holds, owned by
+    the module a node reading the initializer was exported from (GPT-2's
+    ``transformer.wte`` reading ``lm_head.weight``): torch.export kept one of the tied
+    names.
+    """
+    graph = model.graph
+    spell = Spelling(torch_names)
+    missing = {target for target in signature_parameters(graph)
+               if target not in graph.initializers and spell(target) not in
+               set(torch_names.values())}
+    found: dict[str, list[str]] = {}
+    for name in graph.initializers:
+        names: list[str] = []
+        key = torch_names.get(name)
+        for checkpoint in checkpoints:
+            if key is not None and key in checkpoint:
+                names.extend(checkpoint.aliases(key))
+        leaf = name.rsplit(".", 1)[-1]
+        for node, _ in graph.uses(name):
+            if node is None:
+                continue
+            scope = module_scope(node)
+            if scope and not name.startswith(f"{scope}."):
+                candidate = f"{scope}.{leaf}"
+                if candidate in missing:
+                    names.append(spell(candidate))
+        own = key if key is not None else spell(name)
+        unique = [n for n in dict.fromkeys(names) if n != own]
+        if unique:
+            found[name] = unique
+    return found
 
 
 def _torch_names(context: PassContext) -> dict[str, str]:

@@ -14,7 +14,15 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from graphpass.findings import Finding
 from graphpass.framework.instruments import Instrument
@@ -127,7 +135,7 @@ class FileProgress:
 
 
 class StepProgress:
-    """A progress bar over training steps: ``7/10 steps``, and the last loss.
+    """A progress bar over training steps: ``7/10 steps``, the epoch, loss, samples/s, time left.
 
     Use it as a context manager and call :meth:`done` after each step::
 
@@ -141,10 +149,12 @@ class StepProgress:
         completed: How many steps are done.
     """
 
-    def __init__(self, total: int, *, console: Console | None = None):
+    def __init__(self, total: int, *, epochs: int | None = None,
+                 console: Console | None = None):
         self.console = console or Console(stderr=True)
         self.enabled = self.console.is_terminal
         self.total = total
+        self.epochs = epochs
         self.completed = 0
         self._progress: Progress | None = None
         self._task: TaskID | None = None
@@ -154,18 +164,26 @@ class StepProgress:
             self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
                                       BarColumn(), TextColumn("{task.completed}/{task.total} "
                                                               "steps"),
-                                      TimeElapsedColumn(), console=self.console,
+                                      TimeElapsedColumn(), TextColumn("left"),
+                                      TimeRemainingColumn(), console=self.console,
                                       transient=True)
             self._task = self._progress.add_task("training", total=self.total)
             self._progress.start()
         return self
 
-    def done(self, loss: float) -> None:
-        """Count one more step as done (``loss`` is shown as the latest)."""
-        self.completed += 1
+    def done(self, loss: float, *, step: int | None = None, epoch: int | None = None,
+             samples_per_s: float | None = None) -> None:
+        """Count one more step as done (or up to ``step``): its loss, epoch and speed."""
+        self.completed = self.completed + 1 if step is None else step
         if self._progress is not None and self._task is not None:
+            parts = ["training"]
+            if epoch is not None and self.epochs is not None:
+                parts.append(f"epoch {epoch}/{self.epochs}")
+            parts.append(f"loss {loss:.6g}")
+            if samples_per_s is not None:
+                parts.append(f"{samples_per_s:.4g} samples/s")
             self._progress.update(self._task, completed=self.completed,
-                                  description=f"training: loss {loss:.6g}")
+                                  description=", ".join(parts))
 
     def __exit__(self, *exc: object) -> None:
         if self._progress is not None:

@@ -164,6 +164,8 @@ def _write_all(graphs: TrainingGraphs, scratch: Path, allowed: set[str]) -> list
         _save_arrays({name: tensor.numpy() for name, tensor in graphs.buffers.items()},
                      scratch / files["buffers"])
         _save_arrays(graphs.state, scratch / files["optimizer_state"])
+        if graphs.torch_extra:
+            _save_arrays(graphs.torch_extra, scratch / files["torch_extra"])
         if graphs.forward is not None:
             _write_forward(graphs.forward, written, scratch, files)
         (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n",

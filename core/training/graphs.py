@@ -77,6 +77,8 @@ class TrainingGraphs:
             with the trained weights).
         buffers: The initial running statistics of the batch normalizations that train
             with batch statistics (state of ``step.onnx``, inputs of ``eval.onnx``).
+        torch_extra: Values of torch ``state_dict`` keys no initializer holds (the
+            manifest's ``torch_state``; written as ``files["torch_extra"]``).
     """
 
     gradient: Model
@@ -88,6 +90,7 @@ class TrainingGraphs:
     frozen_unreached: list[str] = field(default_factory=list)
     forward: Model | None = None
     buffers: dict[str, Tensor] = field(default_factory=dict)
+    torch_extra: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _free_reserved(model: Model, reserved: Sequence[str]) -> dict[str, str]:

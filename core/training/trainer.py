@@ -32,25 +32,26 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from graphpass.errors import GraphpassError, ModelSaveError, first_line
+from graphpass.errors import ModelSaveError, first_line
 from graphpass.files import load, save
 from graphpass.ir import Tensor
+from graphpass.training._errors import TrainingError
 from graphpass.training.directory import MANIFEST, read_manifest
 from graphpass.training.graphs import FORMAT_VERSION
+
+if TYPE_CHECKING:
+    from graphpass.training.fit import FitResult
+    from graphpass.training.state import SavedState
 
 __all__ = ["Evaluation", "Trainer", "TrainingError"]
 
 _BUILD_HINT = ("build one with `graphpass run MODEL -o READY.onnx -p train-ready "
                "--emit-training-graph DIR`, or train the model directly with "
                "`graphpass train MODEL --data BATCH.npz`")
-
-
-class TrainingError(GraphpassError):
-    """A training-graph directory cannot be trained: a bad directory, a bad batch, no runtime."""
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,20 @@ class Trainer:
     def _current(self, name: str) -> np.ndarray:
         return self._by_name[name].buffers[self._phase]
 
+    def carried_arrays(self) -> dict[str, np.ndarray]:
+        """The live arrays of every value a step carries (not copies), by input name.
+
+        Trainable weights, optimizer state, running statistics and ``step``, by the
+        names ``step.onnx`` reads them under. Writing into them in place changes the
+        trainer (what :meth:`load_state` does); the next step may write elsewhere,
+        so ask again after stepping.
+        """
+        return {c.input: c.buffers[self._phase] for c in self._carried}
+
+    def batch_shapes(self) -> dict[str, tuple[int | str | None, ...]]:
+        """The shape ``step.onnx`` declares for each batch input (a number: fixed)."""
+        return {name: tuple(self._batch_types[name].shape) for name in self._batch_names}
+
     def step(self, batch: Mapping[str, Any]) -> float:
         """Take one optimizer step on ``batch``; return its loss (before the step).
 
@@ -332,28 +347,21 @@ class Trainer:
         return save(model, path)
 
     def checkpoint(self) -> dict[str, np.ndarray]:
-        """The trained weights and running statistics under their torch ``state_dict`` keys.
+        """The trained model's torch ``state_dict``: what a strict ``load_state_dict`` takes.
 
-        The keys are those ``reconcile-initializers`` matched the initializers with
-        (the manifest's ``torch_names``); a weight it did not fill keeps its
-        initializer name (which is the torch name in a ``dynamo=True`` export).
+        Every key the manifest's ``torch_state`` lists (tied weights under each of
+        their names, buffers the export dropped from the user's checkpoint, keys as
+        that checkpoint spelled them): see :mod:`graphpass.training.torch_checkpoint`.
         """
-        names = self.manifest.get("torch_names", {})
-        arrays: dict[str, np.ndarray] = {}
-        for name, value in self.weights().items():
-            key = names.get(name, name)
-            if key in arrays:
-                raise TrainingError(f"two weights map to the checkpoint key {key!r}",
-                                    hint="check the manifest's torch_names")
-            arrays[key] = value
-        return arrays
+        from graphpass.training.torch_checkpoint import checkpoint_arrays
+
+        return checkpoint_arrays(self)
 
     def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
         """Write :meth:`checkpoint` as a safetensors file (atomic).
 
         Load it into the torch model with ``model.load_state_dict(
-        safetensors.torch.load_file(path), strict=False)`` (it holds what training
-        changed, not buffers the export dropped).
+        safetensors.torch.load_file(path), strict=True)``.
 
         Raises:
             ModelSaveError: The file cannot be written (nothing is changed on disk).
@@ -377,6 +385,52 @@ class Trainer:
             if os.path.exists(scratch):
                 os.unlink(scratch)
         return target
+
+    # ------------------------------------------------------ state and the loop
+    def save_state(self, directory: str | os.PathLike[str], *,
+                   run: Mapping[str, Any] | None = None) -> Path:
+        """Write the whole state (weights, optimizer state, statistics, step, lr), atomically.
+
+        See :mod:`graphpass.training.state`; ``run`` adds entries (what :meth:`fit`
+        needs to resume). Returns the snapshot folder written.
+
+        Raises:
+            ModelSaveError: The folder cannot be written (the previous state stays).
+        """
+        from graphpass.training.state import save_state
+
+        return save_state(self, directory, run=run)
+
+    def load_state(self, directory: str | os.PathLike[str]) -> SavedState:
+        """Restore a state :meth:`save_state` wrote: the next step continues that run.
+
+        Raises:
+            TrainingError: No state there, or one that does not fit this trainer.
+        """
+        from graphpass.training.state import load_state
+
+        saved = load_state(self, directory)
+        assert saved is not None
+        return saved
+
+    def resume(self, directory: str | os.PathLike[str]) -> SavedState | None:
+        """:meth:`load_state` if a state was saved in ``directory``, else ``None``."""
+        from graphpass.training.state import load_state
+
+        return load_state(self, directory, missing_ok=True)
+
+    def fit(self, batches: Any, **options: Any) -> FitResult:
+        """Train for epochs or steps, with evaluation, schedules, saving and resuming.
+
+        ``batches``: :class:`~graphpass.training.data.Batches`, a list of batches, or
+        a function of the epoch. The options are :func:`graphpass.training.fit.fit`'s
+        (``epochs``, ``steps``, ``eval_batches``, ``eval_every``, ``accumulate``,
+        ``schedule``, ``warmup``, ``callback``, ``log``, ``state_dir``,
+        ``save_every``, ``resume`` ...).
+        """
+        from graphpass.training.fit import fit
+
+        return fit(self, batches, **options)
 
     def __repr__(self) -> str:
         return (f"Trainer({str(self.directory)!r}: {len(self.manifest['trainable'])} weights, "

@@ -1,0 +1,163 @@
+"""Which torch ``state_dict`` keys a trained checkpoint needs, and where each one's value is.
+
+``build-training-graph`` records this in the manifest (``torch_state``) so that
+:meth:`graphpass.training.Trainer.checkpoint` can write every key that
+``model.load_state_dict(..., strict=True)`` asks for:
+
+* every initializer that is torch state (a parameter or a persistent buffer, by the
+  export record, or one ``reconcile-initializers`` filled from the checkpoint), under
+  its checkpoint key, and under every other name of the same tensor (``aliases``:
+  tied weights);
+* with a checkpoint: every other key it has (``num_batches_tracked``, buffers the
+  export dropped), passed through as it was, keys spelled as it spells them;
+  without one: the ``num_batches_tracked`` of each BatchNorm the export record lists
+  (from 0), since the export drops them;
+* never a non-persistent buffer or a tensor constant (``state_dict()`` has neither).
+
+``num_batches_tracked`` keys of batch normalizations that train with batch statistics
+are ``counters``: the trainer adds the steps taken, as torch's ``train()`` mode does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from graphpass.checkpoint import Checkpoint
+from graphpass.ir import Graph
+from graphpass.torch.export_record import (
+    INPUT_PERSISTENT,
+    LEGACY_CONSTANT_NAME,
+    SIGNATURE,
+    records_state,
+    state_kinds,
+)
+
+__all__ = ["Spelling", "TorchState", "torch_state"]
+
+COUNTER: Final = "num_batches_tracked"
+_SIGNATURE_LINE: Final = re.compile(
+    r"^\s*(\w+): (PARAMETER|BUFFER|CONSTANT_TENSOR) target='([^']+)'(.*)$", re.MULTILINE)
+
+
+@dataclass
+class TorchState:
+    """The keys of the checkpoint to write (see the module docstring).
+
+    Attributes:
+        keys: Every key, in order -> the initializer holding its value, or ``None``
+            for a value in ``extra``.
+        extra: Values no initializer holds, by key.
+        counters: ``num_batches_tracked`` keys the steps advance.
+        missing: Keys the export record lists but nothing holds (left out).
+    """
+
+    keys: dict[str, str | None] = field(default_factory=dict)
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+    counters: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    def manifest(self, file: str) -> dict[str, Any]:
+        """The manifest entry (``file`` holds :attr:`extra`)."""
+        return {"keys": self.keys, "file": file if self.extra else None,
+                "counters": self.counters, "missing": self.missing}
+
+
+class Spelling:
+    """Export names as the checkpoint spells them (the prefix reconcile stripped or added)."""
+
+    def __init__(self, torch_names: Mapping[str, str]):
+        stripped: Counter[str] = Counter()
+        added: Counter[str] = Counter()
+        for name, key in torch_names.items():
+            if name != key and name.endswith(key) and name[-len(key) - 1:-len(key)] == ".":
+                stripped[name[:-len(key)]] += 1
+            elif name != key and key.endswith(name):
+                added[key[:-len(name)]] += 1
+            elif name == key:
+                stripped[""] += 1
+        self.strip = stripped.most_common(1)[0][0] if stripped else ""
+        self.add = added.most_common(1)[0][0] if added and not self.strip else ""
+
+    def __call__(self, name: str) -> str:
+        """``name`` as a checkpoint key."""
+        if self.strip and name.startswith(self.strip):
+            return name[len(self.strip):]
+        return self.add + name
+
+
+def _signature(graph: Graph) -> list[tuple[str, str, str, bool]]:
+    """``(placeholder, kind, target, persistent)`` per line of torch.export's signature."""
+    text = graph.metadata.get(SIGNATURE, "")
+    return [(placeholder, kind, target, "persistent=False" not in rest)
+            for placeholder, kind, target, rest in _SIGNATURE_LINE.findall(text)]
+
+
+def torch_state(graph: Graph, *, torch_names: Mapping[str, str],
+                aliases: Mapping[str, Sequence[str]], trainable: Sequence[str],
+                carried_statistics: Sequence[str], checkpoints: Sequence[Checkpoint]
+                ) -> TorchState:
+    """Work out the checkpoint's keys (see the module docstring)."""
+    spell = Spelling(torch_names)
+    signature = _signature(graph)
+    not_state = {target for _, kind, target, persistent in signature
+                 if kind == "CONSTANT_TENSOR" or (kind == "BUFFER" and not persistent)}
+    not_state_keys = {spell(t) for t in not_state} | not_state
+    recorded = records_state(graph)
+    kinds = state_kinds(graph)
+    chosen = set(trainable) | set(carried_statistics)
+    state = TorchState()
+    for name in graph.initializers:
+        value = graph.values.get(name)
+        if name in not_state or (value is not None
+                                 and value.metadata.get(INPUT_PERSISTENT) == "False"):
+            continue
+        kind = kinds.get(name)
+        if name in torch_names:
+            if kind == "constant":
+                continue
+            key = torch_names[name]
+        elif recorded:
+            if kind not in ("parameter", "buffer"):
+                continue
+            key = spell(name)
+        elif name in chosen and not LEGACY_CONSTANT_NAME.fullmatch(name):
+            key = name
+        else:
+            continue
+        if key in not_state_keys:
+            continue
+        state.keys.setdefault(key, name)
+        for alias in aliases.get(name, ()):
+            state.keys.setdefault(alias, name)
+    if checkpoints:
+        for checkpoint in checkpoints:
+            for key, entry in checkpoint.items():
+                if key in state.keys or key in not_state_keys:
+                    continue
+                state.keys[key] = None
+                state.extra[key] = np.array(entry.numpy())
+    else:
+        for _, kind, target, persistent in signature:
+            key = spell(target)
+            if key in state.keys or not persistent or kind == "CONSTANT_TENSOR":
+                continue
+            if kind == "BUFFER" and target.rsplit(".", 1)[-1] == COUNTER:
+                state.keys[key] = None
+                state.extra[key] = np.array(0, dtype=np.int64)
+            else:
+                state.missing.append(key)
+    by_key = {key: name for key, name in state.keys.items() if name is not None}
+    carried = set(carried_statistics)
+    for key in state.keys:
+        if key.rsplit(".", 1)[-1] != COUNTER or key not in state.extra:
+            continue
+        module = key[:-len(COUNTER)]
+        if by_key.get(f"{module}running_mean") in carried:
+            state.counters.append(key)
+    return state
