@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import sys
 import tempfile
 import time
@@ -49,8 +48,7 @@ def run_oracle(python: str, cases: list[corpus.Case]) -> dict[str, dict]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ort-python", default=os.environ.get(
-        "GRAPHPASS_ORT_TRAINING_PYTHON", str(REPO / ".venv-ort-training" / "bin" / "python")))
+    parser.add_argument("--ort-python", default=corpus.default_ort_python())
     parser.add_argument("--write-golden", action="store_true")
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--only", nargs="*")

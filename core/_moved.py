@@ -40,7 +40,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "graphpass.plugins.hookspecs": ("graphpass.framework.hookspecs",),
     "graphpass.plugins.manager": ("graphpass.framework.plugin_loading",),
     "graphpass.progress": ("graphpass.reporting.progress",),
-    "graphpass.proto": ("graphpass.files.proto",),
+    "graphpass.proto": ("graphpass.ir.proto",),
     # default_registry and reset_default_registry moved to plugin loading.
     "graphpass.registry": ("graphpass.framework.registry", "graphpass.framework.plugin_loading"),
     "graphpass.render": ("graphpass.reporting.render",),

@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import importlib.metadata
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -124,6 +125,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     arguments = list(sys.argv[1:] if argv is None else argv)
     show_traceback = "--traceback" in arguments
+    with _plugin_problems_printed_here():
+        return _main(arguments, show_traceback)
+
+
+@contextlib.contextmanager
+def _plugin_problems_printed_here() -> Iterator[None]:
+    """Keep the plugin loading's log of plugin problems quiet while the command runs.
+
+    The command line prints those problems itself (``graphpass: warning:`` lines, or the
+    table of ``graphpass plugins``); the log is for Python callers.
+    """
+    logger = logging.getLogger("graphpass.plugins")
+    handler = logging.NullHandler()
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
+def _main(arguments: list[str], show_traceback: bool) -> int:
     try:
         parser = _parser()
         args = parser.parse_args(arguments)
@@ -263,6 +288,9 @@ def _parser() -> argparse.ArgumentParser:
                           "reference evaluator) and fail if the outputs differ")
     run.add_argument("--verify-inputs", metavar="FILE.npz",
                      help="inputs for --verify (default: generated from the input types)")
+    run.add_argument("--verify-optional", action="store_true",
+                     help="with --verify, let a run that could verify nothing (the model does "
+                          "not run on the inputs) pass with a warning instead of failing")
     run.add_argument("--verify-per-pass", action="store_true",
                      help="with --verify, compare after every transforming pass")
     run.add_argument("--verify-dim", action="append", default=[], metavar="NAME=SIZE",
@@ -660,8 +688,11 @@ def _passes(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     config, registry = _setup(args)
     manager = _settings(args, "run", config, registry).manager(registry, config)
+    for warning in manager.warnings:
+        print(f"graphpass: warning: {warning.message}", file=sys.stderr)
     if args.format == "json":
-        _write_json({"plan": plan_data(manager.plan)})
+        _write_json({"plan": plan_data(manager.plan),
+                     "warnings": [warning.to_dict() for warning in manager.warnings]})
     else:
         print_plan(manager.plan, _stdout_console())
     return EXIT_OK
@@ -716,7 +747,8 @@ def _registry(args: argparse.Namespace, config: PipelineFile | None, *,
 def _verify_options(args: argparse.Namespace,
                     configured: VerifyOptions | None) -> VerifyOptions | None:
     asked = (args.verify or args.verify_inputs or args.verify_per_pass or args.verify_dim
-             or args.verify_rtol is not None or args.verify_atol is not None)
+             or args.verify_optional or args.verify_rtol is not None
+             or args.verify_atol is not None)
     if not asked:
         return configured
     options = configured or VerifyOptions()
@@ -727,6 +759,8 @@ def _verify_options(args: argparse.Namespace,
                              "graphpass run")
     if args.verify_per_pass:
         options.each = True
+    if args.verify_optional:
+        options.optional = True
     for text in args.verify_dim:
         name, separator, size = text.partition("=")
         if not separator or not name or not size.isdigit() or int(size) < 1:
@@ -763,10 +797,11 @@ def _settings(args: argparse.Namespace, command: Command, config: PipelineFile |
                 "graphpass run")
         extra_passes["emit-training-artifacts"] = {
             "directory": str(Path(args.emit_training_artifacts).absolute())}
+    defaults: dict[str, dict[str, Any]] = {}
     if getattr(args, "emit_training_graph", None):
         extra_passes[TRAINING_GRAPH_PASS] = {
             "directory": str(Path(args.emit_training_graph).absolute())}
-        _training_graph_defaults(options, config)
+        defaults = _training_graph_defaults(options, config)
     instruments = config.instruments if config else None
     verify = (_verify_options(args, instruments.verify if instruments else None)
               if command == "run" and hasattr(args, "verify") else None)
@@ -775,7 +810,8 @@ def _settings(args: argparse.Namespace, command: Command, config: PipelineFile |
         config=str(Path(args.config).absolute()) if args.config else None,
         checkpoints=tuple(str(Path(c).absolute()) for c in args.checkpoint),
         disable_passes=tuple(args.disable_pass), disable_plugins=tuple(args.disable_plugin),
-        strict_plugins=args.strict_plugins, extra_passes=extra_passes, verify=verify,
+        strict_plugins=args.strict_plugins, extra_passes=extra_passes, defaults=defaults,
+        verify=verify,
         verify_each=getattr(args, "verify_each", False),
         dump_after=tuple(getattr(args, "dump_after", ())),
         dump_dir=str(Path(args.dump_dir).absolute()) if getattr(args, "dump_dir", None)
@@ -788,21 +824,24 @@ def _settings(args: argparse.Namespace, command: Command, config: PipelineFile |
 
 
 def _training_graph_defaults(options: dict[str, dict[str, Any]],
-                             config: PipelineFile | None) -> None:
+                             config: PipelineFile | None) -> dict[str, dict[str, Any]]:
     """With ``--emit-training-graph``: lint by graphpass's rules, train what the lint judged.
 
     ``lint-gradients`` then reports every node ``build-training-graph`` cannot
     differentiate, and both passes pick the same weights, unless the options (``-O`` or
     the pipeline file) say otherwise.
+
+    Returns:
+        The lint's default rules, for :attr:`Settings.defaults` (used when the lint is
+        planned, and no warning about options for a pass not planned when it is not).
     """
     given = config.options if config else {}
     lint = {**given.get("lint-gradients", {}), **options.get("lint-gradients", {})}
     training = {**given.get(TRAINING_GRAPH_PASS, {}), **options.get(TRAINING_GRAPH_PASS, {})}
-    if "rules" not in lint:
-        options.setdefault("lint-gradients", {})["rules"] = "graphpass"
     for key in ("trainable", "frozen"):
         if key in lint and key not in training:
             options.setdefault(TRAINING_GRAPH_PASS, {})[key] = lint[key]
+    return {} if "rules" in lint else {"lint-gradients": {"rules": "graphpass"}}
 
 
 def _parse_option(text: str) -> tuple[str, str, Any]:

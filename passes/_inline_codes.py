@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_PROMOTED",
     "DEPTH_EXCEEDED",
     "FUNCTION_REMOVED",
+    "KEPT_FOR_BUILDER",
     "KEPT_RECURSION",
     "OPSET_CONFLICT",
     "RECURSION",
@@ -35,6 +36,9 @@ BODY_CONVERTED = "GP103"
 """A function body was converted to the opset version of the graph it was inlined into."""
 DEFAULT_PROMOTED = "GP104"
 """A kept function received an attribute default so that an inlined callee's default survives."""
+KEPT_FOR_BUILDER = "GP105"
+"""The calls of a function were kept: the plan builds a training graph, and a registered
+gradient builder differentiates the function's operator (it wins over the body)."""
 
 # Warnings.
 UNKNOWN_SELECTOR = "GP110"

@@ -15,11 +15,14 @@ Finding codes (stable):
   identical at export time was split, each consumer reading its own key.
 * ``GP206`` info: graph inputs that stood for weights became initializers (or,
   with ``keep-inputs``, inputs with defaults).
-* ``GP207`` info (warning when some shape could not be confirmed: no onnxruntime to
-  run the model, no rule for the consumer): names the model used without declaring
-  them (an export saved
-  with ``include_initializers=False``) were filled; their shapes come from the
-  checkpoint and were checked by shape inference.
+* ``GP207`` info: names the model used without declaring them (an export saved with
+  ``include_initializers=False``) were filled; their shapes come from the checkpoint
+  and were checked by shape inference, their consumers' requirements and a run of the
+  filled model in onnxruntime. When the run could not happen because the filled model
+  still uses a value nothing defines (a buffer no key filled, an error of its own),
+  it says so and stays information; a warning when some shape could not be confirmed
+  for another reason (no onnxruntime, inputs it cannot make, onnxruntime failing
+  elsewhere; and no rule for the consumer), saying which.
 * ``GP208`` warning: graph inputs that follow filled weight inputs (so probably
   weights too, as the legacy exporter lists them after the data inputs) matched no
   key and stay inputs.
@@ -36,6 +39,7 @@ from graphpass.checkpoint import Checkpoint
 from graphpass.findings import Finding, Severity
 from graphpass.passes._reconcile_match import LEVELS, Matching
 from graphpass.passes._reconcile_plan import REEXPORT_ADVICE, Fill, Plan
+from graphpass.passes._reconcile_shapes import ShapeCheck
 from graphpass.passes._reconcile_targets import Target
 
 __all__ = ["MatchTable", "NameList", "build_report"]
@@ -65,9 +69,11 @@ class NameList(list[str]):
 
 def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
                  checkpoint: Checkpoint, input_names: Sequence[str], *, keep_inputs: bool,
-                 unconfirmed: Sequence[str] = (), ran: bool = False
-                 ) -> tuple[list[Finding], dict[str, Any]]:
-    """The findings and stats for the plan (see the module documentation for codes)."""
+                 shapes: ShapeCheck | None = None) -> tuple[list[Finding], dict[str, Any]]:
+    """The findings and stats for the plan (see the module documentation for codes).
+
+    ``shapes``: what checking the shapes of undeclared weights found (``GP207``).
+    """
     by_name = {t.name: t for t in targets}
     findings: list[Finding] = []
     table = MatchTable()
@@ -135,25 +141,8 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
                                 f"{_listing(inputs)}", PASS_NAME, data={"inputs": inputs}))
     undeclared = [f.name for f in plan.fills if f.is_plain
                   and by_name[f.name].source == "undefined" and by_name[f.name].shape is None]
-    if undeclared and unconfirmed:
-        findings.append(Finding(
-            "GP207", Severity.WARNING,
-            f"{len(undeclared)} names the model used without defining or declaring them were "
-            f"filled with the checkpoint's shapes, and nothing could confirm "
-            f"{len(unconfirmed)} of them (shape inference does not check them, no rule "
-            f"covers their consumers, onnxruntime is not installed): {_listing(unconfirmed)}",
-            PASS_NAME, value=unconfirmed[0],
-            hint="install onnxruntime (pip install 'graphpass[runtime]') so that the filled "
-                 "model is run once, or run with --verify",
-            data={"names": undeclared, "unconfirmed": list(unconfirmed)}))
-    elif undeclared:
-        how = "and onnxruntime runs the filled model" if ran else \
-            "and their consumers' requirements"
-        findings.append(Finding(
-            "GP207", Severity.INFO,
-            f"{len(undeclared)} names the model used without defining or declaring them were "
-            f"filled; their shapes, taken from the checkpoint, pass shape inference {how}: "
-            f"{_listing(undeclared)}", PASS_NAME, data={"names": undeclared}))
+    if undeclared:
+        findings.append(_undeclared_finding(undeclared, shapes or ShapeCheck()))
     if left_inputs:
         findings.append(Finding(
             "GP208", Severity.WARNING,
@@ -188,6 +177,42 @@ def _probable_weight_inputs(plan: Plan, input_names: Sequence[str]) -> NameList:
         return NameList()
     unmatched = {t.name for t in plan.unmatched if not t.required}
     return NameList(name for name in input_names[first:] if name in unmatched)
+
+
+def _undeclared_finding(undeclared: list[str], shapes: ShapeCheck) -> Finding:
+    """``GP207``: how the shapes of weights the model never declared were checked."""
+    filled = (f"{len(undeclared)} names the model used without defining or declaring them "
+              "were filled")
+    data: dict[str, Any] = {"names": undeclared}
+    if shapes.not_run:
+        data["not_run"] = {"reason": shapes.not_run, "undefined": list(shapes.undefined)}
+    unconfirmed = shapes.unconfirmed
+    if shapes.ran or not unconfirmed:
+        how = "and onnxruntime runs the filled model" if shapes.ran else \
+            "and their consumers' requirements"
+        return Finding("GP207", Severity.INFO,
+                       f"{filled}; their shapes, taken from the checkpoint, pass shape "
+                       f"inference {how}: {_listing(undeclared)}", PASS_NAME, data=data)
+    data["unconfirmed"] = list(unconfirmed)
+    if shapes.undefined:  # the value that stops the run has a finding of its own
+        return Finding(
+            "GP207", Severity.INFO,
+            f"{filled}; their shapes, taken from the checkpoint, pass shape inference; "
+            f"onnxruntime did not run the filled model to check them further: "
+            f"{shapes.not_run}", PASS_NAME, value=shapes.undefined[0],
+            hint="once that value is filled too, the filled model is run to check these "
+                 "shapes", data=data)
+    hint = ("install onnxruntime (pip install 'graphpass[runtime]') so that the filled "
+            "model is run once, or run with --verify"
+            if shapes.not_run == "onnxruntime is not installed" else
+            "run with --verify (and --verify-inputs) to run the filled model on inputs "
+            "of your own")
+    return Finding(
+        "GP207", Severity.WARNING,
+        f"{filled} with the checkpoint's shapes, and nothing could confirm "
+        f"{len(unconfirmed)} of them (shape inference does not check them, no rule covers "
+        f"their consumers, and {shapes.not_run or 'onnxruntime did not run the model'}): "
+        f"{_listing(unconfirmed)}", PASS_NAME, value=unconfirmed[0], hint=hint, data=data)
 
 
 def _tied_findings(fills: Sequence[Fill]) -> list[Finding]:

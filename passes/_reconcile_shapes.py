@@ -14,11 +14,14 @@ model's. Every other source of truth the model has is asked instead
    ``aten.layer_norm(x, [32], weight, bias, ...)`` names the normalised shape) when
    the input's shape is not known;
 3. a run of the filled model in onnxruntime on generated inputs, where onnxruntime is
-   installed: every kernel checks its weights.
+   installed and the model can run: every kernel checks its weights.
 
 A mismatch names the weight, its checkpoint key, both shapes and the consumer. A
-weight that neither (2) nor (3) confirms (no onnxruntime, and an operator without a
-rule) is returned as unconfirmed, for a warning.
+weight that neither (2) nor (3) confirms (an operator without a rule, and no run) is
+returned as unconfirmed, with the reason the run did not happen: onnxruntime is not
+installed, the filled model still uses values nothing defines (a buffer no key
+filled: an error of its own elsewhere), inputs cannot be made, or onnxruntime fails
+elsewhere than at a filled weight.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import onnx
 
 from graphpass.files.checking import infer_shapes
 from graphpass.files.proto import model_to_proto
+from graphpass.findings import shortened_list
 from graphpass.ir import Graph, Model, Node, Tensor
 from graphpass.torch.export_record import FX_NODE, fx_target
 from graphpass.training.value_types import ModelTypes
@@ -51,11 +55,17 @@ class ShapeCheck:
         problems: One line per mismatch (weight, key, both shapes, consumer).
         unconfirmed: Weights whose shape nothing could confirm.
         ran: Whether onnxruntime ran the filled model.
+        not_run: Why onnxruntime did not run it (``""`` when it ran, or was not
+            needed): ``"onnxruntime is not installed"`` and the like.
+        undefined: When the run did not happen because the filled model still uses
+            values nothing defines: those names.
     """
 
     problems: list[str] = field(default_factory=list)
     unconfirmed: list[str] = field(default_factory=list)
     ran: bool = False
+    not_run: str = ""
+    undefined: list[str] = field(default_factory=list)
 
 
 def _without_data(tensor: Tensor) -> onnx.TensorProto:
@@ -171,20 +181,33 @@ def _fx_normalized_shape(node: Node) -> tuple[int, ...] | None:
 
 # ===================================================================== runtime
 def _runtime(model: Model, keys: Mapping[str, str], result: ShapeCheck) -> str | None:
-    """Run the model in onnxruntime (when installed); a failure at a reader is a problem."""
+    """Run the model in onnxruntime (when it can run); a failure at a reader is a problem.
+
+    When it does not run, ``result.not_run`` says why.
+    """
     if importlib.util.find_spec("onnxruntime") is None:
+        result.not_run = "onnxruntime is not installed"
+        return None
+    graph = model.graph
+    undefined = list(graph.free_names)
+    if undefined:  # a run cannot start: say so, and leave the missing value to its error
+        result.undefined = undefined
+        shown = shortened_list(undefined, 3, quote=True)
+        result.not_run = f"the filled model still uses {shown}, which nothing defines"
         return None
     from graphpass.framework.verify import VerifyOptions, make_inputs, run_model
 
     try:
         inputs = make_inputs(model, VerifyOptions())
-    except Exception:  # inputs it cannot make (sequences...): nothing confirmed
+    except Exception as error:  # inputs it cannot make (sequences...): nothing confirmed
+        result.not_run = f"graphpass cannot make inputs for it ({error})"
         return None
     outcome = run_model(model, inputs, backend="onnxruntime")
     if outcome.outputs is not None:
         result.ran = True
         return None
-    graph = model.graph
+    reason = (outcome.reason or "").strip().splitlines() or ["no reason given"]
+    result.not_run = f"onnxruntime fails on it: {reason[0][:300]}"
     for name in keys:
         for node in graph.consumers(name):
             if node.name and node.name in outcome.reason:

@@ -9,6 +9,7 @@ one checked against the runtime (``benchmarks/gradient_agreement.py``).
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -58,20 +59,111 @@ def _dropout_kept(site: NodeSite) -> bool:
     return value is None or float(value) != 0.0
 
 
-def _broadcast_input_needs_gradient(site: NodeSite) -> bool:
-    """Whether an input of the node that needs a gradient is broadcast to the output.
+def _broadcast_to(shape: Sequence[Any], output: Sequence[Any]) -> bool:
+    """Whether a tensor of ``shape`` is provably broadcast to ``output``: fewer elements.
 
-    Only known shapes count: both the input's and the output's must be known, and
-    differ (a dimension both name alike, or both leave unknown, is the same).
+    It is when, aligned from the right, some output dimension is a number above 1 where
+    the tensor has 1 or no dimension. Symbolic or unknown dimensions prove nothing (a
+    leading ``[1, ...]`` the tensor lacks adds no element).
+    """
+    missing = len(output) - len(shape)
+    if missing < 0:
+        return False
+    for position, size in enumerate(output):
+        mine = shape[position - missing] if position >= missing else 1
+        if isinstance(size, int) and size > 1 and mine == 1:
+            return True
+    return False
+
+
+def _broadcast_input_needs_gradient(site: NodeSite) -> bool:
+    """Whether an input of the node that needs a gradient is broadcast to a larger output.
+
+    ORT's ``Where`` gradient gives such an input a gradient of the output's shape, not
+    reduced to its own. Only known shapes count (see :func:`_broadcast_to`).
     """
     output = site.output_shape(0)
     if output is None:
         return False
     for index in site.inputs_needing_gradient:
         shape = site.input_shape(index)
-        if index > 0 and shape is not None and tuple(shape) != tuple(output):
+        if index > 0 and shape is not None and _broadcast_to(shape, output):
             return True
     return False
+
+
+def _same_padding(site: NodeSite) -> bool:
+    """Whether a ``Conv`` with ``auto_pad = SAME_*`` pads, and its input or weight needs a gradient.
+
+    ORT's ``ConvGrad`` takes the explicit ``pads`` (none here) and ignores ``auto_pad``.
+    The padding is ``(ceil(n / s) - 1) * s + (k - 1) * d + 1 - n`` along each spatial axis
+    (input size ``n``, stride ``s``, kernel ``k``, dilation ``d``); it is known to be above 0
+    when that is computable, or when the stride is 1 and the kernel wider than 1.
+    """
+    if not site.inputs_needing_gradient & {0, 1}:
+        return False
+    node = site.node
+    auto_pad = node.attribute("auto_pad", "NOTSET")
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        return False
+    data, weight = site.input_shape(0), site.input_shape(1)
+    kernel = node.attribute("kernel_shape", None)
+    if kernel is None and weight is not None:
+        kernel = weight[2:]
+    if kernel is None:
+        return False
+    spatial = len(kernel)
+    strides = node.attribute("strides", None) or [1] * spatial
+    dilations = node.attribute("dilations", None) or [1] * spatial
+    sizes = list(data[2:]) if data is not None and len(data) == spatial + 2 else [None] * spatial
+    for size, k, stride, dilation in zip(sizes, kernel, strides, dilations, strict=False):
+        if not isinstance(k, int):
+            continue
+        if isinstance(size, int):
+            if (-(-size // stride) - 1) * stride + (k - 1) * dilation + 1 - size > 0:
+                return True
+        elif stride == 1 and (k - 1) * dilation > 0:
+            return True
+    return False
+
+
+def _vector_times_batched_matrices(site: NodeSite) -> bool:
+    """Whether ``MatMul`` multiplies a vector A that needs a gradient by a stack of matrices.
+
+    B of shape ``[b, k, n]`` with ``b`` a number above 1: ORT's gradient of A comes out
+    ``b`` times too large (measured; ``b = 1`` is right).
+    """
+    if 0 not in site.inputs_needing_gradient or site.input_rank(0) != 1:
+        return False
+    shape = site.input_shape(1)
+    return shape is not None and len(shape) == 3 and isinstance(shape[0], int) \
+        and shape[0] > 1
+
+
+def _split_output_without_gradient(site: NodeSite) -> bool:
+    """Whether a ``Split`` whose input needs a gradient has outputs that get none.
+
+    ORT's gradient concatenates the outputs' gradients it has and nothing for the others,
+    so the input's gradient is missing their part, and what it has lands at the wrong
+    places, except when the outputs without a gradient come last and every dimension
+    before the axis is 1 (then the part it has is a prefix of the input's memory): then
+    only a dimension known to be above 1 proves it wrong.
+    """
+    if 0 not in site.inputs_needing_gradient:
+        return False
+    outputs = [index for index, name in enumerate(site.node.outputs) if name]
+    having = site.outputs_needing_gradient
+    if not having or all(index in having for index in outputs):
+        return False
+    if not all(index in having for index in outputs[:len(having)]):
+        return True  # an output without a gradient before one with: wrong whatever the shape
+    shape = site.input_shape(0)
+    axis = site.node.attribute("axis", 0)
+    if shape is None or not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
+        return False  # the leading dimensions are unknown: nothing proves it wrong
+    return any(isinstance(size, int) and size > 1 for size in shape[:axis % len(shape)])
 
 
 CHECKS: dict[str, Check] = {
@@ -80,8 +172,20 @@ CHECKS: dict[str, Check] = {
                           "output: no loss block is added)", _dropout_kept),
     "broadcast-input-needs-gradient": Check(
         "broadcast-input-needs-gradient",
-        "an input that needs a gradient has a shape other than the output's (broadcast)",
-        _broadcast_input_needs_gradient),
+        "an input that needs a gradient is broadcast to a larger output (some output "
+        "dimension above 1 is 1, or absent, in the input)", _broadcast_input_needs_gradient),
+    "same-padding": Check(
+        "same-padding",
+        "auto_pad is SAME_UPPER or SAME_LOWER and pads, and the input or the weight needs "
+        "a gradient", _same_padding),
+    "vector-times-batched-matrices": Check(
+        "vector-times-batched-matrices",
+        "A is a vector that needs a gradient, B a stack of more than one matrix ([b, k, n], "
+        "b > 1)", _vector_times_batched_matrices),
+    "split-output-without-gradient": Check(
+        "split-output-without-gradient",
+        "the input needs a gradient and some outputs get none (other than trailing ones "
+        "of a split whose leading dimensions are all 1)", _split_output_without_gradient),
 }
 """The named conditions the built-in rules refer to (``{ check = "..." }``)."""
 

@@ -17,7 +17,12 @@ time, with the full semantics of the spec:
 * opset imports merged, and a body written for another version of the default
   ONNX domain converted with onnx's version converter (or a clear error);
 * provenance: every inlined node's ``metadata_props["graphpass.inlined_from"]``
-  holds the call stack, e.g. ``local::M@M_1 > local::N@N_3``.
+  holds the call stack, e.g. ``local::M@M_1 > local::N@N_3``;
+* a gradient builder wins over a body: when the plan builds a training graph
+  (``build-training-graph``), the calls of a function whose operator (``domain``,
+  ``name``, outside the ONNX domain) a registered gradient builder differentiates are
+  kept, so that the builder, not the body, gives its gradient (``GP105``); naming the
+  function in ``only`` inlines it all the same.
 
 Example::
 
@@ -52,6 +57,7 @@ from graphpass.passes._inline_codes import (
     CALLS_INLINED,
     DEFAULT_PROMOTED,
     FUNCTION_REMOVED,
+    KEPT_FOR_BUILDER,
     KEPT_RECURSION,
     UNKNOWN_SELECTOR,
     UNREPRESENTABLE_DEFAULT,
@@ -66,10 +72,13 @@ from graphpass.passes._inline_opsets import (
     normalize_domain,
 )
 from graphpass.passes._inline_selection import Selection, parse_selectors
+from graphpass.training.table import registered_builders
 
 __all__ = ["PROVENANCE_KEY", "InlineFunctions", "InlineOptions"]
 
 _PASS = "inline-functions"
+_TRAINING_GRAPH = "build-training-graph"
+"""The pass whose gradient builders win over inlining, when it is planned."""
 
 
 @dataclass
@@ -128,18 +137,45 @@ class InlineFunctions(Pass):
                 than ``max_depth``). Every such problem that can be found before the model
                 changes is found then.
         """
+        kept = _kept_for_builders(model, context, self.selection)
         with paused_gc() as block:  # millions of objects are created and few freed
             block.owner = model  # what the pass creates lives (and dies) with the model
-            return _Run(model, self.selection, self.options.max_depth).run()
+            return _Run(model, self.selection, self.options.max_depth, kept).run()
+
+
+def _kept_for_builders(model: Model, context: PassContext, selection: Selection
+                       ) -> dict[FunctionId, tuple[str, str]]:
+    """The functions whose calls stay for a gradient builder: ``(builder, plugin)`` each.
+
+    Only when the plan builds a training graph, for functions outside the ONNX domain
+    that would be inlined and that ``only`` does not name (naming one there asks for its
+    body).
+    """
+    if _TRAINING_GRAPH not in context.plan or not model.functions:
+        return {}
+    table = registered_builders(context.registry)
+    kept: dict[FunctionId, tuple[str, str]] = {}
+    for fid in model.functions:
+        domain, name, _overload = fid
+        if not normalize_domain(domain) or not selection.selects(fid) or any(
+                selector.matches(fid) for selector in selection.only):
+            continue
+        builder = table.find(domain, name, model.opset_imports.get(domain, 1))
+        if builder is not None:
+            plugin = context.registry.plugin_of("gradient_builders", builder.name) or "?"
+            kept[fid] = (builder.name, plugin)
+    return kept
 
 
 class _Run:
     """One run of the pass on one model."""
 
-    def __init__(self, model: Model, selection: Selection, max_depth: int | None):
+    def __init__(self, model: Model, selection: Selection, max_depth: int | None,
+                 kept: dict[FunctionId, tuple[str, str]]):
         self.model = model
         self.selection = selection
         self.max_depth = max_depth
+        self.kept = kept
         self.findings: list[Finding] = []
         self.conversions: list[tuple[str, int, int]] = []
 
@@ -155,7 +191,16 @@ class _Run:
                                                       "bodies converted": 0})
         if not functions:
             return unchanged
-        inlined = self.selection.inlined(functions)
+        inlined = self.selection.inlined(functions) - set(self.kept)
+        for fid, (builder, plugin) in sorted(self.kept.items(),
+                                             key=lambda item: format_function_id(item[0])):
+            label = format_function_id(fid)
+            self._note(KEPT_FOR_BUILDER, Severity.INFO,
+                       f"kept the calls of {label}: the plan builds a training graph, and the "
+                       f"gradient builder {builder!r} of plugin {plugin!r} differentiates "
+                       "them (it wins over the function's body)", function=label,
+                       hint=f"name {label} in `only` to inline it all the same",
+                       data={"builder": builder, "plugin": plugin})
 
         # Everything that can fail is checked before the model changes.
         call_graph = build_call_graph(model, inlined)

@@ -20,10 +20,12 @@ the trainer reports):
 * ``GP404`` a weight reaches the loss only through non-differentiable inputs;
 * ``GP405`` one node reads a weight at two differentiable inputs;
 * ``GP407`` the loss has an element type the trainer does not accept;
-* ``GP423`` (info) float weights left out of the default trainable set because
-  torch's export record marks them as buffers or constants;
+* ``GP423`` (info) float weights left out of the default trainable set, with the rule
+  that left out each (torch's export record, a running statistic, a constant's name or
+  use: :func:`graphpass.torch.export_record.default_trainable_rules`);
 * ``GP425`` a registered builder that computes a wrong gradient on this node (a known
-  condition: the trainer builds and runs it, and every gradient comes out wrong);
+  condition, measured against finite differences: the trainer builds and runs it, and
+  the gradients come out wrong);
 * ``GP424`` (warning) a ``BatchNormalization`` on the gradient path normalises so few
   values a channel (batch x spatial size) that its float32 gradient is rounding noise;
 * ``GP421`` / ``GP422`` (warnings) a ``trainable``/``frozen`` pattern that matches
@@ -52,7 +54,7 @@ from graphpass.passes._gradient_region import (
     weight_bits,
 )
 from graphpass.passes._gradient_view import resolve_constant_ifs
-from graphpass.torch.export_record import INPUT_KIND
+from graphpass.torch.export_record import INPUT_KIND, default_trainable_rules
 from graphpass.training.gradient_rules import (
     GradientRules,
     NodeSite,
@@ -219,12 +221,14 @@ class LintGradients(AnalysisPass):
 
     def _run(self, model: Model, context: PassContext) -> PassResult:
         rules = self._rules(context)
-        findings, trainable, frozen = _select_trainable(model.graph, self.options, rules)
+        findings, trainable, frozen, because = _select_trainable(model.graph, self.options,
+                                                                 rules)
         losses = _select_losses(model.graph, self.options.loss)
         view = None
         if rules.resolves_constant_ifs:
             view = resolve_constant_ifs(model, frozenset(trainable) | frozen)
-        linter = _Linter(view or model, rules, trainable, loss_added=self.options.loss_added)
+        linter = _Linter(view or model, rules, trainable, loss_added=self.options.loss_added,
+                         because=because)
         findings.extend(linter.run(losses))
         return PassResult(changed=False, findings=[f.with_pass(self.name) for f in findings],
                           stats={"rules": rules.label, "trainable weights": len(trainable),
@@ -244,7 +248,13 @@ class LintGradients(AnalysisPass):
 
 # ====================================================================== selection
 def _select_trainable(graph: Graph, options: Any, rules: GradientRules
-                      ) -> tuple[list[Finding], list[str], frozenset[str]]:
+                      ) -> tuple[list[Finding], list[str], frozenset[str], dict[str, str]]:
+    """Pick the weights to train.
+
+    Returns:
+        The findings of the selection, the trainable and the frozen weights, and for
+        the weights the default took, the rule that made each trainable.
+    """
     findings: list[Finding] = []
     initializers = graph.initializers
     selection = select_weights(graph, options.trainable, options.frozen)
@@ -257,20 +267,20 @@ def _select_trainable(graph: Graph, options: Any, rules: GradientRules
                 hint="check the spelling; patterns use fnmatch syntax (* ? [...])"))
     left_out = selection.left_out
     chosen: Sequence[str] = selection.chosen
+    rules_of: dict[str, str] = {}
     if not options.trainable:
+        rules_of = default_trainable_rules(graph)
         chosen = [name for name in chosen
                   if initializers[name].dtype in rules.differentiable_types]
         if left_out:
-            shown = shortened_list((f"{name!r} ({kind})" for name, kind in left_out.items()),
-                                   _SHOWN)
+            why = {name: rules_of[name] for name in left_out}
             findings.append(Finding(
                 CODES["not-parameters"], Severity.INFO,
                 f"{len(left_out)} float weight{'s' * (len(left_out) != 1)} left out of the "
-                f"trainable set: torch's export record marks them as buffers or constants, "
-                f"which PyTorch never trains: {shown}",
+                f"default trainable set (they are not parameters): {_by_rule(why)}",
                 hint='to train them anyway, name them with the trainable option '
                      '(trainable = ["*"] takes every float weight)',
-                data={"left_out": dict(left_out)}))
+                data={"left_out": dict(left_out), "rules": why}))
     trainable = []
     frozen = frozenset(selection.frozen)
     for name in chosen:
@@ -286,7 +296,17 @@ def _select_trainable(graph: Graph, options: Any, rules: GradientRules
                 hint="only float, float16, double and bfloat16 weights get gradients"))
             continue
         trainable.append(name)
-    return findings, trainable, frozen
+    return findings, trainable, frozen, {name: rules_of[name] for name in trainable
+                                         if name in rules_of}
+
+
+def _by_rule(rules: dict[str, str]) -> str:
+    """``rule: 'a', 'b'; other rule: 'c'``, in the order the rules first come."""
+    grouped: dict[str, list[str]] = {}
+    for name, rule in rules.items():
+        grouped.setdefault(rule, []).append(name)
+    return "; ".join(f"{rule}: {shortened_list(names, _SHOWN, quote=True)}"
+                     for rule, names in grouped.items())
 
 
 def _select_losses(graph: Graph, loss: Sequence[str]) -> list[str]:
@@ -305,8 +325,9 @@ class _Linter:
     """Judges one model against one rule set."""
 
     def __init__(self, model: Model, rules: GradientRules, trainable: list[str], *,
-                 loss_added: bool = True):
+                 loss_added: bool = True, because: dict[str, str] | None = None):
         self.model = model
+        self.because = because or {}  # weight -> the default rule that made it trainable
         self.loss_added = loss_added
         self.rules = rules
         self.trainable = trainable
@@ -404,6 +425,13 @@ class _Linter:
                        value=value, hint=known.hint if known is not None else hint,
                        data=details)
 
+    def _origin(self, graph: Graph, name: str, torch_export: bool) -> str:
+        """`` (trainable by default: <rule>)``, or what torch's record says it is."""
+        rule = self.because.get(name)
+        if rule is not None:
+            return f" (trainable by default: {rule})"
+        return _torch_origin(graph, name, torch_export)
+
     def _weights(self, region: Region) -> None:
         graph, report = region.graph, self.report
         torch_export = any(INPUT_KIND in v.metadata for v in graph.value_info)
@@ -415,13 +443,14 @@ class _Linter:
                 node = captured[0]
                 report.captured.append(self._trainer_failure(
                     "captured", CODES["captured"],
-                    f"trainable weight {name!r} is read inside a subgraph of node "
+                    f"trainable weight {name!r}{self._origin(graph, name, torch_export)} is "
+                    f"read inside a subgraph of node "
                     f"{_node_label(node)!r} ({node.op_type})", value=name, node=node,
                     hint="freeze it, or remove the control flow"))
                 continue
             entries = region.entries.get(name, set())
             if not entries:
-                origin = _torch_origin(graph, name, torch_export)
+                origin = self._origin(graph, name, torch_export)
                 consumers = graph.consumers(name)
                 why = ("nothing uses it" if not consumers else
                        "no loss output is differentiable (float) and computed from a "
@@ -449,10 +478,11 @@ class _Linter:
                     report.after_build.append(self._trainer_failure(
                         "duplicate", CODES["duplicate"],
                         f"node {_node_label(node)!r} ({node.op_type}) reads trainable weight "
-                        f"{name!r} at {len(slots)} differentiable inputs {slots}",
+                        f"{name!r}{self._origin(graph, name, torch_export)} at {len(slots)} "
+                        f"differentiable inputs {slots}",
                         value=name, node=node, data={"inputs": slots}))
             if not carrying:
-                origin = _torch_origin(graph, name, torch_export)
+                origin = self._origin(graph, name, torch_export)
                 where = ", ".join(f"{n.op_type} {_node_label(n)!r}" for n in
                                   sorted(entries, key=_node_label)[:_SHOWN])
                 report.after_build.insert(0, self._trainer_failure(

@@ -165,7 +165,7 @@ class ReconcileInitializers(Pass):
                                         "matched the wrong weights: add renames")
         findings, stats = build_report(plan, matching, targets, checkpoint, input_names,
                                        keep_inputs=self.options.keep_inputs,
-                                       unconfirmed=shapes.unconfirmed, ran=shapes.ran)
+                                       shapes=shapes)
         return PassResult(changed=bool(plan.fills), findings=findings, stats=stats)
 
     def _open(self, context: PassContext) -> Checkpoint:

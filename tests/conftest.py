@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -111,3 +111,26 @@ def graphpass_process() -> Callable[..., subprocess.CompletedProcess[str]]:
                               timeout=timeout)
 
     return run
+
+
+@pytest.fixture
+def plugins_on_path(install_plugin: Callable[[str], Path],
+                    monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    """Put packages of ``tests/plugins/`` on ``sys.path`` for this test (in process).
+
+    Gives a function of the package names (``"example"`` for
+    ``graphpass-example-plugin``) that installs each (once, see :func:`install_plugin`)
+    and puts its folder first on ``sys.path``; the default registry is built anew before
+    and after the test, so that it sees exactly these plugins.
+    """
+    from graphpass.framework.plugin_loading import reset_default_registry
+
+    monkeypatch.delenv("GRAPHPASS_DISABLE_PLUGINS", raising=False)
+    reset_default_registry()
+
+    def put(*names: str) -> None:
+        for name in names:
+            monkeypatch.syspath_prepend(str(install_plugin(name)))
+
+    yield put
+    reset_default_registry()

@@ -45,12 +45,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("graphpass.cli", "graphpass.__main__")),
 ]
 
-# The one import that points up, on purpose: Model.from_proto / Model.to_proto are
-# public API on the IR, and convert through the files layer when called. (Importer,
-# module named in the import statement): the packages it runs are allowed with it.
-ALLOWED_UPWARD = {("graphpass.ir._model", "graphpass.files.proto")}
-
-
 def _modules() -> dict[str, Path]:
     modules = {}
     for folder, package in ROOTS.items():
@@ -126,10 +120,6 @@ def import_graph() -> nx.DiGraph:
 GRAPH = import_graph()
 
 
-def _allowed(edge: tuple[str, str]) -> bool:
-    return all((edge[0], named) in ALLOWED_UPWARD for named in GRAPH.edges[edge]["named"])
-
-
 def layer_of(module: str) -> str | None:
     best: tuple[int, str] | None = None
     for layer, prefixes in LAYERS:
@@ -150,8 +140,7 @@ def _where(edge: tuple[str, str]) -> str:
 
 
 def test_the_import_graph_has_no_cycle() -> None:
-    graph = GRAPH.copy()
-    graph.remove_edges_from([edge for edge in GRAPH.edges if _allowed(edge)])
+    graph = GRAPH
     try:
         cycle = nx.find_cycle(graph)
     except nx.NetworkXNoCycle:
@@ -172,8 +161,6 @@ def test_every_module_belongs_to_a_layer() -> None:
 def test_imports_point_down_the_layers() -> None:
     upward = []
     for importer, target in sorted(GRAPH.edges):
-        if _allowed((importer, target)):
-            continue
         source, destination = layer_of(importer), layer_of(target)
         if source is None or destination is None:
             continue  # reported by test_every_module_belongs_to_a_layer
@@ -183,10 +170,20 @@ def test_imports_point_down_the_layers() -> None:
     assert not upward, "imports that point up:\n  " + "\n  ".join(upward)
 
 
-def test_the_allowed_upward_import_is_still_needed() -> None:
-    for edge in ALLOWED_UPWARD:
-        assert GRAPH.has_edge(*edge), f"{edge} is allowed but no longer exists: drop it"
-        assert layer_of(edge[1]) != layer_of(edge[0]), f"{edge} points within a layer: drop it"
+def test_the_ir_imports_nothing_above_it() -> None:
+    """The IR converts to and from protobuf itself (``graphpass.ir.proto``), as onnx-ir
+    keeps ``onnx_ir.serde``: ``Model.from_proto`` and ``to_proto`` need no layer above."""
+    above = [_where(edge) for edge in sorted(GRAPH.edges)
+             if layer_of(edge[0]) == "ir" and layer_of(edge[1]) not in ("base", "ir")]
+    assert not above, "the IR imports layers above it:\n  " + "\n  ".join(above)
+
+
+def test_the_old_proto_path_is_the_irs_conversion() -> None:
+    import graphpass.files.proto as old
+    import graphpass.ir.proto as new
+
+    for name in new.__all__:
+        assert getattr(old, name) is getattr(new, name), name
 
 
 def test_no_pass_imports_another_pass() -> None:

@@ -122,7 +122,7 @@ def test_cli_with_a_payload_checkpoint_is_one_message_and_runs_nothing(tmp_path:
 
 
 @pytest.mark.parametrize("content", ["pickle", "corrupt zip"])
-def test_verify_inputs_that_are_pickles_or_corrupt_are_a_clear_warning(tmp_path: Path,
+def test_verify_inputs_that_are_pickles_or_corrupt_are_a_clear_error(tmp_path: Path,
                                                                        content: str,
                                                                        cli) -> None:
     marker = tmp_path / "pwned"
@@ -135,11 +135,11 @@ def test_verify_inputs_that_are_pickles_or_corrupt_are_a_clear_warning(tmp_path:
     code, stdout, stderr = cli("run", model, "-o", tmp_path / "out.onnx", "-p",
                                "topological-sort", "--verify", "--verify-inputs", inputs,
                                "--format", "json")
-    assert code == 0, stderr  # nothing could be verified: a warning, GP602
+    assert code == 1, stderr  # nothing could be verified: an error, GP602; nothing written
     findings = json.loads(stdout)["findings"]
-    assert [f["code"] for f in findings] == ["GP602"]
+    assert [(f["code"], f["severity"]) for f in findings] == [("GP602", "error")]
     assert "cannot read inputs" in findings[0]["message"]
-    assert not marker.exists()
+    assert not marker.exists() and not (tmp_path / "out.onnx").exists()
 
 
 def test_every_torch_load_in_graphpass_passes_weights_only() -> None:

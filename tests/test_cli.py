@@ -327,7 +327,8 @@ def test_plan_notes_passes_pulled_in_by_requires(cli, monkeypatch) -> None:
     plan = json.loads(stdout)["plan"]
     assert plan[1] == {"position": 2, "name": "topological-sort", "plugin": "builtin",
                        "kind": "transform", "requested": False, "required_by": ["needs-sort"],
-                       "preset": None, "options": {}}
+                       "runs_after": [], "preset": None, "options": {}}
+    assert plan[2]["runs_after"] == [{"pass": "topological-sort", "because": "requires"}]
 
 
 def test_presets_in_a_pipeline_file_with_a_step_that_needs_a_checkpoint(

@@ -392,12 +392,17 @@ def test_verify_each_names_the_pass_that_broke_the_model() -> None:
     result = PassManager(["add-identity", "breaks-model", "a"], registry=registry,
                          verify_each=True).run(_model())
     assert result.stopped_after == "breaks-model"
-    (finding,) = result.errors
+    assert [f.code for f in result.errors] == ["GP003", "GP010"]
+    finding = result.errors[1]
     assert finding.code == "GP010" and finding.pass_name == "breaks-model"
     assert "nowhere" in finding.message
     assert RAN == []
-    # Without the instrument the broken model goes through.
-    assert PassManager(["add-identity", "breaks-model"], registry=registry).run(_model()).ok
+    # Without the instrument a name the pass left undefined is still named (a model that
+    # reads it cannot be saved): the checker is not needed to see that.
+    result = PassManager(["add-identity", "breaks-model"], registry=registry).run(_model())
+    (finding,) = result.errors
+    assert finding.code == "GP003" and finding.pass_name == "breaks-model"
+    assert "'nowhere'" in finding.message and finding.node == "identity2"
 
 
 def test_dump_after_writes_a_loadable_model(tmp_path: object) -> None:
@@ -488,3 +493,37 @@ def test_other_graphpass_errors_become_pass_errors_with_the_cause() -> None:
     assert isinstance(error.__cause__, graphpass.CheckpointError)
     assert "the model wants [2] [ck.safetensors]" in str(error)
     assert error.hint == "use the right file"
+
+
+# ------------------------------------------------- options for a pass left out
+def test_options_for_a_pass_that_is_not_planned_are_a_warning() -> None:
+    manager = PassManager(["check"], options={"inline-functions": {"max-depth": 3}})
+    (warning,) = manager.warnings
+    assert warning.severity is Severity.WARNING and warning.code == "GP004"
+    assert "'inline-functions'" in warning.message and "not planned" in warning.message
+    result = manager.run(_model())
+    assert warning in result.findings
+
+
+def test_options_of_a_preset_step_left_out_say_why() -> None:
+    manager = PassManager(["train-ready"],
+                          options={"reconcile-initializers": {"strict": True}})
+    (warning,) = manager.warnings
+    assert "reconcile-initializers" in warning.message and "checkpoint" in warning.message
+
+
+def test_the_command_line_says_when_options_go_unused(cli, tmp_path) -> None:
+    model = tmp_path / "m.onnx"
+    onnx.save(_model().to_proto(), model)
+    code, stdout, stderr = cli("run", model, "-o", tmp_path / "o.onnx", "-p", "check", "-O",
+                               "inline-functions.max-depth=3")
+    assert code == 0, stderr
+    assert "GP004" in stdout and "inline-functions" in stdout
+    code, stdout, stderr = cli("plan", "-p", "check", "-O", "inline-functions.max-depth=3")
+    assert code == 0 and "not planned" in stderr
+    # The command line's own defaults (the lint's rules with --emit-training-graph) are not
+    # options anybody gave.
+    code, stdout, stderr = cli("run", model, "-o", tmp_path / "o.onnx", "-p", "inline-functions",
+                               "--emit-training-graph", tmp_path / "train")
+    assert "GP852" in stdout, stdout + stderr  # it ran (the model has nothing to train)
+    assert "GP004" not in stdout

@@ -380,6 +380,28 @@ def test_llama_rotary_inv_freq_is_the_one_missing_buffer(exported, tmp_path):
     assert_computes_like(complete, real, tmp_path)
 
 
+def test_a_missing_buffer_is_why_the_filled_shapes_were_not_run_and_nothing_else(
+        exported, tmp_path):
+    # onnxruntime is installed; the filled model cannot run because inv_freq (a
+    # non-persistent buffer, so not in state_dict()) is still undefined. The shape note
+    # says that, as information: the error is detect-missing-buffers' GP301.
+    real = llama()
+    checkpoint = gp_torch.save_state(real.state_dict(), tmp_path / "state.safetensors")
+    result = graphpass.PassManager(["reconcile-initializers", "detect-missing-buffers"],
+                                   checkpoints=[checkpoint]).run(
+        graphpass.load(exported("llama-fake")))
+    [note] = [f for f in result.findings if f.code == "GP207"]
+    assert note.severity.value == "info", note.message
+    assert "not installed" not in note.message and "install" not in (note.hint or "")
+    assert "'model.rotary_emb.inv_freq'" in note.message
+    assert "nothing defines" in note.message and "onnxruntime did not run" in note.message
+    assert note.data["not_run"]["undefined"] == ["model.rotary_emb.inv_freq"]
+    warnings_ = [f for f in result.findings if f.severity.value == "warning"]
+    assert [f.code for f in warnings_] == ["GP201"]  # no inv_freq: said once, as before
+    [error] = result.errors
+    assert error.code == "GP301" and error.value == "model.rotary_emb.inv_freq"
+
+
 def test_gpt2_with_tied_weights_has_nothing_missing_after_state_dict(exported, tmp_path):
     # transformers 5.x builds GPT-2's causal mask on the fly: no buffer to lose, and the
     # tied lm_head / wte weight is in state_dict() under both names.

@@ -45,8 +45,9 @@ class Tunable(graphpass.AnalysisPass):
 
 
 @pytest.mark.parametrize(("option", "value", "shown", "hint"), [
-    ("enabled", "no", '"no"', "write true or false, without quotes"),
-    ("enabled", "off", '"off"', "write true or false, without quotes"),
+    ("enabled", "no", '"no"', "write true or false"),
+    ("enabled", "off", '"off"', "write true or false"),
+    ("enabled", "true", '"true"', "write true or false without quotes"),
     ("enabled", 0, "0", "write true or false"),
     ("enabled", 1.0, "1.0", "write true or false"),
     ("limit", 3.0, "3.0", "write 3"),
@@ -141,3 +142,32 @@ def test_keyword_options_plan_and_run() -> None:
     assert len(kept.model.graph) == 2
     removed = graphpass.PassManager([RemoveUnused(nodes=True)]).run(model)
     assert len(removed.model.graph) == 1
+
+
+@pytest.mark.parametrize("value", ["yes", "no", "off", 1, 0, 1.0])
+def test_the_bool_hint_speaks_of_quotes_only_for_a_quoted_true_or_false(value: Any) -> None:
+    """``-O pass.flag=yes`` and ``flag = 1`` have no quotes to take away."""
+    with pytest.raises(PipelineError) as caught:
+        Tunable({"enabled": value})
+    hint = caught.value.hint or ""
+    assert "true or false" in hint
+    assert "quotes" not in hint
+
+
+def test_python_callers_are_told_python_names() -> None:
+    with pytest.raises(PipelineError) as caught:
+        InlineFunctions(max_dept=3)
+    assert caught.value.hint == "did you mean 'max_depth'?"
+    with pytest.raises(PipelineError) as caught:
+        InlineFunctions(max_depth="3")
+    assert "option 'max_depth' of pass 'inline-functions'" in caught.value.message
+    with pytest.raises(PipelineError) as caught:
+        InlineFunctions(only=[], bogus=1)
+    assert "max_depth" in (caught.value.hint or "")
+    # Written the way a pipeline file writes them, they are answered the same way.
+    with pytest.raises(PipelineError) as caught:
+        InlineFunctions({"max-dept": 3})
+    assert caught.value.hint == "did you mean 'max-depth'?"
+    with pytest.raises(PipelineError) as caught:
+        InlineFunctions({"max-depth": "3"})
+    assert "option 'max-depth' of pass 'inline-functions'" in caught.value.message

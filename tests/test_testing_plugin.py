@@ -130,3 +130,31 @@ def test_the_plugins_page_keyword_options_example_runs(install_plugin, monkeypat
     page = (REPO / "docs" / "plugins.md").read_text()
     exec(compile(block_after(page, "these make the same pass", "python"), "plugins.md", "exec"),
          {})
+
+
+@pytest.mark.parametrize("plugin", ["raising", "misspelled"])
+def test_a_broken_plugin_under_test_gets_a_hint_for_a_test_not_the_command_line(
+        plugin: str, install_plugin, monkeypatch) -> None:
+    monkeypatch.delenv("GRAPHPASS_DISABLE_PLUGINS", raising=False)
+    monkeypatch.syspath_prepend(str(install_plugin("broken")))
+    monkeypatch.syspath_prepend(str(install_plugin("misspelled")))
+    with pytest.raises(graphpass.PluginError) as caught:
+        plugin_registry(plugin)
+    hint = caught.value.hint or ""
+    assert "--disable-plugin" not in hint and "--strict-plugins" not in hint
+    assert "GRAPHPASS_DISABLE_PLUGINS" not in hint
+    assert f"plugin {plugin!r}" in hint
+    if plugin == "raising":  # the plugin's own exception stays the cause
+        assert isinstance(caught.value.__cause__, RuntimeError)
+
+
+def test_the_build_node_format_is_documented_and_the_example_runs() -> None:
+    page = (REPO / "docs" / "plugins.md").read_text()
+    assert "### Models for tests" in page
+    namespace: dict[str, object] = {}
+    exec(compile(block_after(page, "### Models for tests", "python"), "plugins.md", "exec"),
+         namespace)
+    model = namespace["model"]
+    assert isinstance(model, graphpass.Model)
+    assert [node.op_type for node in model.graph] == ["MatMul", "LeakyRelu", "Add"]
+    graphpass.validate(model)

@@ -23,7 +23,7 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "training-graph.md"
 def test_the_page_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     ran = run_page(PAGE, timeout=300)
-    assert (ran.python, ran.console, ran.commands) == (5, 2, 2)
+    assert (ran.python, ran.console, ran.commands) == (6, 2, 2)
     assert (tmp_path / "train" / "step.onnx").is_file()
 
 
@@ -54,3 +54,18 @@ def test_the_documented_plugin_builder_matches_finite_differences() -> None:
     x = np.random.default_rng(3).standard_normal((3, 2))
     outcome = check_gradients(model, {"x": x}, ["x"], builders=table)
     assert outcome.ok, outcome.failures
+
+
+def test_the_page_documents_opset_ranges_and_its_example_picks_by_version() -> None:
+    text = PAGE.read_text()
+    assert "since_version" in text and "until_version" in text
+    namespace: dict[str, object] = {}
+    exec(block_after(text, "### Opset versions", "python"), namespace)
+    table = namespace["table"]
+    assert isinstance(table, BuilderTable)
+    old, new = namespace["OLD_CUBE"], namespace["NEW_CUBE"]
+    assert table.find("example.graphpass", "Cube", 1) is old
+    assert table.find("example.graphpass", "Cube", 2) is old
+    assert table.find("example.graphpass", "Cube", 3) is new
+    assert table.find("example.graphpass", "Cube", 9) is new
+    assert (old.name, new.name) == ("example.graphpass::Cube@1-2", "example.graphpass::Cube@3+")

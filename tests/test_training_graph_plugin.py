@@ -1,11 +1,16 @@
-"""A third-party plugin adds the gradient builder of its own domain's operator.
+"""A third-party plugin adds the gradient builders of its own domain's operators.
 
-``tests/plugins/graphpass-gradient-plugin`` registers a builder for
-``example.graphpass::ScaledTanh`` (an operator the model defines as a local
-function, kept as a call: ``inline-functions`` excludes it). With the plugin
-installed the ``graphpass`` rule set knows the operator, ``build-training-graph``
-differentiates it, stock onnxruntime runs the result, and the gradients agree
-with finite differences; without the plugin both refuse the call.
+``tests/plugins/graphpass-gradient-plugin`` registers builders for
+``example.graphpass::ScaledTanh`` and ``example.graphpass::GradientReversal``
+(operators the model defines as local functions, so that any runtime runs the
+forward). With the plugin installed the ``graphpass`` rule set knows the operators,
+``build-training-graph`` differentiates them, stock onnxruntime runs the result, and the
+gradients agree with finite differences; without the plugin both refuse the call.
+
+A builder wins over inlining: when the plan builds a training graph, ``inline-functions``
+keeps the calls of functions a builder differentiates. ``GradientReversal``'s gradient is
+not its body's (the body is an ``Identity``, the builder reverses the gradient), so the
+trained gradient shows which one was used.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from graphpass.training.table import BuilderTable, registered_builders
 
 DOMAIN = "example.graphpass"
 OP = f"{DOMAIN}::ScaledTanh"
+REVERSAL = f"{DOMAIN}::GradientReversal"
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +74,7 @@ OPTIONS = {"inline-functions": {"exclude": [OP]}}
 def test_the_builder_is_registered_and_credited(with_plugin: None) -> None:
     registry = build_registry()
     assert registry.plugin_of("gradient_builders", OP) == "scaled-tanh"
-    assert registry.plugin("scaled-tanh").provides == {"gradient_builders": [OP]}
+    assert registry.plugin("scaled-tanh").provides == {"gradient_builders": [OP, REVERSAL]}
     assert registry.plugin_of("gradient_rules", "graphpass") == "builtin"
     derived = rules_from_builders(registered_builders(registry))  # what lint-gradients judges by
     assert (DOMAIN, "ScaledTanh") in derived.builders
@@ -122,3 +128,99 @@ def test_the_plugin_builder_matches_finite_differences(with_plugin: None) -> Non
     model.graph.input.append(helper.make_tensor_value_info("w", TensorProto.DOUBLE, [3, 2]))
     outcome = check_gradients(model, feeds, ["x", "w"], builders=table)
     assert outcome.ok, outcome.failures
+
+
+# ============================================ a builder wins over inlining its function
+def _reversal_model(scale: float = 0.5) -> onnx.ModelProto:
+    """``y = GradientReversal(x @ w; scale)``, the operator a model-local function."""
+    body = [helper.make_node("Identity", ["X"], ["Y"])]
+    function = helper.make_function(DOMAIN, "GradientReversal", ["X"], ["Y"], body,
+                                    [helper.make_opsetid("", 21)], attributes=["scale"])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="project"),
+         helper.make_node("GradientReversal", ["h"], ["y"], domain=DOMAIN, name="reverse",
+                          scale=scale)],
+        "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 2])],
+        [numpy_helper.from_array((np.arange(6).reshape(3, 2) / 7).astype(np.float32), "w")])
+    return helper.make_model(graph, functions=[function], ir_version=10, opset_imports=[
+        helper.make_opsetid("", 21), helper.make_opsetid(DOMAIN, 1)])
+
+
+def _loss(x: np.ndarray, w: np.ndarray) -> float:
+    """The forward's loss (the mean squared error against a zero target), in float64."""
+    return float(np.mean((x @ w) ** 2))
+
+
+def _finite_differences(x: np.ndarray, w: np.ndarray, step: float = 1e-6) -> np.ndarray:
+    grad = np.zeros_like(w)
+    for index in np.ndindex(w.shape):
+        up, down = w.copy(), w.copy()
+        up[index] += step
+        down[index] -= step
+        grad[index] = (_loss(x, up) - _loss(x, down)) / (2 * step)
+    return grad
+
+
+def test_a_registered_builder_wins_over_inlining_its_function(with_plugin: None,
+                                                              tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    model = graphpass.Model.from_proto(_reversal_model(scale=0.5))
+    result = graphpass.PassManager(
+        ["inline-functions", "lint-gradients", "build-training-graph"],
+        registry=build_registry(), options={
+            "lint-gradients": {"rules": "graphpass"},
+            "build-training-graph": {"directory": str(tmp_path / "train")}}).run(model)
+    assert result.ok, [f.message for f in result.findings]
+    [kept] = [f for f in result.findings if f.code == "GP105"]
+    assert REVERSAL in kept.message and "scaled-tanh" in kept.message
+    assert [n.op_type for n in result.model.graph] == ["MatMul", "GradientReversal"]
+    session = ort.InferenceSession(str(tmp_path / "train" / "gradient.onnx"))
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    w = (np.arange(6).reshape(3, 2) / 7).astype(np.float32)
+    loss, grad = session.run(None, {"x": x, "target": np.zeros((4, 2), np.float32), "w": w})
+    np.testing.assert_allclose(loss, _loss(x, w), rtol=1e-5)
+    body_gradient = _finite_differences(x.astype(np.float64), w.astype(np.float64))
+    # The builder's formula, dX = -scale dY: the body's gradient reversed and halved.
+    np.testing.assert_allclose(grad, -0.5 * body_gradient, rtol=1e-4, atol=1e-6)
+    assert not np.allclose(grad, body_gradient, rtol=1e-2)
+
+
+def test_without_a_training_graph_the_function_is_inlined_as_before(with_plugin: None) -> None:
+    model = graphpass.Model.from_proto(_reversal_model())
+    result = graphpass.PassManager(["inline-functions"], registry=build_registry()).run(model)
+    assert [n.op_type for n in result.model.graph] == ["MatMul", "Identity"]
+    assert not result.model.functions
+
+
+def test_without_the_plugin_the_function_is_inlined_and_its_body_differentiated(
+        tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    model = graphpass.Model.from_proto(_reversal_model())
+    registry = build_registry(disable=["scaled-tanh"])
+    result = graphpass.PassManager(["inline-functions", "build-training-graph"],
+                                   registry=registry, options={"build-training-graph": {
+                                       "directory": str(tmp_path / "train")}}).run(model)
+    assert result.ok
+    assert not [f for f in result.findings if f.code == "GP105"]
+    session = ort.InferenceSession(str(tmp_path / "train" / "gradient.onnx"))
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
+    w = (np.arange(6).reshape(3, 2) / 7).astype(np.float32)
+    _, grad = session.run(None, {"x": x, "target": np.zeros((4, 2), np.float32), "w": w})
+    np.testing.assert_allclose(grad, _finite_differences(x.astype(np.float64),
+                                                         w.astype(np.float64)),
+                               rtol=1e-4, atol=1e-6)
+
+
+def test_the_command_line_trains_through_the_builder(site: Path, tmp_path: Path,
+                                                     graphpass_process) -> None:
+    pytest.importorskip("onnxruntime")
+    onnx.save(_reversal_model(), tmp_path / "model.onnx")
+    done = graphpass_process("run", "model.onnx", "-o", "ready.onnx", "-p", "train-ready",
+                             "--emit-training-graph", "train", "--format", "json",
+                             cwd=tmp_path, sites=[site])
+    assert done.returncode == 0, done.stdout + done.stderr
+    codes = [f["code"] for f in json.loads(done.stdout)["findings"]]
+    assert "GP105" in codes and "GP850" in codes
+    ready = onnx.load(tmp_path / "ready.onnx")
+    assert [n.op_type for n in ready.graph.node] == ["MatMul", "GradientReversal"]

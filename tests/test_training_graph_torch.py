@@ -156,3 +156,111 @@ def test_ten_steps_equal_torch_optim(name: str, optimizer: str, batch_norm: str,
         initial = recipes()[name].make().state_dict()
         assert all(float(np.abs(values[b] - initial[b].numpy()).max()) > 1e-2
                    for b in manifest["buffers"])
+
+
+# ================================= a fresh BatchNorm model from the legacy exporter
+def _fresh_resnet() -> object:
+    """A freshly initialised tiny ResNet (its running statistics all zeros and ones)."""
+    transformers = pytest.importorskip("transformers")
+
+    class Logits(torch.nn.Module):
+        def __init__(self, model: torch.nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+            return self.model(pixel_values=pixel_values).logits
+
+    torch.manual_seed(0)
+    config = transformers.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+                                       layer_type="basic", num_labels=5)
+    return Logits(transformers.ResNetForImageClassification(config)).eval()
+
+
+PIXELS = np.random.default_rng(3).standard_normal((2, 3, 32, 32)).astype(np.float32)
+LOGITS_TARGET = np.random.default_rng(4).standard_normal((2, 5)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def fresh_resnet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The zoo's ``legacy-unfolded`` export of a fresh ResNet, and its ``state_dict()``."""
+    from safetensors.torch import save_model
+    from transformers.models.resnet.modeling_resnet import ResNetBasicLayer
+    from zoo.exporting import legacy_export
+
+    folder = tmp_path_factory.mktemp("fresh-resnet")
+    module = _fresh_resnet()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        legacy_export(module, (torch.from_numpy(PIXELS),), folder / "model.onnx",
+                      {ResNetBasicLayer}, do_constant_folding=False,
+                      input_names=["pixel_values"], output_names=["logits"])
+    save_model(module, str(folder / "model.safetensors"))
+    return folder / "model.onnx", folder / "model.safetensors"
+
+
+def _emit(model: Path, directory: Path, *checkpoint: str) -> list[dict[str, object]]:
+    from graphpass.cli import main
+
+    report = directory.parent / f"{directory.name}.json"
+    main(["run", str(model), "-o", str(directory.parent / f"{directory.name}.onnx"),
+          "-p", "train-ready", *checkpoint, "--emit-training-graph", str(directory),
+          "--format", "json", "--report", str(report)])
+    found: list[dict[str, object]] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if "code" in node and "message" in node:
+                found.append(node)
+                return
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(json.loads(report.read_text()))
+    return found
+
+
+def test_merged_fresh_running_statistics_are_named_and_the_checkpoint_is_the_advice(
+        fresh_resnet: tuple[Path, Path], tmp_path: Path) -> None:
+    model, _ = fresh_resnet
+    proto = onnx.load(str(model))
+    identities = [n for n in proto.graph.node if n.op_type == "Identity"]
+    assert identities  # the exporter merged equal tensors, read through Identity copies
+    [refused] = [f for f in _emit(model, tmp_path / "train") if f["code"] == "GP851"]
+    message, hint = str(refused["message"]), str(refused["hint"])
+    assert "running_mean" in message and "Identity copy of initializer" in message
+    assert "merged equal tensors" in message
+    assert "--checkpoint" in hint and "re-export" not in hint
+    assert not (tmp_path / "train").exists()
+
+
+def test_filled_from_its_checkpoint_it_trains_with_batch_statistics_like_torch(
+        fresh_resnet: tuple[Path, Path], tmp_path: Path) -> None:
+    model, checkpoint = fresh_resnet
+    findings = _emit(model, tmp_path / "train", "--checkpoint", str(checkpoint))
+    assert [f["code"] for f in findings if f["severity"] == "error"] == []
+    directory = tmp_path / "train"
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert manifest["batch_norm"] == "batch-statistics"
+    batch_norms = [n for n in graphpass.load(tmp_path / "train.onnx").graph
+                   if n.op_type == "BatchNormalization"]
+    assert len(manifest["running_statistics"]) == len(batch_norms) == 6
+    session = _session(directory / "gradient.onnx")
+    loss, *grads = session.run(None, {"pixel_values": PIXELS, "target": LOGITS_TARGET,
+                                      **_weights(directory)})
+    module = batch_norms_in_train_mode(_fresh_resnet())
+    expected = torch.nn.functional.mse_loss(module(torch.from_numpy(PIXELS)),
+                                            torch.from_numpy(LOGITS_TARGET))
+    expected.backward()
+    assert abs(float(loss) - expected.item()) <= 1e-5 * max(1.0, abs(expected.item()))
+    state = module.state_dict(keep_vars=True)
+    assert set(manifest["trainable"]) == {name for name, p in module.named_parameters()}
+    for weight, grad in zip(manifest["trainable"], grads, strict=True):
+        reference = state[weight].grad.numpy()
+        scale = max(float(np.abs(reference).max()), 1e-6)
+        assert float(np.abs(grad - reference).max()) / scale < 1e-3, weight

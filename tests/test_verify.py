@@ -143,14 +143,94 @@ def test_verify_takes_its_reference_after_passes_that_change_values_on_purpose()
     assert "after 'refill-w'" in verified.message
 
 
-def test_verify_warns_when_nothing_could_be_checked() -> None:
+def test_verify_fails_when_nothing_could_be_checked_unless_told_it_is_optional() -> None:
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     model = graphpass.Model.from_proto(helper.make_model(graph))
     result = graphpass.PassManager(["remove-unused"], instruments=[VerifySemantics()]).run(model)
+    [error] = [f for f in result.findings if f.code == "GP602"]
+    assert error.severity is graphpass.Severity.ERROR and not result.ok
+    assert "nothing was verified" in error.message
+    assert "--verify-inputs" in (error.hint or "")
+    result = graphpass.PassManager(["remove-unused"], instruments=[
+        VerifySemantics(VerifyOptions(optional=True))]).run(model)
     [warning] = [f for f in result.findings if f.code == "GP602"]
-    assert "nothing was verified" in warning.message and result.ok
+    assert warning.severity is graphpass.Severity.WARNING and result.ok
+
+
+def _nested_if_proto() -> onnx.ModelProto:
+    """``x`` (``n`` values) reshaped to three rows inside nested ``If`` branches.
+
+    Every branch reshapes ``x`` to ``[3, -1]``: the generated inputs (``n`` = 2) make the
+    *input* model fail in onnxruntime, as real voice models with nested ``If`` branches
+    do; six values (an inputs file) run.
+    """
+    rows = numpy_helper.from_array(np.array([3, -1], np.int64), "rows")
+
+    def branch(name: str, body: list[onnx.NodeProto]) -> onnx.GraphProto:
+        return helper.make_graph(body, name, [],
+                                 [helper.make_tensor_value_info(f"{name}_out",
+                                                                TensorProto.FLOAT, None)])
+
+    def reshape(name: str, scale: str) -> onnx.GraphProto:
+        return branch(name, [helper.make_node("Reshape", ["x", "shape"], [f"{name}_r"]),
+                             helper.make_node("Mul", [f"{name}_r", scale], [f"{name}_out"])])
+
+    inner = helper.make_node("If", ["c2"], ["inner_out"], name="inner_if",
+                             then_branch=reshape("inner_then", "two"),
+                             else_branch=reshape("inner_else", "three"))
+    outer_then = branch("outer_then", [inner, helper.make_node("Identity", ["inner_out"],
+                                                               ["outer_then_out"])])
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["shape"], value=rows),
+         helper.make_node("If", ["c1"], ["y"], name="outer_if", then_branch=outer_then,
+                          else_branch=reshape("outer_else", "two"))],
+        "nested", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"]),
+                   helper.make_tensor_value_info("c1", TensorProto.BOOL, []),
+                   helper.make_tensor_value_info("c2", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, None])],
+        [numpy_helper.from_array(np.float32(2), "two"),
+         numpy_helper.from_array(np.float32(3), "three")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_cli_verify_that_verified_nothing_does_not_pass(tmp_path: Path, cli) -> None:
+    pytest.importorskip("onnxruntime")
+    onnx.checker.check_model(_nested_if_proto(), full_check=True)
+    onnx.save(_nested_if_proto(), tmp_path / "model.onnx")
+    code, stdout, stderr = cli("run", tmp_path / "model.onnx", "-o", tmp_path / "out.onnx",
+                               "-p", "topological-sort", "--verify", "--format", "json")
+    assert code == 1, stdout + stderr
+    assert not (tmp_path / "out.onnx").exists()
+    [finding] = [f for f in json.loads(stdout)["findings"] if f["code"] == "GP602"]
+    assert finding["severity"] == "error"
+    assert "the input model could not run" in finding["message"]
+    assert "onnxruntime" in finding["message"]
+    assert "--verify-inputs" in finding["hint"] and "--verify-optional" in finding["hint"]
+    # The explicit opt-out: a warning, and the model is written.
+    code, stdout, stderr = cli("run", tmp_path / "model.onnx", "-o", tmp_path / "out.onnx",
+                               "-p", "topological-sort", "--verify", "--verify-optional")
+    assert code == 0, stdout + stderr
+    assert "nothing was verified" in stdout and (tmp_path / "out.onnx").exists()
+    # Inputs the model accepts: verified.
+    np.savez(tmp_path / "feeds.npz", x=np.arange(6, dtype=np.float32), c1=np.array(True),
+             c2=np.array(False))
+    code, stdout, stderr = cli("run", tmp_path / "model.onnx", "-o", tmp_path / "out2.onnx",
+                               "-p", "topological-sort", "--verify", "--verify-inputs",
+                               tmp_path / "feeds.npz")
+    assert code == 0, stdout + stderr
+    assert "GP600" in stdout
+
+
+def test_a_pipeline_file_can_make_verification_optional(tmp_path: Path, cli) -> None:
+    onnx.save(_nested_if_proto(), tmp_path / "model.onnx")
+    (tmp_path / "p.toml").write_text('[pipeline]\npasses = ["topological-sort"]\n\n'
+                                     '[instrument]\nverify = { optional = true }\n')
+    code, stdout, stderr = cli("run", tmp_path / "model.onnx", "-o", tmp_path / "out.onnx",
+                               "-c", tmp_path / "p.toml")
+    assert code == 0, stdout + stderr
+    assert "GP602" in stdout
 
 
 # ------------------------------------------------------------ command line

@@ -60,6 +60,10 @@ class Settings:
         disable_plugins: Plugins switched off.
         strict_plugins: Make a plugin problem an error.
         extra_passes: Passes added to the plan, with their options (name: options).
+        defaults: Options for passes that end up planned anyway, under the options given
+            (the command line's own defaults, such as the lint's rules with
+            ``--emit-training-graph``); left out, and not warned about, for a pass that
+            is not planned.
         verify: Semantic verification (``--verify``), or ``None``.
         verify_each: Run the ONNX checker after every transforming pass.
         dump_after: Save the model after these passes.
@@ -84,6 +88,7 @@ class Settings:
     disable_plugins: tuple[str, ...] = ()
     strict_plugins: bool = False
     extra_passes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     verify: VerifyOptions | None = None
     verify_each: bool = False
     dump_after: tuple[str, ...] = ()
@@ -155,8 +160,8 @@ class Settings:
         dump_dir = (Path(self.dump_dir) if self.dump_dir else
                     instruments.dump_dir if instruments and instruments.dump_dir else
                     output.parent if output is not None else Path.cwd())
-        manager = PassManager(
-            requested, options, registry=registry, disable=disable, checkpoints=checkpoints,
+        settings: dict[str, Any] = dict(
+            registry=registry, disable=disable, checkpoints=checkpoints,
             base_dir=config.base_dir if config else Path(self.base_dir or Path.cwd()),
             instruments=extra,
             verify_each=self.command == "run" and (
@@ -169,6 +174,12 @@ class Settings:
             max_iterations=self.max_iterations or (instruments.max_iterations if instruments
                                                    else 10),
             stop_on_error=self.command == "run" and not self.keep_going)
+        manager = PassManager(requested, options, **settings)
+        # Defaults go to the passes that are planned: planned once without them to know.
+        defaulted = {name: {**values, **options.get(name, {})}
+                     for name, values in self.defaults.items() if name in manager.plan_names}
+        if defaulted:
+            manager = PassManager(requested, {**options, **defaulted}, **settings)
         if self.command == "lint":
             transforming = [p.name for p in manager.plan if p.requested and not p.analysis]
             if transforming:

@@ -11,7 +11,7 @@ rewriter) work on ``onnx_ir.Model`` objects. :class:`OnnxIRConversion` converts 
 
 The way there goes through ``ModelProto`` (``onnx_ir.serde``, the library's own
 reader), the way back through ``onnx_ir.serde.serialize_model`` and
-:func:`graphpass.files.proto.model_from_proto`. What the pass did not change is written
+:func:`graphpass.ir.proto.model_from_proto`. What the pass did not change is written
 back exactly as graphpass had it, so the round trip keeps graphpass's guarantees:
 
 * **Unchanged is equal.** Every onnx_ir object the conversion made is remembered
@@ -51,10 +51,11 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from graphpass.errors import InvalidModelError
-from graphpass.files.proto import _unknown_fields, model_from_proto, model_to_proto
+from graphpass.files.proto import model_from_proto, model_to_proto
 from graphpass.ir import Graph, Model, Node, Tensor
 from graphpass.ir._gc import paused_gc
 from graphpass.ir._model import UNKNOWN_FIELDS
+from graphpass.ir._serde import _unknown_fields
 
 if TYPE_CHECKING:
     import onnx_ir as ir

@@ -185,7 +185,7 @@ class PipelineFile:
                              _suggest(pass_name, registry.passes))
         for option, value in options.items():
             try:
-                validate_options(entry.item, {option: value})
+                validate_options(entry.item, {option: value}, python_names=False)
             except PipelineError as error:
                 raise self.error((*key, option), error.message, error.hint) from None
 
@@ -336,7 +336,8 @@ def _read_disable(config: PipelineFile, value: Any) -> None:
     config.instruments.disable = tuple(_strings(config, ("instrument", "disable"), value))
 
 
-_VERIFY_KEYS = ("inputs", "dims", "default-dim", "seed", "rtol", "atol", "each", "backend")
+_VERIFY_KEYS = ("inputs", "dims", "default-dim", "seed", "rtol", "atol", "each", "backend",
+                "optional")
 _VERIFY_BACKENDS = ("auto", "onnxruntime", "reference")
 
 
@@ -370,8 +371,9 @@ def _read_verify(config: PipelineFile, value: Any) -> None:
                 raise config.error((*key, name), f"must be a number of at least 0, "
                                                  f"got {number!r}")
             setattr(options, name, float(number))
-    if "each" in table:
-        options.each = _bool(config, (*key, "each"), table["each"])
+    for name in ("each", "optional"):
+        if name in table:
+            setattr(options, name, _bool(config, (*key, name), table[name]))
     if "backend" in table:
         backend = _string(config, (*key, "backend"), table["backend"])
         if backend not in _VERIFY_BACKENDS:

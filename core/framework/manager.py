@@ -30,17 +30,26 @@ from graphpass.errors import GraphpassError, PassError, PipelineError
 from graphpass.findings import Finding, Severity
 from graphpass.framework.instruments import DumpAfter, Instrument, VerifyEach
 from graphpass.framework.pass_base import PassContext, PassResult, resolve_path
+from graphpass.framework.pipeline import Pipeline
 from graphpass.framework.planning import PassSpec, PlannedPass, plan_passes
 from graphpass.framework.plugin_loading import default_registry
 from graphpass.framework.registry import Registry
 from graphpass.framework.results import PassRecord, RunResult, unique_findings
 from graphpass.ir import Model
+from graphpass.ir._describe import describe_node
 from graphpass.ir._gc import sparing_older_objects
 
-__all__ = ["FIXED_POINT_CODE", "PassManager"]
+__all__ = ["CHANGED_UNSAID_CODE", "DANGLING_CODE", "FIXED_POINT_CODE", "UNPLANNED_OPTIONS_CODE",
+           "PassManager"]
 
 FIXED_POINT_CODE = "GP001"
 """A fixed-point run still changed the model in its last allowed round."""
+CHANGED_UNSAID_CODE = "GP002"
+"""A transforming pass changed the model but returned ``changed=False`` (a bug in it)."""
+DANGLING_CODE = "GP003"
+"""A transforming pass left nodes reading names that nothing defines (a bug in it)."""
+UNPLANNED_OPTIONS_CODE = "GP004"
+"""Options were given for a pass that is not planned; they are ignored."""
 
 
 class PassManager:
@@ -55,6 +64,8 @@ class PassManager:
         stop_on_error: Whether a run stops after a pass that reports an error finding.
         base_dir: What relative paths in options are resolved against.
         checkpoints: The checkpoints given for this run.
+        warnings: What planning noticed that does not stop a run (options for a pass
+            that is not planned, ``GP004``); :meth:`run` reports them with its findings.
     """
 
     def __init__(
@@ -111,6 +122,9 @@ class PassManager:
         self.plan: list[PlannedPass] = plan_passes(
             passes, options, self.registry, has_checkpoint=bool(self.checkpoints),
             disable=disable)
+        self.warnings: list[Finding] = _unplanned_options(
+            options or {}, self.plan, passes, self.registry, set(disable),
+            has_checkpoint=bool(self.checkpoints))
         dump_names = tuple(dump_after)
         planned_names = {p.name for p in self.plan}
         for name in dump_names:
@@ -169,7 +183,8 @@ class PassManager:
                 instrument.after_run(None, context)
             raise
         result.findings = unique_findings(
-            [*(finding for record in result.records for finding in record.findings),
+            [*self.warnings,
+             *(finding for record in result.records for finding in record.findings),
              *run_level])
         if self._unconverged(result):
             changing = sorted({r.name for r in result.records
@@ -213,6 +228,7 @@ class PassManager:
     def _run_one(self, planned: PlannedPass, working: Model, context: PassContext,
                  ran: Sequence[str], iteration: int, watch: _ChangeWatch) -> PassRecord:
         watch.before(working)
+        undefined_before = _undefined_names(working)
         for instrument in self.instruments:
             instrument.before_pass(planned, working, context)
         start = time.perf_counter()
@@ -267,13 +283,86 @@ class PassManager:
                               "(analysis passes must only report)", None,
                               hint=f"this is a bug in plugin {planned.plugin!r}")
         # A pass's findings are its own, whatever name the code that built them gave.
+        findings = [f.credited_to(planned.name) for f in outcome.findings]
+        changed = not planned.analysis and (bool(outcome.changed) or mutated)
+        if changed and not outcome.changed:
+            findings.append(Finding(
+                CHANGED_UNSAID_CODE, Severity.WARNING,
+                f"pass {planned.name!r} returned changed=False, but it changed the model; "
+                "the run counts it as changed", planned.name,
+                hint=f"this is a bug in plugin {planned.plugin!r}: a pass that changes the "
+                     "model returns PassResult(changed=True)"))
+        if changed:
+            findings.extend(_dangling(working, undefined_before, planned))
         record = PassRecord(
-            planned.name, planned.plugin, seconds,
-            changed=not planned.analysis and (bool(outcome.changed) or mutated),
-            findings=[f.credited_to(planned.name) for f in outcome.findings],
+            planned.name, planned.plugin, seconds, changed=changed, findings=findings,
             stats=stats, iteration=iteration, analysis=planned.analysis)
         context.results[planned.name] = outcome
         return record
+
+
+def _unplanned_options(options: Mapping[str, Any], plan: Sequence[PlannedPass],
+                       passes: Iterable[PassSpec] | PassSpec, registry: Registry,
+                       disabled: set[str], *, has_checkpoint: bool) -> list[Finding]:
+    """A warning for each pass given options that is not in the plan.
+
+    Planning ignores them: the pass is known, so the name is no typo.
+    """
+    planned = {p.name for p in plan}
+    requested = [passes] if isinstance(passes, (str, Pipeline)) or not isinstance(
+        passes, Iterable) else list(passes)
+    presets = [item if isinstance(item, Pipeline) else registry.pipelines[item].item
+               for item in requested
+               if isinstance(item, Pipeline) or (isinstance(item, str)
+                                                  and item in registry.pipelines)]
+    warnings = []
+    for name in options:
+        if name in planned:
+            continue
+        why = ""
+        if name in disabled:
+            why = " (it is disabled)"
+        elif not has_checkpoint and any(
+                isinstance(preset, Pipeline) and name in preset.pass_names for preset in presets):
+            why = " (the preset plans it only with a checkpoint: --checkpoint)"
+        warnings.append(Finding(
+            UNPLANNED_OPTIONS_CODE, Severity.WARNING,
+            f"options given for pass {name!r}, which is not planned{why}; they are ignored",
+            hint=f"plan {name!r} (-p {name}), or leave its options out"))
+    return warnings
+
+
+def _undefined_names(model: Model) -> set[tuple[str, str]]:
+    """What the main graph and the function bodies use but nothing defines.
+
+    Returns:
+        ``(function, name)`` pairs; the function is ``""`` for the main graph.
+    """
+    names = {("", name) for name in model.graph.free_names}
+    for function in model.functions.values():
+        names.update((function.qualified_name, name) for name in function.graph.free_names)
+    return names
+
+
+def _dangling(model: Model, before: set[tuple[str, str]],
+              planned: PlannedPass) -> list[Finding]:
+    """An error for each name a pass left undefined (the model can no longer be saved)."""
+    bodies = {f.qualified_name: f.graph for f in model.functions.values()}
+    findings = []
+    for owner, value in sorted(_undefined_names(model) - before):
+        graph = bodies[owner] if owner else model.graph
+        readers = [use.node for use in graph.uses(value) if use.node is not None]
+        described = ", ".join(f"node {describe_node(node)}" for node in readers[:3])
+        where = f" in function {owner}" if owner else ""
+        findings.append(Finding(
+            DANGLING_CODE, Severity.ERROR,
+            f"pass {planned.name!r} left {described or 'a graph output'}{where} reading "
+            f"{value!r}, which nothing defines any more", planned.name,
+            node=(readers[0].name or readers[0].op_type) if readers else None,
+            function=owner or None, value=value,
+            hint=f"this is a bug in pass {planned.name!r} (plugin {planned.plugin!r}): it "
+                 "removed what other nodes read, and such a model cannot be saved"))
+    return findings
 
 
 def _credit(findings: Sequence[Finding], planned: PlannedPass, records: Sequence[PassRecord],

@@ -132,7 +132,7 @@ def check_value(annotation: Any, value: Any) -> Any:
     if annotation is bool:
         if isinstance(value, bool):
             return value
-        raise OptionValueError("true or false", "write true or false, without quotes")
+        raise OptionValueError("true or false", _bool_hint(value))
     if annotation is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -215,6 +215,17 @@ def _mapping(args: tuple[Any, ...], value: Any) -> dict[Any, Any]:
                 f"key {_toml_key(key)} is {toml_text(item)}: {refused.hint}",
                 f"key {_toml_key(key)}") from None
     return checked
+
+
+def _bool_hint(value: Any) -> str:
+    """How to write a boolean, for a value that is not one (quotes only when it had some)."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return "write true or false without quotes"
+    if isinstance(value, str):
+        return "write true or false (yes/no, on/off and the like are not booleans here)"
+    if isinstance(value, (int, float)):
+        return "write true or false (a number is not a boolean here)"
+    return "write true or false"
 
 
 def _integer_hint(value: Any) -> str:

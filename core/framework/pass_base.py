@@ -149,7 +149,8 @@ class Pass:
             PipelineError: An option is unknown or has a wrong type or value.
         """
         self.options = validate_options(type(self), _with_keywords(type(self), options,
-                                                                   option_values))
+                                                                   option_values),
+                                        python_names=True if option_values else None)
 
     def run(self, model: Model, context: PassContext) -> PassResult:
         """Run the pass on ``model``, changing it in place (unless this is an analysis).
@@ -197,13 +198,20 @@ def option_fields(pass_class: type[Pass]) -> list[dataclasses.Field[Any]]:
     return list(dataclasses.fields(options))
 
 
-def validate_options(pass_class: type[Pass], options: Any, *, where: str | None = None) -> Any:
+def validate_options(pass_class: type[Pass], options: Any, *, where: str | None = None,
+                     python_names: bool | None = None) -> Any:
     """Check and convert a pass's options.
+
+    Messages name options the way the caller writes them: as a pipeline file does
+    (``keep-names``), or as Python does (``keep_names``).
 
     Args:
         pass_class: The pass.
         options: An ``Options`` instance, a mapping, or ``None``.
         where: Where the options come from (file and line), for messages.
+        python_names: Name options as Python does (``True``: they are keywords) or as a
+            file does (``False``: they come from one); ``None``: as Python does when a key
+            is written with an underscore.
 
     Returns:
         An instance of ``pass_class.Options``.
@@ -226,33 +234,46 @@ def validate_options(pass_class: type[Pass], options: Any, *, where: str | None 
     fields = {f.name.replace("_", "-"): f for f in option_fields(pass_class)}
     by_python_name = {f.name: f for f in fields.values()}
     normalized: dict[str, Any] = {}
-    for key, value in options.items():
+    # keep_names to Python (keywords, or keys written so), keep-names to a file.
+    python_style = python_names if python_names is not None else any(
+        "_" in str(key) for key in options)
+    spelled = {name: name if python_style else name.replace("_", "-")
+               for name in by_python_name}
+    for key in options:
         python_name = str(key).replace("-", "_")
         if python_name not in by_python_name:
             known = sorted(fields)
             close = difflib.get_close_matches(str(key).replace("_", "-"), known, n=1)
+            if python_style:
+                close = [name.replace("-", "_") for name in close]
+                known = [name.replace("-", "_") for name in known]
             hint = f"did you mean {close[0]!r}?" if close else (
                 f"known options: {', '.join(known)}" if known else "this pass takes no options")
             raise PipelineError(
                 f"pass {pass_class.name!r} has no option {key!r}", where=where, hint=hint)
-        normalized[python_name] = value
+        normalized[python_name] = options[key]
     try:
         hints = typing.get_type_hints(options_type)
-        checked = {name: _checked_value(pass_class, name, value, hints.get(name, Any), where)
+        checked = {name: _checked_value(pass_class, spelled[name], value,
+                                        hints.get(name, Any), where)
                    for name, value in normalized.items()}
         return options_type(**checked)
     except (TypeError, ValueError) as error:
         raise PipelineError(f"options of pass {pass_class.name!r}: {error}", where=where) from None
 
 
-def _checked_value(pass_class: type[Pass], python_name: str, value: Any, annotation: Any,
+def _checked_value(pass_class: type[Pass], spelled: str, value: Any, annotation: Any,
                    where: str | None) -> Any:
-    """``value`` checked against ``annotation`` strictly (see :mod:`.option_types`)."""
+    """``value`` checked against ``annotation`` strictly (see :mod:`.option_types`).
+
+    ``spelled`` is the option's name as the caller writes it (``keep-names`` in a file,
+    ``keep_names`` from Python).
+    """
     try:
         return check_value(annotation, value)
     except OptionValueError as refused:
         raise PipelineError(
-            f"option {python_name.replace('_', '-')!r} of pass {pass_class.name!r} "
+            f"option {spelled!r} of pass {pass_class.name!r} "
             f"must be {refused.expected}, got {toml_text(value)}",
             where=where,
             hint=refused.hint,

@@ -17,7 +17,7 @@ Every problem (an unknown name, a cycle, a bad option) is a
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from graphpass.framework.registry import Registry
 
-__all__ = ["PassSpec", "PlannedPass", "plan_passes"]
+__all__ = ["PassSpec", "PlannedPass", "plan_passes", "unknown_order_names"]
 
 PassSpec: TypeAlias = "str | type[Pass] | Pass | Pipeline"
 """What a user can put in a pass list: a pass or preset name, a pass class, a pass
@@ -48,6 +48,9 @@ class PlannedPass:
         requested: Whether the user asked for it (directly or through a preset).
         required_by: The planned passes whose ``requires`` pulled it in.
         preset: The preset that brought it in, if any.
+        runs_after: The planned passes it must run after, in plan order, each with the
+            declaration that says so: ``requires`` (it requires that pass), ``after``
+            (its own ``after``) or ``before`` (that pass's ``before`` names it).
     """
 
     name: str
@@ -56,6 +59,7 @@ class PlannedPass:
     requested: bool = True
     required_by: tuple[str, ...] = ()
     preset: str | None = None
+    runs_after: tuple[tuple[str, str], ...] = ()
 
     @property
     def analysis(self) -> bool:
@@ -197,8 +201,34 @@ def plan_passes(
 
     _apply_user_options(entries, user_options, registry, given)
     _drop_disabled(entries, mention, set(disable), registry, given)
-    order = _sort(entries, mention)
-    return [_finish(entries[name]) for name in order]
+    order, graph = _sort(entries, mention)
+    position = {name: index for index, name in enumerate(order)}
+    return [_finish(entries[name], _runs_after(graph, name, position)) for name in order]
+
+
+def unknown_order_names(pass_class: type[Pass], known: Collection[str]
+                        ) -> list[tuple[str, str, str | None]]:
+    """The names in a pass's ``after`` and ``before`` that no known pass has.
+
+    Such a name orders nothing. Usually it is a pass of a plugin that is not installed;
+    a name close to a known one is more likely a typo.
+
+    Args:
+        pass_class: The pass.
+        known: The pass names some plugin gives.
+
+    Returns:
+        ``(attribute, name, closest known name or None)`` for each unknown name.
+    """
+    choices = sorted(set(known))
+    found = []
+    for attribute in ("after", "before"):
+        for name in _names(pass_class, attribute):
+            if name in known:
+                continue
+            close = difflib.get_close_matches(name, choices, n=1, cutoff=0.8)
+            found.append((attribute, name, close[0] if close else None))
+    return found
 
 
 def _expand(pipeline: Pipeline, request: Any, has_checkpoint: bool) -> None:
@@ -254,7 +284,8 @@ def _drop_disabled(entries: dict[str, _Entry], mention: list[str], disable: set[
         mention.remove(name)
 
 
-def _sort(entries: dict[str, _Entry], mention: list[str]) -> list[str]:
+def _sort(entries: dict[str, _Entry], mention: list[str]
+          ) -> tuple[list[str], networkx.DiGraph]:
     import networkx as nx  # imported when a plan is made, not with graphpass
 
     graph: nx.DiGraph = nx.DiGraph()
@@ -262,13 +293,13 @@ def _sort(entries: dict[str, _Entry], mention: list[str]) -> list[str]:
     for name in mention:
         pass_class = entries[name].pass_class
         for required in _names(pass_class, "requires"):
-            _add_edge(graph, required, name, f"{name} requires {required}")
+            _add_edge(graph, required, name, f"{name} requires {required}", "requires")
         for earlier in _names(pass_class, "after"):
             if earlier in entries:
-                _add_edge(graph, earlier, name, f"{name} runs after {earlier}")
+                _add_edge(graph, earlier, name, f"{name} runs after {earlier}", "after")
         for later in _names(pass_class, "before"):
             if later in entries:
-                _add_edge(graph, name, later, f"{name} runs before {later}")
+                _add_edge(graph, name, later, f"{name} runs before {later}", "before")
     if not nx.is_directed_acyclic_graph(graph):
         cycle = nx.find_cycle(graph)
         path = " -> ".join([edge[0] for edge in cycle] + [cycle[0][0]])
@@ -277,17 +308,26 @@ def _sort(entries: dict[str, _Entry], mention: list[str]) -> list[str]:
                             hint="remove one of these requires/after/before declarations, "
                                  "or leave one of the passes out")
     index = {name: position for position, name in enumerate(mention)}
-    return list(nx.lexicographical_topological_sort(graph, key=index.__getitem__))
+    return list(nx.lexicographical_topological_sort(graph, key=index.__getitem__)), graph
 
 
-def _add_edge(graph: networkx.DiGraph, first: str, then: str, reason: str) -> None:
+def _add_edge(graph: networkx.DiGraph, first: str, then: str, reason: str,
+              because: str) -> None:
     if graph.has_edge(first, then):
         graph.edges[first, then]["reason"] += f"; {reason}"
+        graph.edges[first, then]["because"].append(because)
     else:
-        graph.add_edge(first, then, reason=reason)
+        graph.add_edge(first, then, reason=reason, because=[because])
 
 
-def _finish(entry: _Entry) -> PlannedPass:
+def _runs_after(graph: networkx.DiGraph, name: str, position: Mapping[str, int]
+                ) -> tuple[tuple[str, str], ...]:
+    """The passes ``name`` is ordered after, each once with its first declaration."""
+    earlier = sorted(graph.predecessors(name), key=position.__getitem__)
+    return tuple((other, graph.edges[other, name]["because"][0]) for other in earlier)
+
+
+def _finish(entry: _Entry, runs_after: tuple[tuple[str, str], ...]) -> PlannedPass:
     instance = entry.instance
     if instance is None:
         options = entry.options_object
@@ -303,7 +343,7 @@ def _finish(entry: _Entry) -> PlannedPass:
         else:
             instance = entry.pass_class(options)
     return PlannedPass(entry.name, instance, entry.plugin, entry.requested,
-                       tuple(entry.required_by), entry.preset)
+                       tuple(entry.required_by), entry.preset, runs_after)
 
 
 def _names(pass_class: type[Pass], attribute: str) -> tuple[str, ...]:

@@ -14,15 +14,28 @@ plugin never takes the others down:
   belongs, a hook that returns something not iterable) is reported and skipped;
 * with ``strict=True`` every one of these is a :class:`~graphpass.PluginError`.
 
-Two plugins that give the same pass (or loader, rule set, pipeline) name clash: the
-name is held back (neither item is used) and recorded in ``registry.clashes``, so that
-``graphpass plugins`` lists it and only what asks for that name fails, naming both
+graphpass's own plugins (``builtin``, then the other plugins of the ``graphpass``
+distribution) are loaded first, and what they give is never replaced: a plugin's pass
+(or loader, rule set, builder, pipeline) that takes one of their names is refused, with
+a warning naming the plugin's package, and graphpass's own item is used. That holds
+with ``builtin`` switched off too, so that no installed package can turn ``graphpass
+lint`` green by shadowing ``check``. One plugin giving two different items of one name
+is that plugin's own error (neither is used; the same item twice counts once). A pass
+whose ``after``/``before`` names a pass nobody gives but one close to it (a typo) gets
+a warning with a "did you mean".
+
+Two other plugins that give the same pass (or loader, rule set, pipeline) name clash:
+the name is held back (neither item is used) and recorded in ``registry.clashes``, so
+that ``graphpass plugins`` lists it and only what asks for that name fails, naming both
 (with ``strict=True`` the clash itself is an error). What a failed plugin would have
 given, as far as its hooks told before it failed, is kept on its
 :class:`~graphpass.framework.registry.PluginInfo` (``withheld``), with the plugin's own
 exception (``exception``), so that asking for one of those names says which plugin
 would give it and why it failed. ``GRAPHPASS_DISABLE_PLUGINS=a,b`` and ``disable=``
 switch plugins off before they are imported.
+
+Every problem is also logged (logger ``graphpass.plugins``, level ``WARNING``), so that
+Python callers hear of a plugin that failed; the command line prints them itself.
 """
 
 from __future__ import annotations
@@ -30,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.metadata
+import logging
 import os
 import re
 from collections.abc import Iterable
@@ -43,7 +57,8 @@ from graphpass.framework import hookspecs
 from graphpass.framework.onnx_ir_pass import RewriteRules
 from graphpass.framework.pass_base import Pass
 from graphpass.framework.pipeline import Pipeline
-from graphpass.framework.registry import PluginInfo, Registry
+from graphpass.framework.planning import unknown_order_names
+from graphpass.framework.registry import KIND_PLURALS, KIND_WORDS, PluginInfo, Registry
 
 __all__ = ["BUILTIN", "DISABLE_ENV", "build_registry", "default_registry", "disabled_plugins",
            "reset_default_registry"]
@@ -57,6 +72,11 @@ BUILTIN = "builtin"
 _BUILTIN_MODULE = "graphpass.plugins.builtin"
 """What graphpass's own ``builtin`` entry point points at (pyproject.toml)."""
 
+_OWN_DISTRIBUTION = "graphpass"
+"""The distribution whose plugins are graphpass's own (never replaced by another's)."""
+
+_log = logging.getLogger("graphpass.plugins")
+
 _KINDS = {
     "graphpass_passes": "passes",
     "graphpass_checkpoint_loaders": "checkpoint_loaders",
@@ -65,7 +85,8 @@ _KINDS = {
     "graphpass_pipelines": "pipelines",
     "graphpass_rewrite_rules": "passes",  # each RewriteRules becomes a pass
 }
-_PASS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_PASS_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+"""A pass name: lowercase letters and digits, in words joined by single dashes."""
 
 
 @dataclass
@@ -117,20 +138,26 @@ def build_registry(*, disable: Iterable[str] = (), strict: bool = False) -> Regi
     manager.add_hookspecs(hookspecs)
     registry = Registry()
     candidates = _entry_point_candidates()
+    registry.own_plugins = {c.info.name for c in candidates if _is_own(c.info)}
     seen_names = {c.info.name for c in candidates}
     for name in sorted(disabled - seen_names):
         close = difflib.get_close_matches(name, sorted(seen_names), n=1)
         registry.warnings.append(
             f"no plugin called {name!r} to disable"
             + (f" (did you mean {close[0]!r}?)" if close else ""))
+    # What graphpass's own plugins give, by (kind, name): the plugin. Nobody else takes it.
+    reserved: dict[tuple[str, str], str] = {}
     for candidate in candidates:
         info = candidate.info
+        own = info.name in registry.own_plugins
         registry.plugins.append(info)
         if info.status == "failed":
-            _check_strict(info, strict)
+            _check_strict(info, strict, own)
             continue
         if info.name in disabled:
             info.status = "disabled"
+            if info.name == BUILTIN:  # off, but its names stay graphpass's own
+                reserved.update(_names_of_builtin(candidate))
             continue
         try:
             items = _collect(manager, candidate)
@@ -140,8 +167,11 @@ def build_registry(*, disable: Iterable[str] = (), strict: bool = False) -> Regi
             info.exception = failure.original
             for kind, name, _item in failure.items:
                 info.withheld.setdefault(kind, {})[name] = info.error
-            _check_strict(info, strict)
+            _check_strict(info, strict, own)
             continue
+        items = _one_per_name(items, info)
+        if not own:
+            items = _without_reserved(items, info, reserved)
         if strict and info.warnings:
             raise PluginError(f"plugin {info.label!r}: {info.warnings[0]}",
                               hint="fix the plugin, or run without --strict-plugins to skip "
@@ -152,17 +182,121 @@ def build_registry(*, disable: Iterable[str] = (), strict: bool = False) -> Regi
             else:
                 registry.offer(kind, name, item, info.name)
             info.provides.setdefault(kind, []).append(name)
+            if own:
+                reserved.setdefault((kind, name), info.name)
+    _check_ordering(registry, strict)
     if strict and registry.warnings:
         raise PluginError(registry.warnings[0])
+    for problem in registry.problems:
+        _log.warning("%s", problem)
     return registry
 
 
-def _check_strict(info: PluginInfo, strict: bool) -> None:
+def _is_own(info: PluginInfo) -> bool:
+    """Whether a plugin ships with graphpass itself."""
+    return info.distribution.lower() == _OWN_DISTRIBUTION
+
+
+def _is_own_distribution(distribution: Any) -> bool:
+    return distribution is not None and str(distribution.name).lower() == _OWN_DISTRIBUTION
+
+
+def _names_of_builtin(candidate: _Candidate) -> dict[tuple[str, str], str]:
+    """What the built-in plugin gives, read without registering it (it is switched off)."""
+    scratch = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    scratch.add_hookspecs(hookspecs)
+    try:
+        items = _collect(scratch, _Candidate(dataclasses.replace(candidate.info),
+                                             candidate.load))
+    except _PluginFailed:  # pragma: no cover - graphpass's own plugin always loads
+        return {}
+    return {(kind, name): BUILTIN for kind, name, _item in items}
+
+
+def _one_per_name(items: list[tuple[str, str, Any]],
+                  info: PluginInfo) -> list[tuple[str, str, Any]]:
+    """``items`` with each name once.
+
+    The same item twice counts once; two different items of one name are the plugin's
+    own error, and neither is used.
+    """
+    first: dict[tuple[str, str], list[Any]] = {}
+    for kind, name, item in items:
+        given = first.setdefault((kind, name), [])
+        if not any(other is item for other in given):
+            given.append(item)
+    kept = []
+    for (kind, name), given in first.items():
+        if len(given) == 1:
+            kept.append((kind, name, given[0]))
+            continue
+        words = KIND_PLURALS[kind]
+        count = "two" if len(given) == 2 else str(len(given))
+        described = _join([_describe(item) for item in given])
+        reason = (f"it gives {count} {words} named {name!r} ({described}), so "
+                  f"{'neither' if len(given) == 2 else 'none of them'} is used")
+        info.warnings.append(f"gives {count} {words} named {name!r}: {described}; "
+                             f"{'neither' if len(given) == 2 else 'none'} is used (give "
+                             "each a name of its own)")
+        info.withheld.setdefault(kind, {})[name] = reason
+    return kept
+
+
+def _without_reserved(items: list[tuple[str, str, Any]], info: PluginInfo,
+                      reserved: dict[tuple[str, str], str]) -> list[tuple[str, str, Any]]:
+    """``items`` without those that take a name of graphpass's own (each refused aloud)."""
+    kept = []
+    for kind, name, item in items:
+        owner = reserved.get((kind, name))
+        if owner is None:
+            kept.append((kind, name, item))
+            continue
+        word = KIND_WORDS[kind]
+        package = f"package {info.distribution!r}" if info.distribution else "the plugin"
+        info.warnings.append(
+            f"its {word} {name!r} is refused: {name!r} is a {word} of graphpass's own "
+            f"plugin {owner!r}, which a plugin never replaces; graphpass's own is used "
+            f"(rename the {word} in {package})")
+    return kept
+
+
+def _check_ordering(registry: Registry, strict: bool) -> None:
+    """Warn of ``after``/``before`` names that look like typos of passes plugins give."""
+    known = registry.known_names("passes")
+    for name, entry in registry.passes.items():
+        info = registry.plugin(entry.plugin)
+        if info is None:
+            continue
+        for attribute, unknown, close in unknown_order_names(entry.item, known):
+            if close is None:
+                continue
+            warning = (f"pass {name!r} runs {attribute} {unknown!r}, which no plugin gives: "
+                       f"did you mean {close!r}? (until it is fixed, that ordering is "
+                       "ignored)")
+            if strict:
+                raise PluginError(f"plugin {info.label!r}: {warning}",
+                                  hint=f"fix `{attribute}` of the pass, or run without "
+                                       "--strict-plugins to run it unordered")
+            info.warnings.append(warning)
+
+
+def _describe(item: Any) -> str:
+    if isinstance(item, type):
+        return f"{item.__module__}.{item.__qualname__}"
+    return _short_repr(item)
+
+
+def _join(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _check_strict(info: PluginInfo, strict: bool, own: bool) -> None:
     if strict:
+        hint = ("graphpass's own plugin: reinstall graphpass, and report it if that does not "
+                "help" if own else f"fix or uninstall it, or switch it off with "
+                f"--disable-plugin {info.name} (or {DISABLE_ENV}={info.name})")
         raise PluginError(f"plugin {info.label!r} failed: {info.error}",
-                          hint=f"fix or uninstall it, or switch it off with --disable-plugin "
-                               f"{info.name} (or {DISABLE_ENV}={info.name})"
-                          ) from info.exception
+                          hint=hint) from info.exception
 
 
 def _entry_point_candidates() -> list[_Candidate]:
@@ -171,7 +305,11 @@ def _entry_point_candidates() -> list[_Candidate]:
     candidates: list[_Candidate] = []
     by_name: dict[str, str] = {BUILTIN: "graphpass"}
     seen: set[tuple[str, str]] = set()
-    for entry_point in importlib.metadata.entry_points(group=hookspecs.PROJECT_NAME):
+    # graphpass's own entry points first: their names are taken before any other plugin's,
+    # and what they give is reserved before any other plugin loads.
+    entry_points = sorted(importlib.metadata.entry_points(group=hookspecs.PROJECT_NAME),
+                          key=lambda entry_point: not _is_own_distribution(entry_point.dist))
+    for entry_point in entry_points:
         if (entry_point.name, entry_point.value) in seen:
             continue  # the same distribution found twice on sys.path
         seen.add((entry_point.name, entry_point.value))
@@ -319,7 +457,9 @@ def _item_problem(kind: str, item: Any) -> str | None:
         if not isinstance(name, str) or not name:
             return "the pass has no name (set the class attribute `name`)"
         if not _PASS_NAME.match(name):
-            return f"{name!r} is not a usable pass name (letters, digits, '-', '_', '.')"
+            dashed = "-".join(part for part in re.split(r"[^a-z0-9]+", name.lower()) if part)
+            return (f"{name!r} is not a usable pass name: pass names are lowercase words "
+                    "joined by dashes" + (f" (e.g. {dashed!r})" if dashed else ""))
         for attribute in ("requires", "after", "before"):
             value = getattr(item, attribute, ())
             if isinstance(value, str) or not all(isinstance(v, str) for v in value):

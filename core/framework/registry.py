@@ -19,15 +19,20 @@ from graphpass.errors import GraphpassError, PipelineError, PluginError
 if TYPE_CHECKING:
     from graphpass.framework.pass_base import Pass
 
-__all__ = ["KIND_WORDS", "PluginInfo", "Registered", "Registry"]
+__all__ = ["KIND_PLURALS", "KIND_WORDS", "PluginInfo", "Registered", "Registry"]
 
 KIND_WORDS = {
     "passes": "pass",
     "checkpoint_loaders": "checkpoint loader",
     "gradient_rules": "gradient rule set",
+    "gradient_builders": "gradient builder",
     "pipelines": "pipeline",
 }
 """What one item of each kind is called in messages."""
+
+KIND_PLURALS = {kind: f"{word}es" if word.endswith("s") else f"{word}s"
+                for kind, word in KIND_WORDS.items()}
+"""What several items of each kind are called in messages."""
 
 T = TypeVar("T")
 
@@ -91,6 +96,10 @@ class Registry:
         clashes: Names that two or more plugins give, by ``(kind, name)``: the plugins,
             sorted by name. Neither plugin's item is registered under a clashing name;
             asking for it is an error naming them all (see :meth:`unavailable`).
+        own_plugins: The plugins graphpass ships itself (``builtin``, ``ecosystem`` ...).
+            What they give is never replaced by another plugin's item of the same
+            name (that item is refused, with a warning on its plugin), and no message
+            suggests switching them off.
     """
 
     def __init__(self) -> None:
@@ -102,6 +111,7 @@ class Registry:
         self.plugins: list[PluginInfo] = []
         self.warnings: list[str] = []
         self.clashes: dict[tuple[str, str], list[str]] = {}
+        self.own_plugins: set[str] = set()
 
     # -------------------------------------------------------------- adding
     def add(self, kind: str, name: str, item: Any, plugin: str) -> None:
@@ -116,7 +126,7 @@ class Registry:
                               f"without a name: {item!r}")
         existing = table.get(name)
         if existing is not None and existing.item is not item:
-            raise _clash_error(kind, name, [existing.plugin, plugin])
+            raise _clash_error(kind, name, [existing.plugin, plugin], self.own_plugins)
         table[name] = Registered(item, plugin)
 
     def offer(self, kind: str, name: str, item: Any, plugin: str) -> bool:
@@ -151,15 +161,16 @@ class Registry:
         """
         clash = self.clashes.get((kind, name))
         if clash is not None:
-            return _clash_error(kind, name, clash)
+            return _clash_error(kind, name, clash, self.own_plugins)
         for info in self.plugins:
             reason = info.withheld.get(kind, {}).get(name)
             if reason is None:
                 continue
             if info.status == "failed":
+                # The reason says what happened: it failed to import, or a hook raised.
                 return PluginError(
                     f"{KIND_WORDS[kind]} {name!r} would be given by plugin {info.label!r}, "
-                    f"which failed to load: {reason}",
+                    f"which was skipped: {reason}",
                     hint=f"fix or reinstall plugin {info.name!r} (`graphpass plugins "
                          "--traceback` shows its traceback)")
             return PluginError(
@@ -176,8 +187,8 @@ class Registry:
         if not unknown:
             return None
         names = ", ".join(repr(label) for label in unknown)
-        return (f"plugin{'s' * (len(unknown) != 1)} {names} failed to load and may give "
-                "it (see `graphpass plugins`)")
+        return (f"plugin{'s' * (len(unknown) != 1)} {names} failed and may give it (see "
+                "`graphpass plugins`)")
 
     def missing_error(self, kind: str, name: str, unknown: str, hint: str | None,
                       ) -> GraphpassError:
@@ -196,6 +207,15 @@ class Registry:
         if note is not None:
             hint = f"{hint}; {note}" if hint else note
         return PipelineError(unknown, hint=hint)
+
+    def known_names(self, kind: str) -> set[str]:
+        """Every name of ``kind`` some plugin gives: registered, clashing or withheld."""
+        table: dict[str, Registered[Any]] = getattr(self, kind)
+        names = set(table)
+        names.update(name for clash_kind, name in self.clashes if clash_kind == kind)
+        for info in self.plugins:
+            names.update(info.withheld.get(kind, {}))
+        return names
 
     # -------------------------------------------------------------- lookups
     def pass_class(self, name: str) -> type[Pass]:
@@ -273,15 +293,20 @@ class Registry:
         return lines
 
 
-def _clash_error(kind: str, name: str, plugins: list[str]) -> PluginError:
+def _clash_error(kind: str, name: str, plugins: list[str], own: set[str]) -> PluginError:
     names = sorted(plugins)  # load order follows sys.path, an accident: messages do not
     quoted = [repr(plugin) for plugin in names]
     listed = " and ".join(quoted) if len(quoted) == 2 else ", ".join(quoted)
     word = "two" if len(names) == 2 else str(len(names))
-    switches = " or ".join(f"--disable-plugin {plugin}" for plugin in names)
-    return PluginError(
-        f"{word} plugins give the {KIND_WORDS[kind]} {name!r}: {listed}",
-        hint=f"switch all but one of them off ({switches}, or GRAPHPASS_DISABLE_PLUGINS)")
+    others = [plugin for plugin in names if plugin not in own]  # graphpass's own stay on
+    if not others:
+        hint = "this is a bug in graphpass: report it"
+    else:
+        switches = " or ".join(f"--disable-plugin {plugin}" for plugin in others)
+        hint = (f"switch {'all but one of them' if len(others) == len(names) else 'it'} off "
+                f"({switches}, or GRAPHPASS_DISABLE_PLUGINS)")
+    return PluginError(f"{word} plugins give the {KIND_WORDS[kind]} {name!r}: {listed}",
+                       hint=hint)
 
 
 def _suggest(name: str, known: Iterable[str], command: str) -> str:

@@ -48,7 +48,8 @@ VERIFIED_CODE = "GP600"
 VERIFY_MISMATCH_CODE = "GP601"
 """A pass changed what the model computes."""
 VERIFY_SKIPPED_CODE = "GP602"
-"""Nothing could be verified (the model could not run, or inputs could not be made)."""
+"""Nothing could be verified (the model could not run, or inputs could not be made): an
+error, since a run asked to verify must not look verified; a warning with ``optional``."""
 
 _EMBED_LIMIT = 1_500_000_000
 
@@ -68,6 +69,8 @@ class VerifyOptions:
         each: Check after every pass, not only at the end.
         backend: ``auto`` (onnxruntime, else the reference evaluator), ``onnxruntime``
             or ``reference``.
+        optional: Let a run that could verify nothing pass, with a warning (``GP602``);
+            by default that is an error, so that nothing unverified looks verified.
     """
 
     inputs: Path | None = None
@@ -78,6 +81,7 @@ class VerifyOptions:
     atol: float = 1e-5
     each: bool = False
     backend: str = "auto"
+    optional: bool = False
 
 
 @dataclass
@@ -425,12 +429,17 @@ class VerifySemantics(Instrument):
 
     def _final(self, model: Model) -> list[Finding]:
         if self._reference is None or self._reference.outputs is None or self._inputs is None:
+            optional = self.options.optional
             return [Finding(
-                VERIFY_SKIPPED_CODE, Severity.WARNING,
+                VERIFY_SKIPPED_CODE, Severity.WARNING if optional else Severity.ERROR,
                 f"nothing was verified: {self._problem or 'the model could not run'}",
                 pass_name=self.name,
-                hint="give inputs with --verify-inputs FILE.npz, or check that onnxruntime "
-                     "can run the model")]
+                hint="give inputs the model accepts with --verify-inputs FILE.npz (one array "
+                     "per input, numpy.savez), or sizes of its symbolic dimensions with "
+                     "--verify-dim NAME=SIZE" + ("" if optional else
+                                                 "; or let such a run pass with a warning: "
+                                                 "--verify-optional"),
+                data={"reason": self._problem, "optional": optional})]
         if not self.options.each:
             final = self._check(model, "?", "the pipeline")
             if final:

@@ -2,7 +2,7 @@
 
 A :class:`Graph` owns a ``networkx.MultiDiGraph`` (:attr:`Graph.nx`) with one node
 per ONNX node and one edge per use of a value. Everything here converts to and
-from ``onnx`` protos without loss (see :mod:`graphpass.files.proto`).
+from ``onnx`` protos without loss (see :mod:`graphpass.ir.proto`).
 """
 
 from graphpass.ir._attribute import Attribute, AttributeType

@@ -14,11 +14,9 @@ from graphpass.ir._clone import clone_model
 from graphpass.ir._function import Function, FunctionId, format_function_id
 from graphpass.ir._graph import Graph
 from graphpass.ir._node import Node
+from graphpass.ir._serde import UNKNOWN_FIELDS, model_from_proto, model_to_proto
 
-__all__ = ["Model"]
-
-UNKNOWN_FIELDS = "<unknown fields>"
-"""Key in an IR object's ``_extra`` for the bytes of fields the protobuf schema does not know."""
+__all__ = ["UNKNOWN_FIELDS", "Model"]
 
 
 class Model:
@@ -169,10 +167,7 @@ class Model:
         Raises:
             InvalidModelError: The proto cannot be represented (a name defined twice ...).
         """
-        # Conversion stands on the IR (graphpass.files.proto); imported when asked for.
-        from graphpass.files.proto import model_from_proto
-
-        return model_from_proto(proto, base_dir)
+        return model_from_proto(cls, proto, base_dir)
 
     def to_proto(self) -> onnx.ModelProto:
         """Return the model as an ``onnx.ModelProto``.
@@ -180,9 +175,6 @@ class Model:
         External data stays external (the protos keep their references); in-memory
         tensors are embedded.
         """
-        # Conversion stands on the IR (graphpass.files.proto); imported when asked for.
-        from graphpass.files.proto import model_to_proto
-
         return model_to_proto(self)
 
     def copy(self) -> Model:

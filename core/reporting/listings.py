@@ -13,7 +13,7 @@ from rich.text import Text
 
 from graphpass.framework.option_types import toml_text
 from graphpass.framework.pass_base import Pass, describe_type, option_fields
-from graphpass.framework.planning import PlannedPass
+from graphpass.framework.planning import PlannedPass, unknown_order_names
 from graphpass.framework.registry import KIND_WORDS, Registry
 from graphpass.reporting.tables import print_trimmed
 
@@ -45,8 +45,13 @@ def describe_options(pass_class: type[Pass]) -> list[dict[str, Any]]:
 
 
 def passes_data(registry: Registry) -> list[dict[str, Any]]:
-    """Every registered pass as JSON-ready data."""
+    """Every registered pass as JSON-ready data.
+
+    ``unknown_order`` lists the ``after``/``before`` names no plugin gives (they order
+    nothing), each with the closest name that exists when one is close (a typo).
+    """
     entries = []
+    known = registry.known_names("passes")
     for name, entry in sorted(registry.passes.items()):
         pass_class = entry.item
         entries.append({
@@ -57,6 +62,9 @@ def passes_data(registry: Registry) -> list[dict[str, Any]]:
             "requires": list(pass_class.requires),
             "after": list(pass_class.after),
             "before": list(pass_class.before),
+            "unknown_order": [{"attribute": attribute, "name": unknown, "did_you_mean": close}
+                              for attribute, unknown, close
+                              in unknown_order_names(pass_class, known)],
             "options": describe_options(pass_class),
         })
     return entries
@@ -87,6 +95,11 @@ def print_passes(registry: Registry, console: Console) -> None:
         for key in ("requires", "after", "before"):
             if entry[key]:
                 text.append(f"\n  {key}: {', '.join(entry[key])}", style="dim")
+        for unknown in entry["unknown_order"]:
+            text.append(f"\n  {unknown['attribute']} {unknown['name']!r}: ", style="yellow")
+            text.append(f"no such pass, did you mean {unknown['did_you_mean']!r}?"
+                        if unknown["did_you_mean"] else "no installed plugin gives it",
+                        style="yellow")
         table.add_row(entry["name"], entry["plugin"], entry["kind"], text)
     print_trimmed(console, table)
     _print_clashes(registry, console)
@@ -112,13 +125,15 @@ def plan_data(plan: Sequence[PlannedPass]) -> list[dict[str, Any]]:
         "kind": "analysis" if planned.analysis else "transform",
         "requested": planned.requested,
         "required_by": list(planned.required_by),
+        "runs_after": [{"pass": other, "because": because}
+                       for other, because in planned.runs_after],
         "preset": planned.preset,
         "options": _options_dict(planned.instance.options),
     } for index, planned in enumerate(plan, 1)]
 
 
 def print_plan(plan: Sequence[PlannedPass], console: Console) -> None:
-    """The order passes will run in, noting why each is there."""
+    """The order passes will run in, noting why each is there and runs where it does."""
     table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
     for column in ("#", "pass", "plugin", "kind", "why"):
         table.add_column(column)
@@ -128,6 +143,9 @@ def print_plan(plan: Sequence[PlannedPass], console: Console) -> None:
             reasons.append(f"from preset {entry['preset']}" if entry["preset"] else "requested")
         if entry["required_by"]:
             reasons.append("required by " + ", ".join(entry["required_by"]))
+        # Why it runs where it does (a pass it requires says "required by" itself).
+        reasons.extend(f"after {earlier['pass']}" for earlier in entry["runs_after"]
+                       if earlier["because"] != "requires")
         table.add_row(str(entry["position"]), entry["name"], entry["plugin"], entry["kind"],
                       "; ".join(reasons))
     print_trimmed(console, table)
@@ -164,7 +182,7 @@ def print_plugins(registry: Registry, console: Console) -> None:
             if text:
                 text.append("\n")
             text.append(f"{kind.replace('_', ' ')}: {', '.join(names)}")
-        if entry["status"] == "active" and not text:
+        if entry["status"] == "active" and not text and not entry["warnings"]:
             text.append("nothing here (a plugin may give passes only where what it needs is "
                         "installed)", style="dim")
         if entry["error"]:

@@ -48,6 +48,9 @@ SARIF_SCHEMA: Final = "https://json.schemastore.org/sarif-2.1.0.json"
 
 FRAMEWORK_CODES: Final[Mapping[str, str]] = {
     "GP001": "A fixed-point run did not settle within its maximum number of rounds.",
+    "GP002": "A pass changed the model but returned changed=False.",
+    "GP003": "A pass left nodes reading a name nothing defines.",
+    "GP004": "Options were given for a pass that is not planned; they are ignored.",
     "GP010": "The model fails the ONNX checker after a transforming pass (verify-each).",
     "GP011": "The model was saved after a pass (dump-after).",
 }

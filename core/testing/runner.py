@@ -63,7 +63,12 @@ def plugin_registry(name: str | None = None, *, builtin: bool = True) -> Registr
                           hint="installed plugins: " + ", ".join(installed)
                           + " (the name is the entry point's, in the 'graphpass' group)")
     keep = {name} | ({BUILTIN} if builtin else set())
-    registry = build_registry(disable=[n for n in installed if n not in keep], strict=True)
+    try:
+        registry = build_registry(disable=[n for n in installed if n not in keep], strict=True)
+    except PluginError as error:
+        # The command line's advice (--disable-plugin, --strict-plugins) is no help in a test.
+        raise PluginError(error.message, where=error.where,
+                          hint=_test_hint(name)) from error.__cause__
     if name is not None:
         info = registry.plugin(name)
         if info is None or info.status != "active":
@@ -147,6 +152,13 @@ class PassRunner:
         if problems:
             raise AssertionError(_describe(problems))
         return result
+
+
+def _test_hint(name: str | None) -> str:
+    what = f"plugin {name!r}" if name is not None else "the plugin"
+    return (f"fix {what}: graphpass loads the plugin under test strictly, so whatever it "
+            "gives that graphpass cannot use fails the test (the plugin's own exception, "
+            "if it raised one, is this error's __cause__)")
 
 
 def _model(model: Model | onnx.ModelProto | str | Path) -> Model:

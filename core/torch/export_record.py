@@ -35,18 +35,23 @@ import onnx
 from graphpass.ir import Graph, Node
 
 __all__ = [
+    "CONSTANT_INPUTS",
     "FOLDED_FROM",
     "FX_NODE",
     "INPUT_KIND",
     "INPUT_PERSISTENT",
     "LEGACY_CONSTANT_NAME",
+    "LIFTED_CONSTANT_NAME",
     "NAME_SCOPES",
     "ORIGINAL_NAME",
+    "PREFIXED_LEGACY_CONSTANT_NAME",
     "SIGNATURE",
     "TRAINABLE_TYPES",
     "Placeholder",
     "StateKind",
     "default_trainable",
+    "default_trainable_rules",
+    "exporter_constant",
     "folded_from",
     "fx_arguments",
     "fx_placeholders",
@@ -272,9 +277,11 @@ def default_trainable(graph: Graph) -> tuple[list[str], dict[str, StateKind]]:
     tensor constants, folded constants and every constant the exporter or its optimizer
     made (lifted scalars, ``Pow`` exponents: named ``val_N``, no record of their own)
     are left out, as PyTorch never trains them. Without a record (other exporters, the
-    legacy one), every floating-point initializer except those named like the legacy
-    exporter's constants (:data:`LEGACY_CONSTANT_NAME`) and the running statistics of
+    legacy one, quantizers and other tools), every floating-point initializer except the
+    constants :func:`exporter_constant` recognises (by their names' forms, or because
+    only an exponent, a shape or the like reads them) and the running statistics of
     ``BatchNormalization`` (initializers read only as its inputs 3 and 4: buffers).
+    :func:`default_trainable_rules` says which rule decided each.
 
     Returns:
         The trainable initializer names, in order, and the float initializers left
@@ -291,13 +298,95 @@ def default_trainable(graph: Graph) -> tuple[list[str], dict[str, StateKind]]:
         kind = kinds.get(name)
         if kind in ("buffer", "constant"):
             left_out[name] = kind
-        elif kind is None and (only_parameters or LEGACY_CONSTANT_NAME.fullmatch(name)):
+        elif kind is None and (only_parameters or exporter_constant(graph, name) is not None):
             left_out[name] = "constant"
         elif kind is None and name in statistics:
             left_out[name] = "buffer"
         else:
             trainable.append(name)
     return trainable, left_out
+
+
+PREFIXED_LEGACY_CONSTANT_NAME: Final = re.compile(r".*[^A-Za-z0-9]onnx::[A-Za-z]+_\d+")
+"""A legacy exporter's constant name under a prefix that a tool added: ``g_onnx::LSTM_352``
+(``onnx.compose.merge_models(..., prefix2="g_")``), ``decoder/onnx::MatMul_12``."""
+
+LIFTED_CONSTANT_NAME: Final = re.compile(r"(?:.*/)?[A-Za-z][A-Za-z0-9]*(?:_\d+)?_output_\d+")
+"""The name the legacy exporter gives a node's output (``/Constant_output_0``,
+``/encoder/Constant_12_output_0``, ``/lstm/Expand_1_output_0``) on an initializer: a value
+that a tool lifted out of its ``Constant`` node, or computed once and stored (constant
+folding: onnxruntime's optimizer, its quantizer's pre-processing, onnxscript's
+optimizer). Parameters are named by their ``state_dict()`` keys, never so."""
+
+CONSTANT_INPUTS: Final = {
+    ("Pow", 1): "Pow's exponent",
+    ("Reshape", 1): "Reshape's shape",
+    ("Expand", 1): "Expand's shape",
+    ("ConstantOfShape", 0): "ConstantOfShape's shape",
+    ("Tile", 1): "Tile's repeats",
+    ("Resize", 1): "Resize's region of interest",
+    ("Resize", 2): "Resize's scales",
+    ("Resize", 3): "Resize's sizes",
+    ("Upsample", 1): "Upsample's scales",
+    ("Range", 0): "a Range bound",
+    ("Range", 1): "a Range bound",
+    ("Range", 2): "a Range bound",
+}
+"""Inputs that hold a constant of the model's structure, never a weight: what reads an
+initializer only there makes it a constant (:func:`exporter_constant`)."""
+
+
+def exporter_constant(graph: Graph, name: str) -> str | None:
+    """Why initializer ``name`` of a model without torch's record is a constant, in words.
+
+    ``None`` when nothing says so. The rules, in order: a name of the legacy exporter's
+    constants (:data:`LEGACY_CONSTANT_NAME`, with or without a prefix a tool added:
+    :data:`PREFIXED_LEGACY_CONSTANT_NAME`), a node's output name
+    (:data:`LIFTED_CONSTANT_NAME`: ``.../Constant_N_output_0``), and being read only where
+    a constant goes (:data:`CONSTANT_INPUTS`: an exponent, a shape, scales).
+    """
+    if LEGACY_CONSTANT_NAME.fullmatch(name) or PREFIXED_LEGACY_CONSTANT_NAME.fullmatch(name):
+        return "named like the legacy exporter's constants (onnx::Op_N)"
+    if LIFTED_CONSTANT_NAME.fullmatch(name):
+        return ("named like a node's output (.../Constant_N_output_0): a constant lifted or "
+                "folded into an initializer")
+    uses = graph.uses(name)
+    roles = {CONSTANT_INPUTS.get((node.op_type, slot)) if node is not None
+             and node.domain in ("", "ai.onnx") else None for node, slot in uses}
+    if uses and None not in roles:
+        return "read only as " + " and ".join(sorted(str(role) for role in roles))
+    return None
+
+
+def default_trainable_rules(graph: Graph) -> dict[str, str]:
+    """Which rule of :func:`default_trainable` took or left out each float initializer.
+
+    Returns:
+        For every float initializer, the rule in words, to follow its name: ``"a
+        parameter in torch's export record"``, ``"a BatchNormalization running statistic
+        (read only as its mean or variance)"``, :func:`exporter_constant`'s reason, ``"a
+        float initializer of a model without torch's export record"`` ...
+    """
+    trainable, left_out = default_trainable(graph)
+    kinds = state_kinds(graph)
+    recorded = records_state(graph)
+    rules: dict[str, str] = {}
+    for name in trainable:
+        kind = kinds.get(name)
+        rules[name] = (f"a {kind} in torch's export record" if kind is not None else
+                       "a float initializer of a model without torch's export record")
+    for name, left in left_out.items():
+        kind = kinds.get(name)
+        if kind is not None:
+            rules[name] = f"a {kind} in torch's export record"
+        elif recorded:
+            rules[name] = "not in torch's export record: an exporter constant"
+        elif left == "buffer":
+            rules[name] = ("a BatchNormalization running statistic (read only as its mean "
+                           "or variance)")
+        else:
+            rules[name] = exporter_constant(graph, name) or "an exporter constant"
+    return rules
 
 
 def _running_statistics(graph: Graph) -> set[str]:

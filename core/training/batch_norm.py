@@ -139,6 +139,17 @@ def _switch(graph: Graph, node: Node, emit: Emitter, readers: dict[str, int],
     hint = ("train with batch-norm = \"running-statistics\" (the statistics stay fixed), or "
             "re-export the model with its running statistics as initializers")
     for name in (mean, variance):
+        merged = _merged_into(graph, name)
+        if merged is not None:
+            raise GradientError(
+                f"the running statistic {name!r} of batch normalization {label!r} is "
+                f"{merged}: the exporter merged equal tensors (a freshly initialised model's "
+                "running statistics are all zeros and ones, like its BatchNorm weights and "
+                "biases) into one initializer and Identity copies of it, so the nodes "
+                "cannot each carry their own from step to step",
+                hint="fill the model from its checkpoint (reconcile-initializers, "
+                     "--checkpoint): it gives every copy an initializer of its own; or train "
+                     "with batch-norm = \"running-statistics\"", node=label)
         if not name or name not in graph.initializers or name in graph.input_names:
             raise GradientError(
                 f"batch normalization {label!r} reads its running statistics from {name!r}, "
@@ -180,6 +191,29 @@ def _switch(graph: Graph, node: Node, emit: Emitter, readers: dict[str, int],
     new_mean = _moving(emit, mean, flat_mean, momentum)
     new_variance = _moving(emit, variance, unbiased, momentum)
     return RunningStatistics(label, mean, variance, new_mean, new_variance, flat_mean, biased)
+
+
+def _merged_into(graph: Graph, name: str) -> str | None:
+    """How a running statistic shares one initializer with other tensors, if it does.
+
+    ``"an Identity copy of initializer 'w'"`` when an ``Identity`` of an initializer
+    computes it; ``"initializer 'w', which N Identity nodes copy"`` when it is an
+    initializer others read through copies. ``None`` otherwise (no merge to blame).
+    """
+    if not name:
+        return None
+    producer = graph.producer(name)
+    if producer is not None and producer.op_type == "Identity" \
+            and not normalize_domain(producer.domain) and producer.inputs \
+            and producer.inputs[0] in graph.initializers:
+        return f"an Identity copy of initializer {producer.inputs[0]!r}"
+    if name in graph.initializers:
+        copies = [node for node in graph.consumers(name)
+                  if node.op_type == "Identity" and not normalize_domain(node.domain)]
+        if copies:
+            return (f"initializer {name!r}, which {len(copies)} Identity "
+                    f"node{'s' * (len(copies) != 1)} copy")
+    return None
 
 
 def _count(emit: Emitter, x: str, axes: list[int]) -> str:

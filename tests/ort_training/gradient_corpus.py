@@ -60,6 +60,7 @@ class Case:
         trainable: The trainable initializers.
         loss: The loss output(s) (ORT uses the first).
         changes: What was changed to make the model acceptable to the trainer.
+        feeds: The model's inputs (a node test's data), by name; empty when unknown.
     """
 
     name: str
@@ -68,6 +69,7 @@ class Case:
     loss: list[str]
     frozen: list[str] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
+    feeds: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -212,7 +214,10 @@ def node_test_cases(names: Iterable[str] | None = None, *, cache: Path | None = 
                 case_changes.append(f"ir {model.ir_version}->4")
                 model.ir_version = 4
             loss = add_scalar_loss(model)
-            cases.append(Case(case_name, model, [info.name], [loss], changes=case_changes))
+            feeds = {other.name: data[i] for i, other in enumerate(inputs)
+                     if i != index and i < len(data)}
+            cases.append(Case(case_name, model, [info.name], [loss], changes=case_changes,
+                              feeds=feeds))
     return cases, skipped
 
 
@@ -349,6 +354,16 @@ def lint_findings(case: Case) -> list[Any]:
     return LintGradients(options).run(model, context).findings
 
 
+def default_ort_python() -> str:
+    """The onnxruntime-training venv's Python: ``$GRAPHPASS_ORT_TRAINING_PYTHON``, else the
+    repository's ``.venv-ort-training`` (``make ort-venv``)."""
+    import os
+
+    repository = Path(__file__).resolve().parents[2]
+    return os.environ.get("GRAPHPASS_ORT_TRAINING_PYTHON",
+                          str(repository / ".venv-ort-training" / "bin" / "python"))
+
+
 def run_oracle(python: str, jobs: Iterable[Mapping[str, Any]], folder: Path, *,
                timeout: float | None = None) -> dict[Any, dict[str, Any]]:
     """Run ``oracle.py --batch`` on ``jobs`` with ``python``; its results by job ``id``.
@@ -378,15 +393,26 @@ def ask_oracle(python: str, model: Path | str, *arguments: str,
     return verdict
 
 
-def iter_jobs(cases: Iterable[Case], directory: str) -> Iterator[dict[str, Any]]:
-    """Save each case's model under ``directory`` and yield an oracle batch job for it."""
+def iter_jobs(cases: Iterable[Case], directory: str, *, check_gradient: bool = False
+              ) -> Iterator[dict[str, Any]]:
+    """Save each case's model under ``directory`` and yield an oracle batch job for it.
+
+    With ``check_gradient``, a case whose inputs are all numpy arrays also has them
+    saved, and the job asks for ORT's gradient against finite differences.
+    """
     import os
 
     for number, case in enumerate(cases):
         path = os.path.join(directory, f"case{number:05d}.onnx")
         onnx.save(case.model, path)
-        yield {"id": case.name, "model": path, "requires_grad": case.trainable,
+        job = {"id": case.name, "model": path, "requires_grad": case.trainable,
                "frozen": case.frozen, "loss": "none"}
+        if check_gradient and all(isinstance(v, (np.ndarray, np.generic))
+                                  for v in case.feeds.values()):
+            inputs = os.path.join(directory, f"case{number:05d}.npz")
+            np.savez(inputs, **{name: np.asarray(v) for name, v in case.feeds.items()})
+            job.update(check_gradient=True, inputs=inputs)
+        yield job
 
 
 # ----------------------------------------------------------------------- torch cases

@@ -11,12 +11,19 @@ Usage::
 
     python oracle.py MODEL [--requires-grad a,b] [--frozen c,d] [--loss mse|crossentropy|none]
                      [--artifacts DIR] [--train-steps N] [--inputs feeds.npz]
+                     [--check-gradient]
+
+With ``--check-gradient`` (a job's ``"check_gradient": true``) and ``--loss none``, the
+artifacts are also run for one training step, and ORT's gradient of the first output is
+compared with finite differences (``finite_differences.py``): the result gets
+``"gradient": {"verdict": "right" | "wrong" | "rough" | "unchecked" | "fails", ...}``
+(``fails``: the step itself fails).
 
 Batch mode evaluates many models in one process (starting this venv costs seconds:
 it imports torch). ``JOBS`` holds one JSON object per line, with the keys ``id``,
 ``model`` and optionally ``requires_grad`` / ``frozen`` (lists), ``loss``,
-``train_steps``, ``inputs``; the results come out as JSON lines, each with its
-``id``, in job order::
+``train_steps``, ``inputs``, ``check_gradient``; the results come out as JSON lines,
+each with its ``id``, in job order::
 
     python oracle.py --batch JOBS.jsonl [--out RESULTS.jsonl]
 
@@ -126,6 +133,19 @@ def train(job: dict[str, Any], artifacts: str) -> list[float]:
     return train_steps(artifacts, feeds, job["train_steps"])[0]
 
 
+def gradient(job: dict[str, Any], artifacts: str, requires_grad: list[str]) -> dict[str, Any]:
+    """ORT's gradient against finite differences (see ``finite_differences.py``)."""
+    import numpy as np
+    import onnx
+    from finite_differences import check_gradient
+
+    feeds = dict(np.load(job["inputs"])) if job.get("inputs") else {}
+    try:
+        return check_gradient(onnx.load(job["model"]), artifacts, feeds, requires_grad)
+    except Exception as error:  # the step (or a forward run) fails: data for the caller
+        return {"verdict": "fails", "why": f"{type(error).__name__}: {error}"[-2000:]}
+
+
 def evaluate(job: dict[str, Any]) -> dict[str, object]:
     """Run generate_artifacts (and optionally a few training steps) for one job."""
     result: dict[str, object] = {"ok": False, "stage": "generate", "missing_gradient_op": None,
@@ -136,6 +156,8 @@ def evaluate(job: dict[str, Any]) -> dict[str, object]:
         os.makedirs(artifacts, exist_ok=True)
         try:
             result.update(generate(job, artifacts))
+            if job.get("check_gradient"):
+                result["gradient"] = gradient(job, artifacts, result["requires_grad"])
             if job.get("train_steps"):
                 result["stage"] = "train"
                 result["losses"] = train(job, artifacts)
@@ -160,7 +182,8 @@ def evaluate(job: dict[str, Any]) -> dict[str, object]:
 def _job_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {"model": args.model, "requires_grad": _csv(args.requires_grad),
             "frozen": _csv(args.frozen), "loss": args.loss, "artifacts": args.artifacts,
-            "train_steps": args.train_steps, "inputs": args.inputs}
+            "train_steps": args.train_steps, "inputs": args.inputs,
+            "check_gradient": args.check_gradient}
 
 
 def _read_jobs(path: str) -> list[dict[str, Any]]:
@@ -235,6 +258,7 @@ def main() -> int:
     parser.add_argument("--artifacts")
     parser.add_argument("--train-steps", type=int, default=0)
     parser.add_argument("--inputs")
+    parser.add_argument("--check-gradient", action="store_true")
     parser.add_argument("--batch", help="a JSON-lines file of jobs")
     parser.add_argument("--out", help="batch mode: write the results here (default stdout)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)

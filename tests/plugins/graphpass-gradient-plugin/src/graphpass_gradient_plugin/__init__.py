@@ -1,1 +1,1 @@
-"""An example plugin giving the gradient builder of ``example.graphpass::ScaledTanh``."""
+"""An example plugin giving the gradient builders of two ``example.graphpass`` operators."""

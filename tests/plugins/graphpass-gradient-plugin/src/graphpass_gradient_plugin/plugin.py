@@ -1,8 +1,13 @@
-"""The plugin's hook: a gradient builder for its own operator.
+"""The plugin's hook: gradient builders for its own operators.
 
-``example.graphpass::ScaledTanh(X; alpha) = alpha * tanh(X)`` is defined by a
-model-local function (so any runtime runs it); its gradient is
-``dX = dY * (alpha - Y * Y / alpha)``, written with standard ONNX operators.
+Both are defined by model-local functions (so any runtime runs the forward), and their
+gradients are written with standard ONNX operators:
+
+* ``example.graphpass::ScaledTanh(X; alpha) = alpha * tanh(X)``:
+  ``dX = dY * (alpha - Y * Y / alpha)``, the derivative of the body;
+* ``example.graphpass::GradientReversal(X; scale) = X`` (the gradient reversal layer of
+  domain-adversarial training): ``dX = -scale * dY``, **not** the derivative of its body
+  (an ``Identity``), which is the point of the operator.
 """
 
 from __future__ import annotations
@@ -32,7 +37,20 @@ SCALED_TANH = GradientBuilder(
     description="dX = dY (alpha - Y^2 / alpha)")
 
 
+def _gradient_reversal(ctx: GradientContext) -> BuilderResult:
+    e = ctx.emit
+    dy = ctx.output_gradient(0)
+    assert dy is not None
+    scale = float(ctx.attribute("scale", 1.0))
+    return [e.op("Mul", dy, e.scalar(-scale, like=dy))]
+
+
+GRADIENT_REVERSAL = GradientBuilder(
+    "GradientReversal", _gradient_reversal, domain=DOMAIN, differentiable=frozenset({0}),
+    description="dX = -scale dY (the forward is the identity)")
+
+
 @hookimpl
 def graphpass_gradient_builders() -> Iterable[GradientBuilder]:
     """The builders this plugin gives."""
-    return [SCALED_TANH]
+    return [SCALED_TANH, GRADIENT_REVERSAL]

@@ -2,7 +2,7 @@
 
 Saving a model serializes the main graph's nodes and initializers one by one and
 splices them into the bytes of the rest of the model (see
-:func:`graphpass.files.proto.model_to_chunks`). That is exact because protobuf writes
+:func:`graphpass.ir.proto.model_to_chunks`). That is exact because protobuf writes
 the fields of a message in the order of their numbers, fields its schema does not
 know last, and a message field as its tag, its length and the message's bytes; the
 tests compare the result with ``SerializeToString`` on the round-trip corpora.

@@ -1,0 +1,1 @@
+"""Test fixture: plugins with the mistakes a new plugin author makes, each on its own."""
