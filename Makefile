@@ -7,13 +7,17 @@ ORT_VENV    := .venv-ort-training
 BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.graphpass-installed
 ORT_STAMP   := $(ORT_VENV)/.graphpass-installed
+OPTIMUM_VENV := .venv-optimum
+OPTIMUM_STAMP := $(OPTIMUM_VENV)/.graphpass-installed
 PIP_FLAGS   := --disable-pip-version-check --quiet
 # torch 2.13.0 is the local CPU wheel; any other torch spec downloads gigabytes.
 TORCH       := torch==2.13.0
 ORT_TRAINING := onnxruntime-training==1.19.2
+# Hugging Face's exporter for the zoo's Optimum modes; it needs transformers<4.58.
+OPTIMUM     := optimum-onnx[onnxruntime]==0.1.0 optimum==2.1.0 transformers==4.57.6
 PYTEST_ARGS ?=
 
-.PHONY: help demo test lint typecheck docs bench zoo clean venv ort-venv
+.PHONY: help demo test lint typecheck docs bench zoo clean venv ort-venv optimum-venv
 
 help:
 	@echo "make demo   - set up and run the demo on the bundled examples"
@@ -45,6 +49,20 @@ $(ORT_STAMP): pyproject.toml
 	$(ORT_VENV)/bin/python -c "import onnxruntime.training.artifacts" && \
 	touch $@ || echo "WARNING: could not build $(ORT_VENV); onnxruntime-training tests will be skipped"
 
+# A third environment for Hugging Face Optimum (`optimum-cli export onnx`), which needs
+# transformers<4.58 (the main venv has 5.x): the zoo's `optimum*` modes export and compute
+# their torch reference there. Tests that need it are skipped, with the reason shown, if it
+# cannot be built.
+optimum-venv: $(OPTIMUM_STAMP)
+
+$(OPTIMUM_STAMP): Makefile
+	@( test -x $(OPTIMUM_VENV)/bin/python || \
+	   { $(PYTHON) -m venv $(OPTIMUM_VENV) && $(OPTIMUM_VENV)/bin/pip install $(PIP_FLAGS) --upgrade pip; } ) && \
+	$(OPTIMUM_VENV)/bin/pip install $(PIP_FLAGS) $(TORCH) && \
+	$(OPTIMUM_VENV)/bin/pip install $(PIP_FLAGS) $(OPTIMUM) && \
+	$(OPTIMUM_VENV)/bin/optimum-cli export onnx --help > /dev/null && \
+	touch $@ || echo "WARNING: could not build $(OPTIMUM_VENV); the zoo's Optimum modes will be skipped"
+
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
@@ -59,16 +77,16 @@ typecheck: lint
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
-test: $(STAMP) ort-venv
+test: $(STAMP) ort-venv optimum-venv
 	$(MAKE) --no-print-directory lint docs
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
-bench: $(STAMP) ort-venv
+bench: $(STAMP) ort-venv optimum-venv
 	$(BIN)/python benchmarks/run_all.py
 
 # Exports are cached under $(GRAPHPASS_ZOO_CACHE) (default tests/.cache/zoo).
-zoo: $(STAMP) ort-venv
+zoo: $(STAMP) ort-venv optimum-venv
 	$(BIN)/python benchmarks/zoo.py --jobs 2
 
 clean:
-	rm -rf $(VENV) $(ORT_VENV) build site .pytest_cache .mypy_cache .ruff_cache demo-output
+	rm -rf $(VENV) $(ORT_VENV) $(OPTIMUM_VENV) build site .pytest_cache .mypy_cache .ruff_cache demo-output

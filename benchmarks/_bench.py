@@ -6,6 +6,9 @@
 * :func:`peak_rss_bytes`: this process's peak resident memory;
 * :func:`write_docs_section`: a benchmark's section of ``docs/benchmarks.md``;
 * :func:`judge_zoo`: judge zoo cases one at a time or in a process pool, printing each;
+* :func:`zoo_arguments`, :func:`available_modes`, :func:`write_records`,
+  :func:`docs_from_records`, :func:`zoo_table`, :func:`mode_counts`: the zoo scripts'
+  command line, records and tables;
 * :func:`markdown_text`: free text (an error message) made safe for a Markdown table or list.
 """
 
@@ -132,21 +135,55 @@ def judge_zoo(judge: Callable[[str, str, str], dict[str, Any]], cases: list[str]
 
 def zoo_arguments(description: str, cases: list[str], modes: list[str], results: Path, *,
                   jobs: int) -> argparse.Namespace:
-    """The zoo scripts' command line (``--cases --modes --jobs --json --no-docs``), parsed.
+    """The zoo scripts' command line (``--cases --modes --jobs --json --no-docs
+    --from-json``), parsed.
 
     ``cases`` and ``modes`` (the zoo's) are the defaults; the namespace holds them as lists.
+    ``--modes`` takes mode names and ``new`` (the modes of issue 22, :data:`zoo.MODES`
+    after the first four), ``all`` (every mode).
     """
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--cases", default=",".join(cases))
-    parser.add_argument("--modes", default=",".join(modes))
+    parser.add_argument("--modes", default="all",
+                        help="comma-separated modes, 'new' (issue 22's) or 'all' (the default)")
     parser.add_argument("--jobs", type=int, default=jobs)
     parser.add_argument("--json", default=str(results), help="where to write the records")
     parser.add_argument("--no-docs", action="store_true",
                         help="do not update docs/benchmarks.md")
+    parser.add_argument("--from-json", metavar="RECORDS",
+                        help="judge nothing: write the docs section from these records")
     args = parser.parse_args()
     args.cases = [c for c in args.cases.split(",") if c]
-    args.modes = [m for m in args.modes.split(",") if m]
+    chosen: list[str] = []
+    for item in (m for m in args.modes.split(",") if m):
+        chosen += {"all": modes, "new": modes[len(ISSUE_12_MODES):]}.get(item, [item])
+    args.modes = list(dict.fromkeys(chosen))
     return args
+
+
+ISSUE_12_MODES = ("dynamo", "dynamo-state-dict", "dynamo-full-state", "legacy-functions")
+"""The zoo's first four modes; the docs tables show them apart from the later ones."""
+
+
+def available_modes(modes: list[str], optimum_modes: tuple[str, ...],
+                    have_optimum: bool) -> list[str]:
+    """``modes`` less ``optimum_modes`` where there is no Optimum venv (said so)."""
+    kept = [m for m in modes if have_optimum or m not in optimum_modes]
+    if kept != modes:
+        print("no Optimum venv (make optimum-venv): leaving out "
+              + ", ".join(m for m in modes if m not in kept))
+    return kept
+
+
+def docs_from_records(path: str, modes: list[str], section: str,
+                      docs_lines: Callable[[list[dict[str, Any]], list[str], float], list[str]]
+                      ) -> None:
+    """Write a zoo script's docs section from the records it wrote (``--from-json``): the
+    asked modes that the records hold; the wall time is the cases' seconds added up."""
+    records: list[dict[str, Any]] = json.loads(Path(path).read_text())
+    held = [m for m in modes if any(r["mode"] == m for r in records)]
+    wall = sum(r["seconds"].get("total", 0.0) for r in records)
+    write_docs_section(section, docs_lines(records, held, wall))
 
 
 def write_records(path: str, records: list[dict[str, Any]]) -> None:
@@ -157,20 +194,38 @@ def write_records(path: str, records: list[dict[str, Any]]) -> None:
 
 def zoo_table(records: list[dict[str, Any]], modes: list[str],
               cell: Callable[[dict[str, Any]], str]) -> list[str]:
-    """Architecture x export mode as a Markdown table, ``cell(record)`` in each cell."""
+    """Architecture x export mode as Markdown, ``cell(record)`` in each cell: one table for
+    issue 12's modes and one for the later ones (either left out when none is asked)."""
     by_case: dict[str, dict[str, dict[str, Any]]] = collections.defaultdict(dict)
     for record in records:
         by_case[record["case"]][record["mode"]] = record
-    lines = ["| architecture | " + " | ".join(f"`{m}`" for m in modes) + " |",
-             "|---|" + "---|" * len(modes)]
-    for name, row in by_case.items():
-        lines.append(f"| {name} | " + " | ".join(cell(row[m]) if m in row else "" for m in modes)
-                     + " |")
+    lines: list[str] = []
+    groups = ([m for m in modes if m in ISSUE_12_MODES],
+              [m for m in modes if m not in ISSUE_12_MODES])
+    for group in (g for g in groups if g):
+        if lines:
+            lines.append("")
+        lines += ["| architecture | " + " | ".join(f"`{m}`" for m in group) + " |",
+                  "|---|" + "---|" * len(group)]
+        for name, row in by_case.items():
+            lines.append(f"| {name} | "
+                         + " | ".join(cell(row[m]) if m in row else "" for m in group) + " |")
+    return lines
+
+
+def mode_counts(records: list[dict[str, Any]], modes: list[str]) -> list[str]:
+    """A line per mode: how many cases got each label (Markdown list items)."""
+    lines = []
+    for mode in modes:
+        counts = collections.Counter(r["label"] for r in records if r["mode"] == mode)
+        if counts:
+            lines.append(f"- `{mode}`: " + ", ".join(f"{n} {label}"
+                                                     for label, n in counts.most_common()))
     return lines
 
 
 def _print_record(record: dict[str, Any]) -> None:
-    print(f"{record['case']:<13} {record['mode']:<18} {record['label']:<16} "
+    print(f"{record['case']:<13} {record['mode']:<29} {record['label']:<16} "
           f"{record['seconds'].get('total', 0):6.1f} s  {record['reason'][:160]}", flush=True)
 
 

@@ -11,10 +11,15 @@ nodes; ``gradient.onnx``'s loss and every torch parameter's gradient equal
 error names what is missing and its advice, followed, trains) or **wrong**. The table
 goes into the ``zoo-own-trainer`` section of ``docs/benchmarks.md``.
 
+A case graphpass calls ready with a torch parameter outside the manifest's trainable set
+is wrong whatever else holds (listed on its own); the ``optimum`` modes need the Optimum
+venv (``make optimum-venv``) and are left out, with a message, without it.
+
 Usage::
 
-    .venv/bin/python benchmarks/zoo_own_trainer.py [--cases bert,vit] [--modes dynamo]
+    .venv/bin/python benchmarks/zoo_own_trainer.py [--cases bert,vit] [--modes dynamo|new|all]
                                                    [--jobs 2] [--json F] [--no-docs]
+                                                   [--from-json records.json]
 """
 
 from __future__ import annotations
@@ -32,8 +37,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import zoo  # noqa: E402
 from _bench import (  # noqa: E402
+    available_modes,
+    docs_from_records,
     judge_zoo,
     markdown_text,
+    mode_counts,
     write_docs_section,
     write_records,
     zoo_arguments,
@@ -57,7 +65,7 @@ def _record(outcome: OwnOutcome) -> dict[str, Any]:
         "loss_error": outcome.loss_error, "gradient_error": outcome.gradient_error,
         "weight_error": outcome.weight_error, "noisy": outcome.noisy,
         "losses": outcome.losses,
-        "torch_losses": outcome.torch_losses}
+        "torch_losses": outcome.torch_losses, "left_out": outcome.left_out}
     if outcome.followed is not None:
         record["followed"] = _record(outcome.followed)
     return record
@@ -80,7 +88,9 @@ def _checked(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _cell(record: dict[str, Any]) -> str:
     label = {"trains": "trains", "refused rightly": "refused rightly", "wrong": "**wrong**",
-             "undecided": "undecided"}
+             "undecided": "undecided", "not exported": "not exported"}
+    if record.get("left_out"):
+        return f"**wrong: {len(record['left_out'])} left out**"
     text = label[record["label"]]
     if record["label"] in ("trains", "undecided"):
         text += f" ({record['gradient_error']:.0e} / {record['weight_error']:.0e})"
@@ -94,6 +104,7 @@ def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> 
     passed = [r for r in checked if r["label"] == "trains"]
     gradients_right = [r for r in checked if r["label"] in ("trains", "undecided")]
     architectures = len({r["case"] for r in records})
+    silent = [r for r in records if r.get("left_out")]
 
     def worst(key: str, among: list[dict[str, Any]]) -> float:
         return max((r[key] for r in among), default=0.0)
@@ -113,7 +124,8 @@ def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> 
         "**wrong**. Versions: "
         + ", ".join(f"{k} {v}" for k, v in zoo_versions().items()) + ".", "",
         f"**{counts['trains']} train correctly, {counts['refused rightly']} are refused "
-        f"rightly, {counts['wrong']} go wrong, {counts['undecided']} undecided** (of "
+        f"rightly, {counts['wrong']} go wrong, {counts['undecided']} undecided, "
+        f"{counts['not exported']} not exported** (of "
         f"{len(records)}; undecided: the gradients equal torch's, but torch's own float32 "
         "training run ends further than 1e-4 from its float64 run on most weights, so the "
         "weights after ten steps compare nothing); with the followed "
@@ -122,9 +134,14 @@ def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> 
         f"error {worst('gradient_error', gradients_right):.1e}, loss "
         f"{worst('loss_error', gradients_right):.1e}), {len(passed)} of them torch's weights "
         f"after ten AdamW steps (largest difference {worst('weight_error', passed):.1e}). "
-        f"{wall:.0f} s in all. Cells: verdict (largest relative gradient error / largest "
-        "weight difference after ten steps).", "",
-        *zoo_table(records, modes, _cell)]
+        f"{wall:.0f} s in all. "
+        + (f"**{len(silent)} exit 0 with torch parameters outside the trainable set** "
+           "(\"N left out\"): " + ", ".join(f"{r['case']} / `{r['mode']}`" for r in silent)
+           + ". " if silent else "No run exits 0 with a torch parameter outside the "
+           "trainable set. ")
+        + "Cells: verdict (largest relative gradient error / largest "
+        "weight difference after ten steps); the modes are those of the table above.", "",
+        *zoo_table(records, modes, _cell), "", "Per mode:", "", *mode_counts(records, modes)]
     lines += ["", "Refusals and failures, case by case:", ""]
     for record in records:
         if record["label"] != "trains":
@@ -136,6 +153,11 @@ def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> 
 def main() -> int:
     args = zoo_arguments(__doc__.splitlines()[0], [c.name for c in zoo.CASES], list(zoo.MODES),
                          RESULTS, jobs=2)
+    if args.from_json:
+        docs_from_records(args.from_json, args.modes, "zoo-own-trainer", docs_lines)
+        return 0
+    args.modes = available_modes(args.modes, zoo.OPTIMUM_MODES,
+                                 zoo.optimum_python() is not None)
     started = time.perf_counter()
     records = run(args.cases, args.modes, args.jobs)
     wall = time.perf_counter() - started
@@ -143,7 +165,8 @@ def main() -> int:
     counts = collections.Counter(r["label"] for r in records)
     checked = _checked(records)
     print(f"\n{counts['trains']} trains, {counts['refused rightly']} refused rightly, "
-          f"{counts['wrong']} wrong, {counts['undecided']} undecided, of {len(records)}; "
+          f"{counts['wrong']} wrong, {counts['undecided']} undecided, {counts['not exported']} "
+          f"not exported, of {len(records)}; "
           f"{len(checked)} directories checked, "
           f"{sum(r['label'] == 'trains' for r in checked)} passed; {wall:.0f} s")
     if not args.no_docs:

@@ -47,6 +47,21 @@ def test_an_entry_is_reused_and_keyed_by_kind(_own_cache: Path) -> None:
     assert first.parent == _own_cache / "case"
 
 
+def test_an_entry_is_keyed_by_the_versions_it_names(_own_cache: Path) -> None:
+    # The Optimum venv's entries name its package versions: another version, another entry.
+    def build(folder: Path) -> None:
+        (folder / "x").write_text("1")
+
+    old = cache.cached_entry("case", "optimum", build, sources=(),
+                             extra={"optimum-venv:transformers": "4.57.6"})
+    new = cache.cached_entry("case", "optimum", build, sources=(),
+                             extra={"optimum-venv:transformers": "4.57.5"})
+    plain = cache.cached_entry("case", "optimum", build, sources=())
+    assert len({old, new, plain}) == 3
+    assert old == cache.cached_entry("case", "optimum", build, sources=(),
+                                     extra={"optimum-venv:transformers": "4.57.6"})
+
+
 def _slow_build(folder: Path) -> None:
     with open(os.environ["ZOO_TEST_LOG"], "a") as log:
         log.write(f"{os.getpid()}\n")

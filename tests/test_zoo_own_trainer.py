@@ -56,3 +56,14 @@ def test_own_trainer_matches_torch(name: str, mode: str, tmp_path: Path) -> None
     for model in (gradient, step):
         assert not model.functions
         assert {n.domain for n in model.graph.node} <= {"", "ai.onnx"}
+
+
+def test_a_ready_run_with_a_parameter_left_out_is_wrong(tmp_path: Path) -> None:
+    # llama/dynamo trains; told to train the layers only, graphpass still exits 0, and the
+    # embedding, the final norm and the head would never move.
+    outcome = own_judge(zoo.case("llama"), "dynamo", tmp_path, arguments=(
+        "-O", 'build-training-graph.trainable=["model.model.layers.*"]'))
+    assert outcome.label == "wrong"
+    assert outcome.left_out == ["model.lm_head.weight", "model.model.embed_tokens.weight",
+                                "model.model.norm.weight"]
+    assert outcome.reason.startswith("exit 0 with 3 torch parameters outside the trainable set")

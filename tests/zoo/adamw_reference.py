@@ -1,8 +1,9 @@
 """The torch oracle for graphpass's own trainer: ``torch.optim.AdamW`` steps on a zoo case.
 
-:func:`torch_adamw` trains the model the zoo exports (:meth:`zoo.cases.Case.wrapped`),
-in float32, eval mode with every BatchNorm module in train mode (batch statistics, as
-:mod:`zoo.reference` and ``build-training-graph``'s default), on the case's batch and
+:func:`torch_adamw` trains the torch model of an oracle (:mod:`zoo.subjects`; by default
+the model the zoo exports, :meth:`zoo.cases.Case.wrapped`), in float32, eval mode with
+every BatchNorm module in train mode (batch statistics, as :mod:`zoo.reference` and
+``build-training-graph``'s default), on the case's batch and
 loss (``mse_loss`` of the first output against the case's target), for
 :data:`OWN_STEPS` steps of ``torch.optim.AdamW`` with ``build-training-graph``'s
 defaults (:data:`TORCH_ADAMW`: torch's own). It keeps the loss of each step and every
@@ -26,10 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from zoo.cache import cached_entry
 from zoo.cases import Case
+from zoo.cases import case as case_named
+from zoo.subjects import oracle_entry, subject
 
-__all__ = ["OWN_STEPS", "TORCH_ADAMW", "AdamWReference", "torch_adamw"]
+__all__ = ["OWN_STEPS", "TORCH_ADAMW", "AdamWReference", "adamw_in_optimum_venv",
+           "torch_adamw"]
 
 OWN_STEPS = 10
 """AdamW steps of the own-trainer check (in torch and with ``step.onnx``)."""
@@ -54,10 +57,11 @@ class AdamWReference:
     trained: list[str]
 
 
-def torch_adamw(case: Case) -> AdamWReference:
-    """``torch.optim.AdamW`` on ``case`` (cached)."""
-    folder = cached_entry(case.name, "adamw-torch", lambda scratch: _compute(case, scratch),
-                          sources=("adamw_reference.py",))
+def torch_adamw(case: Case, oracle: str = "export") -> AdamWReference:
+    """``torch.optim.AdamW`` on ``case``'s model of ``oracle`` (:data:`zoo.ORACLES`; cached)."""
+    folder = oracle_entry(case, "adamw-torch", oracle, "adamw_reference.py",
+                          lambda scratch: _compute(case, oracle, {}, scratch),
+                          "zoo.adamw_reference:adamw_in_optimum_venv")
     meta = json.loads((folder / "adamw.json").read_text())
     with np.load(folder / "adamw.npz") as data:
         weights = {name: data[name] for name in data.files}
@@ -66,25 +70,33 @@ def torch_adamw(case: Case) -> AdamWReference:
     return AdamWReference(meta["losses"], weights, weights64, meta["trained"])
 
 
-def _compute(case: Case, folder: Path) -> None:
-    losses, trained, weights = _train(case, double=False)
-    _, _, weights64 = _train(case, double=True)
+def adamw_in_optimum_venv(name: str, pretrained: str, inputs: str, folder: str) -> None:
+    """The ``optimum`` oracle's steps for case ``name`` into ``folder`` (in the Optimum venv)."""
+    _compute(case_named(name), "optimum",
+             {"pretrained": Path(pretrained), "inputs": Path(inputs)}, Path(folder))
+
+
+def _compute(case: Case, oracle: str, where: dict[str, Path], folder: Path) -> None:
+    losses, trained, weights = _train(case, oracle, where, double=False)
+    _, _, weights64 = _train(case, oracle, where, double=True)
     np.savez(folder / "adamw.npz", **weights)
     np.savez(folder / "adamw64.npz", **weights64)
     (folder / "adamw.json").write_text(json.dumps(
         {"losses": losses, "trained": trained, "adamw": TORCH_ADAMW}, indent=1) + "\n")
 
 
-def _train(case: Case, *, double: bool) -> tuple[list[float], list[str], dict[str, np.ndarray]]:
+def _train(case: Case, oracle: str, where: dict[str, Path], *, double: bool
+           ) -> tuple[list[float], list[str], dict[str, np.ndarray]]:
     import torch
 
-    wrapper = case.wrapped()
-    inputs = [torch.from_numpy(v) for v in case.inputs().values()]
+    model = subject(case, oracle, **where)
+    wrapper = model.module
+    inputs = [torch.from_numpy(v) for v in model.inputs.values()]
     with torch.no_grad():
-        output = wrapper(*inputs)
+        output = model.call(*inputs)
     target = torch.from_numpy(case.target(tuple(output.shape)))
     if double:
-        wrapper = wrapper.double()
+        wrapper.double()
         inputs = [v.double() if v.is_floating_point() else v for v in inputs]
         target = target.double()
     for module in wrapper.modules():
@@ -96,7 +108,7 @@ def _train(case: Case, *, double: bool) -> tuple[list[float], list[str], dict[st
     trained: set[str] = set()
     for _ in range(OWN_STEPS):
         optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.mse_loss(wrapper(*inputs), target)
+        loss = torch.nn.functional.mse_loss(model.call(*inputs), target)
         loss.backward()
         trained.update(name for name, p in parameters.items() if p.grad is not None)
         optimizer.step()

@@ -3,9 +3,11 @@
 An entry is a folder ``$GRAPHPASS_ZOO_CACHE/<case>/<kind>-<key>/`` (default cache:
 ``tests/.cache/zoo``), where ``key`` hashes what the entry depends on: the case, the
 kind (an export mode, or ``reference``), the versions of torch, transformers, onnx,
-onnxscript and onnxruntime, and the zoo's own source that builds the entry (the case
-definitions, and the exporting or the reference module). Change any of them and
-the entry is rebuilt under a new key; stale entries are left for ``rm -rf`` to take.
+onnxscript and onnxruntime, the zoo's own source that builds the entry (the case
+definitions, and the exporting or the reference module) and what else the entry says it
+depends on (``extra``: the Optimum venv's versions, for the entries built there). Change
+any of them and the entry is rebuilt under a new key; stale entries are left for
+``rm -rf`` to take.
 
 An entry is built in a scratch folder next to it and renamed into place when complete,
 so a killed build never leaves a half entry; a file lock per entry makes two processes
@@ -19,7 +21,7 @@ import importlib.metadata
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
 
@@ -58,19 +60,21 @@ def _source_hash(sources: tuple[str, ...]) -> str:
     return digest.hexdigest()
 
 
-def entry_key(case: str, kind: str, sources: tuple[str, ...]) -> str:
+def entry_key(case: str, kind: str, sources: tuple[str, ...],
+              extra: Mapping[str, str] | None = None) -> str:
     """The key of an entry: a hash of the case, kind, package versions and zoo source.
 
     ``sources`` are the zoo modules (file names) that build the entry; ``cache.py`` and
-    ``cases.py`` always count.
+    ``cases.py`` always count. ``extra``: more ``name: version`` pairs it depends on.
     """
     text = "\n".join([case, kind, *(f"{k}={v}" for k, v in versions().items()),
-                      _source_hash(sources)])
+                      _source_hash(sources),
+                      *(f"{k}={v}" for k, v in sorted((extra or {}).items()))])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def cached_entry(case: str, kind: str, build: Callable[[Path], None],
-                 sources: tuple[str, ...]) -> Path:
+                 sources: tuple[str, ...], extra: Mapping[str, str] | None = None) -> Path:
     """The folder of an entry, built by ``build(scratch_folder)`` if it is not there yet.
 
     Args:
@@ -79,13 +83,14 @@ def cached_entry(case: str, kind: str, build: Callable[[Path], None],
         build: Writes the entry's files into the folder it is given (empty, on the same
             file system as the cache). If it raises, nothing is cached.
         sources: The zoo modules (file names) whose code ``build`` runs.
+        extra: More ``name: version`` pairs the entry depends on (:func:`entry_key`).
 
     Returns:
         The entry's folder (complete).
     """
     parent = cache_root() / case
     parent.mkdir(parents=True, exist_ok=True)
-    final = parent / f"{kind}-{entry_key(case, kind, sources)}"
+    final = parent / f"{kind}-{entry_key(case, kind, sources, extra)}"
     if final.is_dir():
         return final
     with FileLock(str(final) + ".lock"):

@@ -26,6 +26,31 @@ The four modes of issue 12, and two that follow graphpass's advice:
 
 Every export gets its own deep copy of the model: a failed legacy export leaves
 BatchNorm statistics updated in the model it traced.
+
+The modes of issue 22 export with weights and add a checkpoint, ``EXPORT+CHECKPOINT``
+(:data:`WITH_CHECKPOINT`; the export's files are those of the mode named first, made
+once):
+
+``dynamo+state_dict``
+    ``dynamo``'s file, and the Hugging Face model's ``state_dict()`` as safetensors
+    (made as for ``dynamo-state-dict``: the very values inside the export).
+``dynamo+finetuned``
+    ``dynamo``'s file, and the ``state_dict()`` of the model fine-tuned after the export
+    (:func:`zoo.finetuning.finetune`: every floating-point tensor differs). Its oracle is
+    torch with the checkpoint's weights.
+``legacy+state_dict``
+    ``legacy-functions``' file (``do_constant_folding=True``) and the ``state_dict()``.
+``optimum``, ``optimum+state_dict``, ``optimum+pretrained``
+    ``optimum-cli export onnx`` of the model saved with ``save_pretrained``
+    (:mod:`zoo.optimum`; the Hugging Face model itself, its own inputs and ``logits``):
+    alone, with the ``state_dict()`` (transformers 5's key names), and with the
+    ``model.safetensors`` that ``save_pretrained`` wrote. Their oracle is the model
+    Optimum exported.
+
+and the modes their advice leads to: ``dynamo-unoptimized+state_dict`` and
+``dynamo-unoptimized+finetuned`` (``optimize=False``), ``legacy-unfolded+state_dict``
+(``do_constant_folding=False``), ``optimum-unfolded`` and its ``+state_dict`` and
+``+pretrained`` (``optimum-cli --no-constant-folding``).
 """
 
 from __future__ import annotations
@@ -46,18 +71,51 @@ from typing import Any
 
 import numpy as np
 
+from zoo import optimum
 from zoo.cache import cached_entry, versions
 from zoo.cases import Case, ZooError, load_class
+from zoo.finetuning import finetune
 
-__all__ = ["ADVICE_MODES", "MODES", "Export", "export", "hidden_annotations", "legacy_export"]
+__all__ = ["ADVICE_MODES", "CHECKPOINTS", "MODES", "OPTIMUM_MODES", "WITH_CHECKPOINT",
+           "Export", "ExportFailed", "checkpoint", "export", "hidden_annotations",
+           "legacy_export", "oracle_of"]
 
-MODES = ("dynamo", "dynamo-state-dict", "dynamo-full-state", "legacy-functions")
-"""The export modes every case is judged in."""
-ADVICE_MODES = ("dynamo-unoptimized", "legacy-unfolded")
+MODES = ("dynamo", "dynamo-state-dict", "dynamo-full-state", "legacy-functions",
+         "dynamo+state_dict", "dynamo+finetuned", "legacy+state_dict",
+         "optimum", "optimum+state_dict", "optimum+pretrained")
+"""The export modes every case is judged in (issue 12's four, then issue 22's six)."""
+ADVICE_MODES = ("dynamo-unoptimized", "legacy-unfolded",
+                "dynamo-unoptimized+state_dict", "dynamo-unoptimized+finetuned",
+                "legacy-unfolded+state_dict",
+                "optimum-unfolded", "optimum-unfolded+state_dict", "optimum-unfolded+pretrained")
 """Modes graphpass's hints lead to (re-export without the optimizer / constant folding)."""
+WITH_CHECKPOINT: dict[str, tuple[str, str]] = {
+    "dynamo+state_dict": ("dynamo", "state_dict"),
+    "dynamo+finetuned": ("dynamo", "finetuned"),
+    "legacy+state_dict": ("legacy-functions", "state_dict"),
+    "optimum+state_dict": ("optimum", "state_dict"),
+    "optimum+pretrained": ("optimum", "pretrained"),
+    "dynamo-unoptimized+state_dict": ("dynamo-unoptimized", "state_dict"),
+    "dynamo-unoptimized+finetuned": ("dynamo-unoptimized", "finetuned"),
+    "legacy-unfolded+state_dict": ("legacy-unfolded", "state_dict"),
+    "optimum-unfolded+state_dict": ("optimum-unfolded", "state_dict"),
+    "optimum-unfolded+pretrained": ("optimum-unfolded", "pretrained"),
+}
+"""Mode -> (the mode whose file it uses, the checkpoint it adds: :data:`CHECKPOINTS`)."""
+CHECKPOINTS = ("state_dict", "finetuned", "pretrained")
+"""``state_dict``: the Hugging Face model's ``state_dict()`` (``save_model``: keys without
+the wrapper's ``model.``, one name per tied tensor); ``finetuned``: the same of the model
+fine-tuned after the export; ``pretrained``: the ``model.safetensors`` of
+``save_pretrained`` (for the Optimum exports, which were made from it)."""
+OPTIMUM_MODES = tuple(m for m in MODES + ADVICE_MODES if m.startswith("optimum"))
+"""The modes that need the Optimum venv (:mod:`zoo.optimum`)."""
 OUTPUT = "logits"
 """The name of the one graph output."""
 LEGACY_OPSET = 17
+
+
+class ExportFailed(ZooError):
+    """The exporter failed on a case (recorded in the cache entry: not retried)."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +130,9 @@ class Export:
         checkpoint: The checkpoint to fill it from (``None``: the model has its weights).
         inputs: ``inputs.npz``: the model's inputs by graph input name.
         batch: ``batch.npz``: the inputs and ``target`` (the MSE target), one training batch.
-        manifest: ``export.json``: how it was made, versions, seconds, notes.
+        manifest: ``export.json``: how it was made, versions, seconds, notes (for a
+            mode with a checkpoint: also ``checkpoint``, the kind of it).
+        oracle: The torch model it is judged against (:data:`zoo.ORACLES`).
     """
 
     case: str
@@ -83,25 +143,70 @@ class Export:
     inputs: Path
     batch: Path
     manifest: dict[str, Any]
+    oracle: str = "export"
+
+
+def oracle_of(mode: str) -> str:
+    """The oracle a mode is judged against: ``finetuned``, ``optimum`` or ``export``."""
+    base, kind = WITH_CHECKPOINT.get(mode, (mode, None))
+    if kind == "finetuned":
+        return "finetuned"
+    return "optimum" if base in optimum.EXPORTS else "export"
 
 
 def export(case: Case, mode: str) -> Export:
     """The export of ``case`` in ``mode``, from the cache or made now.
 
     Raises:
-        ZooError: unknown mode, or the exporter failed (the message has its error).
+        ZooError: unknown mode, or the exporter failed (the message has its error), or
+            an Optimum mode without the Optimum venv.
     """
     if mode not in MODES + ADVICE_MODES:
         raise ZooError(f"unknown export mode {mode!r}; known: {', '.join(MODES + ADVICE_MODES)}")
-    folder = cached_entry(case.name, mode, lambda scratch: _build_apart(case, mode, scratch),
-                          sources=("exporting.py",))
+    if mode in WITH_CHECKPOINT:
+        base, kind = WITH_CHECKPOINT[mode]
+        exported = export(case, base)
+        manifest = {**exported.manifest, "mode": mode, "file_of": base, "checkpoint": kind}
+        return Export(case.name, mode, exported.folder, exported.model, checkpoint(case, kind),
+                      exported.inputs, exported.batch, manifest, oracle_of(mode))
+    if mode in optimum.EXPORTS:
+        folder = cached_entry(case.name, mode,
+                              lambda scratch: optimum.build_export(case, mode, scratch),
+                              sources=("exporting.py", "optimum.py"),
+                              extra=optimum.optimum_versions())
+    else:
+        folder = cached_entry(case.name, mode, lambda scratch: _build_apart(case, mode, scratch),
+                              sources=("exporting.py",))
     manifest = json.loads((folder / "export.json").read_text())
     if manifest.get("error"):
-        raise ZooError(f"{case.name}/{mode}: the export failed: {manifest['error']}")
-    checkpoint = folder / "checkpoint.safetensors"
+        raise ExportFailed(f"{case.name}/{mode}: the export failed: {manifest['error']}")
+    own = folder / "checkpoint.safetensors"
     return Export(case.name, mode, folder, folder / "model.onnx",
-                  checkpoint if checkpoint.exists() else None,
-                  folder / "inputs.npz", folder / "batch.npz", manifest)
+                  own if own.exists() else None,
+                  folder / "inputs.npz", folder / "batch.npz", manifest, oracle_of(mode))
+
+
+def checkpoint(case: Case, kind: str) -> Path:
+    """The checkpoint file of ``kind`` (:data:`CHECKPOINTS`) for ``case`` (cached)."""
+    if kind == "pretrained":
+        return optimum.pretrained(case) / "model.safetensors"
+    if kind not in CHECKPOINTS:
+        raise ZooError(f"unknown checkpoint {kind!r}; known: {', '.join(CHECKPOINTS)}")
+    folder = cached_entry(case.name, f"checkpoint-{kind}",
+                          lambda scratch: _save_checkpoint(case, kind, scratch),
+                          sources=("exporting.py", "finetuning.py"))
+    return folder / "checkpoint.safetensors"
+
+
+def _save_checkpoint(case: Case, kind: str, folder: Path) -> None:
+    """The Hugging Face model's ``state_dict()`` (fine-tuned for ``finetuned``), as
+    ``save_model`` writes it: one name per tied tensor, no ``model.`` prefix."""
+    from safetensors.torch import save_model
+
+    model = case.build()
+    if kind == "finetuned":
+        finetune(model, case.seed)
+    save_model(model, str(folder / "checkpoint.safetensors"))
 
 
 # ===================================================================== building

@@ -19,12 +19,27 @@
     anything else: a false refusal, a "ready" followed by a failing training step, wrong
     outputs or gradients, torch parameters left untrained or copies trained instead, a
     crash.
+``not exported``
+    the exporter failed on the case (Optimum cannot export every architecture): the
+    exporter's error is the reason; graphpass is not judged.
 
-Following a hint means one of the re-exports or extra state a user can act on:
-``save_state`` (fill from the full state: ``dynamo-state-dict`` -> ``dynamo-full-state``),
-``optimize=False`` (``dynamo`` -> ``dynamo-unoptimized``) and ``do_constant_folding=False``
-(``legacy-functions`` -> ``legacy-unfolded``). A refusal whose only advice is to change
-which weights are trained is a false one: the export holds everything needed.
+The worst failure gets a check of its own: graphpass exits 0 ("ready") while a torch
+parameter the loss reaches is outside the trainable set it wrote (the writer's
+``trainable``: GP700 for the artifacts, GP850 for the training graphs), so that training
+"works" and the parameter never moves (:func:`parameters_left_out`,
+:attr:`Outcome.left_out`): always ``wrong``, whatever else is right.
+
+Following a hint means one of the re-exports or extra state a user can act on
+(:data:`ADVICE`): ``save_state`` (fill from the full state: ``dynamo-state-dict`` ->
+``dynamo-full-state``), ``optimize=False`` (``dynamo`` -> ``dynamo-unoptimized``, and
+with the same checkpoint for ``dynamo+state_dict`` and ``dynamo+finetuned``),
+``do_constant_folding=False`` (``legacy-functions`` -> ``legacy-unfolded``,
+``legacy+state_dict`` -> ``legacy-unfolded+state_dict``) and, for the Optimum exports,
+Optimum's own ``--no-constant-folding`` (``optimum`` -> ``optimum-unfolded``, with the
+same checkpoint for the others): advice worded for ``torch.onnx.export`` does not apply
+to a file ``optimum-cli`` made, and such a refusal is a false one. A refusal whose only
+advice is to change which weights are trained is a false one too: the export holds
+everything needed.
 """
 
 from __future__ import annotations
@@ -38,11 +53,13 @@ from typing import Any, Literal
 import numpy as np
 
 from zoo.cases import Case, ZooError
-from zoo.exporting import Export, export
+from zoo.exporting import OPTIMUM_MODES, Export, ExportFailed, export
 from zoo.reference import ADAMW, Reference, torch_reference
 from zoo.training import TrainingRun, train_ready
 
-__all__ = ["ADVICE", "GRADIENT_RTOL", "GradientCheck", "Outcome", "compare_gradients", "judge"]
+__all__ = ["ADVICE", "GRADIENT_RTOL", "TORCH_EXPORT_ADVICE", "GradientCheck", "Outcome",
+           "compare_gradients", "exit_reason", "followed_advice", "judge", "parameters_left_out",
+           "trainable_set"]
 
 GRADIENT_RTOL = 1e-3
 """Largest gradient error, relative to the parameter's largest gradient (in float64)."""
@@ -63,10 +80,21 @@ ADVICE: tuple[tuple[str, str, str], ...] = (
     (r"save_state", "dynamo-state-dict", "dynamo-full-state"),
     (r"optimize\s*=\s*False", "dynamo", "dynamo-unoptimized"),
     (r"do_constant_folding\s*=\s*False", "legacy-functions", "legacy-unfolded"),
+    (r"optimize\s*=\s*False", "dynamo+state_dict", "dynamo-unoptimized+state_dict"),
+    (r"optimize\s*=\s*False", "dynamo+finetuned", "dynamo-unoptimized+finetuned"),
+    (r"do_constant_folding\s*=\s*False", "legacy+state_dict", "legacy-unfolded+state_dict"),
+    (r"--no-constant-folding", "optimum", "optimum-unfolded"),
+    (r"--no-constant-folding", "optimum+state_dict", "optimum-unfolded+state_dict"),
+    (r"--no-constant-folding", "optimum+pretrained", "optimum-unfolded+pretrained"),
 )
 """(hint pattern, mode it applies to, the mode that follows the hint)."""
+TORCH_EXPORT_ADVICE = r"do_constant_folding\s*=\s*False|optimize\s*=\s*False|torch\.onnx\.export"
+"""Advice worded for ``torch.onnx.export``: a false refusal of an Optimum export unless it
+also gives Optimum's flag."""
+WRITERS = ("GP700", "GP850")
+"""The findings of the writers of training artifacts and graphs (``data["trainable"]``)."""
 
-Verdict = Literal["trains", "refused", "wrong"]
+Verdict = Literal["trains", "refused", "wrong", "unexported"]
 
 
 @dataclass
@@ -145,6 +173,10 @@ class Outcome:
         gradients: The gradient check (``None`` unless training ran).
         followed: For a refusal: the outcome of following its hint.
         findings: The error findings (for refusals).
+        left_out: For a run graphpass called ready: the torch parameters the loss reaches
+            that are outside the trainable set it wrote (:func:`parameters_left_out`);
+            any makes the outcome ``wrong``.
+        trainable: That trainable set (the writer's ``trainable``), for a ready run.
     """
 
     case: str
@@ -157,10 +189,14 @@ class Outcome:
     gradients: GradientCheck | None = None
     followed: Outcome | None = None
     findings: list[dict[str, Any]] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+    trainable: list[str] | None = None
 
     @property
     def label(self) -> str:
-        """``trains``, ``refused rightly`` or ``wrong``."""
+        """``trains``, ``refused rightly``, ``wrong`` or ``not exported``."""
+        if self.verdict == "unexported":
+            return "not exported"
         if self.verdict == "refused":
             return "refused rightly" if self.right else "wrong"
         return "trains" if self.right else "wrong"
@@ -204,6 +240,35 @@ def compare_gradients(reference: Reference, run: TrainingRun) -> GradientCheck:
     return check
 
 
+def trainable_set(report: dict[str, Any]) -> list[str] | None:
+    """The trainable set a ready run wrote (its writer's ``data["trainable"]``), or ``None``."""
+    for finding in report.get("findings", []):
+        if finding.get("code") in WRITERS and "trainable" in (finding.get("data") or {}):
+            return list(finding["data"]["trainable"])
+    return None
+
+
+def parameters_left_out(reference: Reference, trainable: list[str],
+                        torch_names: dict[str, str] | None = None) -> list[str]:
+    """The torch parameters the loss reaches that no name in ``trainable`` stands for.
+
+    Args:
+        reference: The torch oracle (its gradients name the parameters the loss reaches;
+            its aliases map every name of a tensor to its canonical one).
+        trainable: The initializer names a run trains.
+        torch_names: Initializer name -> the torch name graphpass recorded for it (the
+            training-graph manifest's ``torch_names``), where the names differ.
+    """
+    covered = set()
+    for name in trainable:
+        key = (torch_names or {}).get(name)
+        for candidate in (name, key, reference.prefix + key if key else None):
+            if candidate and candidate in reference.aliases:
+                covered.add(reference.aliases[candidate])
+                break
+    return sorted(name for name in reference.gradients if name not in covered)
+
+
 def _first_adamw_step(gradient: np.ndarray) -> np.ndarray:
     """The first update of onnxruntime-training's AdamW (:func:`zoo.reference.adamw_step`)."""
     beta1, beta2 = ADAMW["betas"]
@@ -213,7 +278,8 @@ def _first_adamw_step(gradient: np.ndarray) -> np.ndarray:
     return np.asarray(size * moment / second)
 
 
-def judge(case: Case, mode: str, workdir: Path, *, follow_hints: bool = True) -> Outcome:
+def judge(case: Case, mode: str, workdir: Path, *, follow_hints: bool = True,
+          arguments: tuple[str, ...] = ()) -> Outcome:
     """Export ``case`` in ``mode``, run ``train-ready`` and training, compare with torch.
 
     Args:
@@ -221,15 +287,20 @@ def judge(case: Case, mode: str, workdir: Path, *, follow_hints: bool = True) ->
         mode: An export mode (:data:`zoo.MODES`, or an advice mode).
         workdir: A folder of its own for this run (graphpass's output, artifacts).
         follow_hints: For a refusal, also judge the export its hint leads to.
+        arguments: More ``graphpass run`` arguments (``-O PASS.OPTION=VALUE``), for tests
+            of the judge itself; a followed hint is judged without them.
     """
     started = time.perf_counter()
     try:
         exported = export(case, mode)
+    except ExportFailed as error:
+        return Outcome(case.name, mode, "unexported", False, f"not exported: {error}",
+                       {"total": time.perf_counter() - started})
     except ZooError as error:
         return Outcome(case.name, mode, "wrong", False, f"export failed: {error}",
                        {"total": time.perf_counter() - started})
-    reference = torch_reference(case)
-    run = train_ready(exported, workdir / mode)
+    reference = torch_reference(case, exported.oracle)
+    run = train_ready(exported, workdir / mode, arguments=arguments)
     seconds = {"export": float(exported.manifest.get("seconds", 0.0)),
                "graphpass": run.seconds.get("graphpass", 0.0),
                "training": run.seconds.get("process", 0.0)}
@@ -249,20 +320,31 @@ def _verdict(case: Case, mode: str, exported: Export, reference: Reference, run:
     if run.exit_code == 1 and run.errors:
         return _refusal(case, mode, run, workdir, follow_hints)
     if run.exit_code != 0:
-        first = _first_line(run.report.get("stderr") or run.report.get("error") or "")
-        return outcome("wrong", False, f"graphpass exit {run.exit_code}: {first}")
+        return outcome("wrong", False, exit_reason(run.exit_code, run.report))
+    trainable = trainable_set(run.report)
+    if trainable is None and run.trained:
+        trainable = sorted(run.gradients)
+    left_out = parameters_left_out(reference, trainable) if trainable is not None else []
+
+    def ready(verdict: Verdict, right: bool, reason: str, **more: Any) -> Outcome:
+        if left_out:
+            verdict, right = "wrong", False
+            reason = (f"exit 0 with {len(left_out)} torch parameters outside the trainable "
+                      f"set ({_some(left_out)}); " + reason)
+        return outcome(verdict, right, reason, left_out=left_out, trainable=trainable, **more)
+
     if not run.trained:
-        return outcome("wrong", False, "graphpass said ready, then the training step failed: "
-                       f"{_first_line(run.training_error or '')}")
+        return ready("wrong", False, "graphpass said ready, then the training step failed: "
+                     f"{_first_line(run.training_error or '')}")
     problem = _output_mismatch(exported, reference, run.output)
     if problem:
-        return outcome("wrong", False, problem)
+        return ready("wrong", False, problem)
     check = compare_gradients(reference, run)
     if not check.ok:
-        return outcome("wrong", False, check.summary(), gradients=check)
+        return ready("wrong", False, check.summary(), gradients=check)
     if not run.losses or not run.losses[-1] < run.losses[0]:
-        return outcome("wrong", False, f"the loss does not fall: {run.losses}", gradients=check)
-    return outcome("trains", True, check.summary(), gradients=check)
+        return ready("wrong", False, f"the loss does not fall: {run.losses}", gradients=check)
+    return ready("trains", True, check.summary(), gradients=check)
 
 
 def _refusal(case: Case, mode: str, run: TrainingRun, workdir: Path,
@@ -276,12 +358,14 @@ def _refusal(case: Case, mode: str, run: TrainingRun, workdir: Path,
         return Outcome(case.name, mode, "refused", False,
                        f"refused ({codes}) without naming where: {about}", run=run,
                        findings=errors)
-    hints = " ".join(f.get("hint") or "" for f in errors)
-    target = next((follow for pattern, source, follow in ADVICE
-                   if source == mode and re.search(pattern, hints)), None)
+    target, false, instead = followed_advice(mode, errors)
     if target is None:
-        return Outcome(case.name, mode, "refused", False,
-                       f"false refusal ({codes}): {about}", run=run, findings=errors)
+        reason, followed = f"{false} ({codes}): {about}", None
+        if instead and follow_hints:
+            followed = judge(case, instead, workdir / "followed", follow_hints=False)
+            reason += f"; the producer's own flag followed instead ({instead}): {followed.label}"
+        return Outcome(case.name, mode, "refused", False, reason, run=run, followed=followed,
+                       findings=errors)
     if not follow_hints:
         return Outcome(case.name, mode, "refused", True, f"refused ({codes}): {about}",
                        run=run, findings=errors)
@@ -291,6 +375,29 @@ def _refusal(case: Case, mode: str, run: TrainingRun, workdir: Path,
                     f"{followed.label}")
     return Outcome(case.name, mode, "refused", right, verdict_line, run=run,
                    followed=followed, findings=errors)
+
+
+def followed_advice(mode: str, errors: list[dict[str, Any]]
+                    ) -> tuple[str | None, str, str | None]:
+    """Where following the errors' hints leads (:data:`ADVICE`).
+
+    Returns:
+        ``(mode, "", None)``: the mode the hints lead to; or ``(None, why, instead)``: why
+        the refusal is a false one and, where its advice is worded for
+        ``torch.onnx.export`` on an Optimum export, the mode Optimum's own flag
+        (``--no-constant-folding``) leads to.
+    """
+    hints = " ".join(f.get("hint") or "" for f in errors)
+    target = next((follow for pattern, source, follow in ADVICE
+                   if source == mode and re.search(pattern, hints)), None)
+    if target is not None:
+        return target, "", None
+    if mode in OPTIMUM_MODES and re.search(TORCH_EXPORT_ADVICE, hints):
+        instead = next((follow for pattern, source, follow in ADVICE
+                        if source == mode and pattern == "--no-constant-folding"), None)
+        return None, ("refused with advice for torch.onnx.export, not for the file's "
+                      "producer (optimum-cli: --no-constant-folding)"), instead
+    return None, "false refusal", None
 
 
 def _output_mismatch(exported: Export, reference: Reference, model: Path) -> str | None:
@@ -311,6 +418,19 @@ def _output_mismatch(exported: Export, reference: Reference, model: Path) -> str
     if difference > OUTPUT_ATOL + OUTPUT_RTOL * scale:
         return f"outputs differ from torch's by {difference:.2e} (scale {scale:.2e})"
     return None
+
+
+def exit_reason(code: int, report: dict[str, Any], stderr: str = "") -> str:
+    """One line for a run that ended with ``code`` and no error findings: the error the
+    JSON report gives (its type, and its message's first two lines), or standard error."""
+    error = report.get("error")
+    if isinstance(error, dict):
+        lines = [line.strip() for line in str(error.get("message", "")).splitlines()
+                 if line.strip()][:2]
+        kind = error.get("type") or "error"
+        return (f"graphpass exit {code} ({kind}, no finding code): "
+                f"{' '.join(lines)[:400]}")
+    return f"graphpass exit {code}: {_first_line(str(error or report.get('stderr') or stderr))}"
 
 
 def _first_line(text: str) -> str:

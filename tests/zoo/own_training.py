@@ -26,11 +26,10 @@ names where and its hint, followed, leads to an export that trains.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +38,15 @@ import onnx
 
 from zoo.adamw_reference import OWN_STEPS, AdamWReference, torch_adamw
 from zoo.cases import Case, ZooError
-from zoo.exporting import Export, export
-from zoo.judging import ADVICE, GRADIENT_RTOL, GradientCheck, compare_gradients
+from zoo.exporting import Export, ExportFailed, export
+from zoo.judging import (
+    GRADIENT_RTOL,
+    GradientCheck,
+    compare_gradients,
+    exit_reason,
+    followed_advice,
+    parameters_left_out,
+)
 from zoo.reference import Reference, torch_reference
 from zoo.training import TrainingRun
 
@@ -60,10 +66,10 @@ class OwnOutcome:
     Attributes:
         case: The case's name.
         mode: The export mode.
-        label: ``trains``, ``refused rightly``, ``wrong``, or ``undecided``: the
-            gradients equal torch's, but torch's own float32 training run ends further
-            than :data:`WEIGHT_ATOL` from its float64 run on most weights, so the
-            weights after the steps decide nothing.
+        label: ``trains``, ``refused rightly``, ``wrong``, ``not exported`` (the
+            exporter failed), or ``undecided``: the gradients equal torch's, but torch's
+            own float32 training run ends further than :data:`WEIGHT_ATOL` from its
+            float64 run on most weights, so the weights after the steps decide nothing.
         reason: One line: why.
         seconds: ``graphpass`` (the ``train-ready`` process), ``check`` (gradients and
             steps) and ``total``.
@@ -78,6 +84,9 @@ class OwnOutcome:
         torch_losses: torch's.
         findings: The error findings of a refusal.
         followed: For a refusal: the outcome of following its hint.
+        left_out: For a run graphpass called ready: the torch parameters the loss
+            reaches that are outside the manifest's trainable set
+            (:func:`zoo.judging.parameters_left_out`); any makes it ``wrong``.
     """
 
     case: str
@@ -93,6 +102,7 @@ class OwnOutcome:
     torch_losses: list[float] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)
     followed: OwnOutcome | None = None
+    left_out: list[str] = field(default_factory=list)
 
     @property
     def gradient_error(self) -> float | None:
@@ -124,24 +134,30 @@ def build_training_graph(exported: Export, workdir: Path, *arguments: str
     return done.returncode, report, done.stderr
 
 
-def own_judge(case: Case, mode: str, workdir: Path, *, follow_hints: bool = True
-              ) -> OwnOutcome:
-    """Export ``case`` in ``mode``, build its training graphs, check them against torch."""
+def own_judge(case: Case, mode: str, workdir: Path, *, follow_hints: bool = True,
+              arguments: tuple[str, ...] = ()) -> OwnOutcome:
+    """Export ``case`` in ``mode``, build its training graphs, check them against torch.
+
+    ``arguments``: more ``graphpass run`` arguments (``-O PASS.OPTION=VALUE``), for tests
+    of the judge itself; a followed hint is judged without them.
+    """
     started = time.perf_counter()
     try:
         exported = export(case, mode)
+    except ExportFailed as error:
+        return OwnOutcome(case.name, mode, "not exported", f"not exported: {error}",
+                          {"total": time.perf_counter() - started})
     except ZooError as error:
         return OwnOutcome(case.name, mode, "wrong", f"export failed: {error}",
                           {"total": time.perf_counter() - started})
-    code, report, stderr = build_training_graph(exported, workdir / mode)
+    code, report, stderr = build_training_graph(exported, workdir / mode, *arguments)
     built = time.perf_counter()
     seconds = {"graphpass": built - started}
     errors = [f for f in report.get("findings", []) if f.get("severity") == "error"]
     if code == 1 and errors:
         outcome = _refusal(case, mode, errors, workdir, follow_hints)
     elif code != 0:
-        outcome = OwnOutcome(case.name, mode, "wrong",
-                             f"graphpass exit {code}: {_first_line(stderr)}")
+        outcome = OwnOutcome(case.name, mode, "wrong", exit_reason(code, report, stderr))
     else:
         outcome = _check(case, mode, exported, workdir / mode / "train")
         seconds["check"] = time.perf_counter() - built
@@ -156,18 +172,27 @@ def _check(case: Case, mode: str, exported: Export, directory: Path) -> OwnOutco
         return OwnOutcome(case.name, mode, "wrong", reason, **more)
 
     manifest = json.loads((directory / "manifest.json").read_text())
+    reference = torch_reference(case, exported.oracle)
+    left_out = parameters_left_out(reference, manifest["trainable"],
+                                   manifest.get("torch_names", {}))
+    if left_out:
+        return OwnOutcome(case.name, mode, "wrong",
+                          f"exit 0 with {len(left_out)} torch parameters outside the trainable "
+                          f"set ({', '.join(left_out[:3])}"
+                          f"{f' and {len(left_out) - 3} more' if len(left_out) > 3 else ''})",
+                          left_out=left_out)
     for file in ("gradient", "step"):
         problem = _standard_onnx(directory / manifest["files"][file])
         if problem:
             return wrong(problem)
-    reference = torch_reference(case)
     with np.load(exported.batch) as data:
         batch = {name: data[name] for name in data.files}
     loss, gradients = _run_gradient(directory, manifest, batch)
     names = _canonical_names(manifest, reference)
-    run = TrainingRun(0, {}, directory / "ready.onnx", directory,
-                      gradients={names.get(name, name): g for name, g in gradients.items()})
-    check = compare_gradients(reference, run)
+    # Keyed by the trainable names, with their torch names as aliases: two trainable
+    # copies of one parameter (a tie split in two) stay two, and are caught.
+    run = TrainingRun(0, {}, directory / "ready.onnx", directory, gradients=gradients)
+    check = compare_gradients(replace(reference, aliases={**reference.aliases, **names}), run)
     loss_error = abs(loss - reference.loss) / max(abs(reference.loss), 1e-30)
     measured: dict[str, Any] = {"gradients": check, "loss_error": loss_error}
     if loss_error > LOSS_RTOL:
@@ -176,7 +201,7 @@ def _check(case: Case, mode: str, exported: Export, directory: Path) -> OwnOutco
     if not check.ok:
         return wrong(check.summary(), **measured)
     trained, losses = _train(directory, batch)
-    expected = torch_adamw(case)
+    expected = torch_adamw(case, exported.oracle)
     measured.update(losses=losses, torch_losses=expected.losses)
     drift, allowed, own = _weight_drift(trained, names, expected)
     over = {name: d for name, d in drift.items() if d > allowed[name]}
@@ -305,12 +330,13 @@ def _refusal(case: Case, mode: str, errors: list[dict[str, Any]], workdir: Path,
     if any(not (f.get("node") or f.get("value") or f.get("function")) for f in errors):
         return OwnOutcome(case.name, mode, "wrong",
                           f"refused ({codes}) without naming where: {about}", findings=kept)
-    hints = " ".join(f.get("hint") or "" for f in errors)
-    target = next((follow for pattern, source, follow in ADVICE
-                   if source == mode and re.search(pattern, hints)), None)
+    target, false, instead = followed_advice(mode, errors)
     if target is None:
-        return OwnOutcome(case.name, mode, "wrong", f"false refusal ({codes}): {about}",
-                          findings=kept)
+        reason, followed = f"{false} ({codes}): {about}", None
+        if instead and follow_hints:
+            followed = own_judge(case, instead, workdir / "followed", follow_hints=False)
+            reason += f"; the producer's own flag followed instead ({instead}): {followed.label}"
+        return OwnOutcome(case.name, mode, "wrong", reason, findings=kept, followed=followed)
     if not follow_hints:
         return OwnOutcome(case.name, mode, "refused rightly", f"refused ({codes}): {about}",
                           findings=kept)

@@ -1,7 +1,10 @@
 """The torch oracle of a zoo case: outputs, first-step gradients, weights after AdamW steps.
 
-Computed on the model the zoo exports (:meth:`zoo.cases.Case.wrapped`), under the names
-its exports give (``model.bert.embeddings.word_embeddings.weight``):
+Computed on the torch model of an oracle (:mod:`zoo.subjects`): by default the model the
+zoo exports (:meth:`zoo.cases.Case.wrapped`), under the names its exports give
+(``model.bert.embeddings.word_embeddings.weight``); ``finetuned``, the same with the
+``+finetuned`` checkpoint's weights; ``optimum``, the Hugging Face model Optimum
+exported (computed in the Optimum venv, names without the ``model.`` prefix):
 
 * ``outputs``: the first output in eval mode (what the exported model computes);
 * ``loss`` and ``gradients``: ``torch.autograd`` of ``mse_loss(output, target)`` on the
@@ -16,22 +19,25 @@ its exports give (``model.bert.embeddings.word_embeddings.weight``):
 
 Parameters are keyed by their canonical name (``named_parameters()``); ``aliases`` maps
 every name a tensor has (tied weights, ALBERT's shared layers are one tensor) to it.
-The result is cached (:mod:`zoo.cache`); it does not depend on the export mode.
+The result is cached (:mod:`zoo.cache`), per case and oracle.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from zoo.cache import cached_entry
 from zoo.cases import Case
+from zoo.cases import case as case_named
+from zoo.subjects import Subject, oracle_entry, subject
 
-__all__ = ["ADAMW", "STEPS", "Reference", "adamw_step", "torch_reference"]
+__all__ = ["ADAMW", "STEPS", "Reference", "adamw_step", "compute_in_optimum_venv",
+           "torch_reference"]
 
 STEPS = 3
 """AdamW steps the zoo trains (in torch and in onnxruntime-training)."""
@@ -93,10 +99,11 @@ class Reference:
     prefix: str
 
 
-def torch_reference(case: Case) -> Reference:
-    """The torch oracle for ``case`` (cached)."""
-    folder = cached_entry(case.name, "reference", lambda scratch: _compute(case, scratch),
-                          sources=("reference.py",))
+def torch_reference(case: Case, oracle: str = "export") -> Reference:
+    """The torch oracle for ``case`` (cached): ``oracle`` is one of :data:`zoo.ORACLES`."""
+    folder = oracle_entry(case, "reference", oracle, "reference.py",
+                          lambda scratch: _compute(lambda: subject(case, oracle), scratch),
+                          "zoo.reference:compute_in_optimum_venv")
     meta = json.loads((folder / "reference.json").read_text())
     with np.load(folder / "reference.npz") as data:
         arrays = {name: data[name] for name in data.files}
@@ -111,17 +118,22 @@ def torch_reference(case: Case) -> Reference:
         prefix=meta["prefix"])
 
 
-def _compute(case: Case, folder: Path) -> None:
+def compute_in_optimum_venv(name: str, pretrained: str, inputs: str, folder: str) -> None:
+    """The ``optimum`` oracle of case ``name`` into ``folder`` (run in the Optimum venv)."""
+    _compute(lambda: subject(case_named(name), "optimum", pretrained=Path(pretrained),
+                             inputs=Path(inputs)), Path(folder))
+
+
+def _compute(make: Callable[[], Subject], folder: Path) -> None:
     import torch
 
-    wrapper = case.wrapped()
-    inputs = [torch.from_numpy(v) for v in case.inputs().values()]
+    model = make()
+    wrapper = model.module
+    inputs = [torch.from_numpy(v) for v in model.inputs.values()]
     with torch.no_grad():
-        outputs = wrapper(*inputs)
-    target = torch.from_numpy(case.target(tuple(outputs.shape)))
-    for module in wrapper.modules():
-        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-            module.train()
+        outputs = model.call(*inputs)
+    target = torch.from_numpy(model.case.target(tuple(outputs.shape)))
+    _batch_statistics(wrapper)
     parameters = dict(wrapper.named_parameters())
     initial = {name: p.detach().numpy().copy() for name, p in parameters.items()}
     aliases = _aliases(wrapper)
@@ -132,7 +144,7 @@ def _compute(case: Case, folder: Path) -> None:
     for step in range(1, STEPS + 1):
         for parameter in parameters.values():
             parameter.grad = None
-        loss = torch.nn.functional.mse_loss(wrapper(*inputs), target)
+        loss = torch.nn.functional.mse_loss(model.call(*inputs), target)
         loss.backward()
         losses.append(float(loss.detach()))
         if step == 1:
@@ -145,7 +157,7 @@ def _compute(case: Case, folder: Path) -> None:
             weights = {name: p.detach().numpy().copy() for name, p in parameters.items()}
     arrays = {"outputs": outputs.numpy()}
     arrays.update({f"grad/{name}": grad for name, grad in gradients.items()})
-    arrays.update({f"grad64/{name}": grad for name, grad in _gradients64(case).items()})
+    arrays.update({f"grad64/{name}": grad for name, grad in _gradients64(make).items()})
     arrays.update({f"weight/{name}": value for name, value in weights.items()})
     arrays.update({f"initial/{name}": value for name, value in initial.items()})
     np.savez(folder / "reference.npz", **arrays)
@@ -155,25 +167,33 @@ def _compute(case: Case, folder: Path) -> None:
     meta = {"loss": losses[0], "losses": losses, "parameters": list(parameters),
             "gradients": list(gradients), "aliases": aliases,
             "unused": [name for name in parameters if name not in gradients],
-            "buffers": buffers, "prefix": "model."}
+            "buffers": buffers, "prefix": model.prefix}
     (folder / "reference.json").write_text(json.dumps(meta, indent=1) + "\n")
 
 
-def _gradients64(case: Case) -> dict[str, np.ndarray]:
+def _gradients64(make: Callable[[], Subject]) -> dict[str, np.ndarray]:
     """The first-step gradients, computed in float64."""
     import torch
 
-    wrapper = case.wrapped().double()
-    inputs = [torch.from_numpy(v) for v in case.inputs().values()]
+    model = make()
+    model.module.double()
+    inputs = [torch.from_numpy(v) for v in model.inputs.values()]
     inputs = [v.double() if v.is_floating_point() else v for v in inputs]
-    for module in wrapper.modules():
-        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-            module.train()
-    output = wrapper(*inputs)
-    target = torch.from_numpy(case.target(tuple(output.shape))).double()
+    _batch_statistics(model.module)
+    output = model.call(*inputs)
+    target = torch.from_numpy(model.case.target(tuple(output.shape))).double()
     torch.nn.functional.mse_loss(output, target).backward()
-    return {name: p.grad.numpy() for name, p in wrapper.named_parameters()
+    return {name: p.grad.numpy() for name, p in model.module.named_parameters()
             if p.grad is not None}
+
+
+def _batch_statistics(module: Any) -> None:
+    """Every BatchNorm module in train mode (what onnxruntime-training computes)."""
+    import torch
+
+    for inner in module.modules():
+        if isinstance(inner, torch.nn.modules.batchnorm._BatchNorm):
+            inner.train()
 
 
 def _aliases(module: Any) -> dict[str, str]:
