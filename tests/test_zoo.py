@@ -45,20 +45,14 @@ SUBSET: dict[tuple[str, str], str] = {
     ("resnet", "dynamo"): "refused rightly",            # 5 (BatchNorm fused into Conv)
 }
 
-ISSUE_22 = (pytest.mark.xfail(reason="issue 22: an export with weights plus the user's own "
-                              "checkpoint does not train torch's parameters yet", strict=False),)
-"""The marks of the cases below that fail before issue 22's fix: ``()`` lifts them all."""
-
 CHECKPOINT_SUBSET: dict[tuple[str, str], tuple[str, tuple[pytest.MarkDecorator, ...]]] = {
-    # case, mode: issue 22's goal (every architecture trains), and the marks of today
-    ("convnext", "dynamo+state_dict"): ("trains", ISSUE_22),  # ready, 4 pwconv weights frozen
-    ("bert", "dynamo+state_dict"): ("trains", ISSUE_22),      # folded position slice, exit 2
-    ("resnet", "dynamo+finetuned"): ("trains", ISSUE_22),     # BatchNorm fused into Conv, stale
-    ("gpt2", "legacy+state_dict"): ("trains", ISSUE_22),      # the tied head split in two
-    ("gpt2", "optimum+state_dict"): ("trains", ISSUE_22),     # the same, in Optimum's export
+    # case, mode: issue 22's classes (each failed before its fix), the label, and marks
+    ("convnext", "dynamo+state_dict"): ("trains", ()),  # was ready, 4 pwconv weights frozen
+    ("bert", "dynamo+state_dict"): ("trains", ()),      # folded position rows, was exit 2
+    ("resnet", "dynamo+finetuned"): ("trains", ()),     # BatchNorm fused into Conv, stale
+    ("gpt2", "legacy+state_dict"): ("trains", ()),      # the tied head was split in two
+    ("gpt2", "optimum+state_dict"): ("trains", ()),     # the same, in Optimum's export
 }
-LEFT_OUT_TODAY = {("convnext", "dynamo+state_dict")}
-"""The cases that exit 0 with torch parameters outside the trainable set before the fix."""
 
 
 def _cases(marks_of: Callable[[str, str], tuple[pytest.MarkDecorator, ...]]) -> list:
@@ -126,8 +120,7 @@ def test_trains_like_torch_or_is_refused_rightly(name: str, mode: str, judged,
     assert outcome.label == _expected(name, mode), outcome.reason
 
 
-@pytest.mark.parametrize(("name", "mode"), _cases(
-    lambda name, mode: ISSUE_22 if (name, mode) in LEFT_OUT_TODAY else ()))
+@pytest.mark.parametrize(("name", "mode"), _cases(lambda name, mode: ()))
 def test_no_ready_run_leaves_a_torch_parameter_outside_the_trainable_set(
         name: str, mode: str, judged, ort_training_python: str,
         request: pytest.FixtureRequest) -> None:
