@@ -192,9 +192,11 @@ def _random_tensor(graph: Graph, name: str, elem_type: int, dims: tuple[int, ...
     if elem_type == onnx.TensorProto.STRING:
         return np.array(rng.choice(["a", "b", "c"], size=dims), dtype=object)
     if np.issubdtype(dtype, np.integer):
+        # indices stay in range; any other integer input gets 0 and 1, the values of the
+        # masks and flags such inputs usually are (random values there, an attention mask
+        # of -3..3, make a model compute nonsense)
         high = _index_bound(graph, name)
-        low = 0 if np.issubdtype(dtype, np.unsignedinteger) or high is not None else -3
-        return rng.integers(low, high if high is not None else 4, size=dims).astype(dtype)
+        return rng.integers(0, high if high is not None else 2, size=dims).astype(dtype)
     return (rng.standard_normal(dims) * 0.5).astype(dtype)
 
 
