@@ -301,6 +301,25 @@ def test_a_tied_legacy_copy_is_restored_as_a_transpose(judged, ort_training_pyth
     assert outcome.label == "trains", outcome.reason
 
 
+# ------------------------------------------------- tied weights (issue 25, item 8)
+@pytest.mark.parametrize("mode", ["dynamo-state-dict", "dynamo+state_dict",
+                                  "legacy+state_dict"])
+def test_a_tied_name_is_never_called_unused_and_trains_as_one_tensor(mode, judged,
+                                                                     ort_training_python):
+    """GPT-2's ``transformer.wte.weight`` is ``lm_head.weight``: one tensor, two names.
+
+    No finding calls the tied name an unused key (GP202) or a parameter no node uses
+    (GP253); the one initializer trains with the gradient of both uses (torch's).
+    """
+    outcome = judged("gpt2", mode)
+    assert outcome.label == "trains", outcome.reason
+    findings = outcome.run.report.get("findings", [])
+    for finding in findings:
+        if finding["code"] in ("GP202", "GP253"):
+            assert "wte" not in finding["message"] and "lm_head" not in finding["message"]
+    assert outcome.gradients is not None and not outcome.gradients.copies
+
+
 # ------------------------------------------- class 6: gradients a few percent off
 def test_batchnorm_over_two_values_is_warned_about_and_refused_by_finite_differences(
         tmp_path: Path, ort_training_python: str) -> None:
