@@ -336,6 +336,8 @@ class _Planner:
     def _recompute(self, fold: Fold, source: str, key: str, *, stale: bool | None,
                    inferred: bool) -> None:
         existing = self.plain_fills.get(source)
+        if existing is None and fold.kind is None:
+            source = self._module_weight(fold, source, key)
         name = source if existing is not None or not self._taken(source) \
             else self._free_name(source)
         kind = fold.recipe.kind if fold.recipe is not None else "transpose"
@@ -343,6 +345,25 @@ class _Planner:
                                     replaces=fold.name, inferred=inferred, fold=fold,
                                     stale=stale))
         self.served.add(fold.name)
+
+    def _module_weight(self, fold: Fold, source: str, key: str) -> str:
+        """The name the export's own module gives a legacy copy's source, else ``source``.
+
+        A legacy export names nodes by module path (``/embed_out/MatMul``): the weight a
+        linear layer's ``MatMul`` reads is that module's ``weight`` (``embed_out.weight``),
+        whatever the checkpoint calls it (a transformers release that renamed it
+        ``lm_head``). The initializer takes the model's name; the key stays the fill's.
+        """
+        uses = [(node, slot) for node, slot in self.graph.uses(fold.name) if node is not None]
+        if not uses or any(node.op_type not in ("MatMul", "Gemm") or slot != 1
+                           for node, slot in uses):
+            return source
+        scopes = {module_scope(node) for node, _ in uses}
+        scope = scopes.pop() if len(scopes) == 1 else None
+        named = f"{scope}.weight" if scope else source
+        if named == source or self.keys.get(named, key) != key or self._taken(named):
+            return source
+        return named
 
     def _scoped_fold(self, fold: Fold, used: set[str]) -> str | None:
         """A legacy copy no value matched: the transpose of its module's one unused key."""
