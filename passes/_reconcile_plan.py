@@ -2,16 +2,20 @@
 
 Nothing here changes the model: :func:`plan_fills` returns a :class:`Plan` of
 fills and the problems that forbid writing anything. Besides plain fills (a
-matched key fills its initializer), it undoes what torch's exporter optimizer did
-to placeholder weights, because filling such a model by name alone runs and gives
-wrong numbers:
+matched key fills its initializer), it puts back what torch's exporter folded, because
+filling such a model by name alone runs and gives wrong numbers, and trains copies:
 
-* **folded transposes**: ``val_2 = Transpose(blocks.0.proj.0.weight)`` computed at
-  export time. The fold is replayed from the named key (an initializer for the
-  weight and a ``Transpose`` node computing ``val_2``), after checking that the
-  shapes are transposed and that only ``MatMul`` reads it as its weight. Folds
-  without a record (legacy exports, ``include_initializers=False``) are found
-  through the consumer's FX node (``aten.linear``) or module scope.
+* **folded constants** (:mod:`graphpass.torch.folding` knows them: transposes, row
+  gathers of position tables, broadcasts, scalings, copies): the source is filled from
+  its key and the constant computed from it again by nodes, so that the parameter
+  trains. Whether the checkpoint made the constant stale is decided from the values
+  and reported. A constant whose source the checkpoint does not fill (a non-persistent
+  buffer, such as rotary frequencies) is right as the export made it and stays. A
+  constant whose source the checkpoint fills but whose computation graphpass does not
+  know is refused (:attr:`Plan.refusals`), naming the constant and its sources;
+* **batch norms fused into convolutions**: separated again into ``Conv`` and
+  ``BatchNormalization`` from the checkpoint's conv weight, scale, shift and running
+  statistics, so that batch statistics train as in torch;
 * **merged initializers**: identical placeholder weights (LayerNorm weights of
   ones) shared by one initializer. A consumer whose FX node reads another,
   vanished placeholder gets its own initializer from that placeholder's key.
@@ -23,6 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from graphpass.findings import Finding, Severity
 from graphpass.ir import dtype_name
 from graphpass.passes._reconcile_names import canonical_forms, ends_with_leaf, leaf
 from graphpass.torch.export_record import (
@@ -31,6 +38,8 @@ from graphpass.torch.export_record import (
     is_placeholder_name,
     module_scope,
 )
+from graphpass.torch.folding import Fold, Folding, FusedBatchNorm, StateValues, Transpose
+from graphpass.torch.producers import unfolded_export_advice
 
 if TYPE_CHECKING:
     from graphpass.checkpoint import Checkpoint, CheckpointEntry
@@ -38,11 +47,10 @@ if TYPE_CHECKING:
     from graphpass.passes._reconcile_match import Matching
     from graphpass.passes._reconcile_targets import Target
 
-__all__ = ["Fill", "Plan", "plan_fills"]
+__all__ = ["REFUSED_CODE", "Fill", "Plan", "Unfusion", "checkpoint_state", "plan_fills"]
 
-REEXPORT_ADVICE = ("re-export without the optimizer's folding: torch.onnx.export(..., "
-                   "dynamo=True, optimize=False), or dynamo=False with "
-                   "do_constant_folding=False; or name the key with a rename")
+REFUSED_CODE = "GP211"
+"""A folded constant the checkpoint fills the source of, that graphpass cannot compute again."""
 _LINEAR = "aten.linear.default"
 
 
@@ -64,6 +72,10 @@ class Fill:
             that computed ``name`` from the shared weight; it is removed.
         inferred: Whether the fill rests on the graph's structure rather than on a
             name or a record (worth a warning).
+        fold: For a recomputed fold: what the exporter folded (``replaces`` names it).
+        stale: For a recomputed fold or a separated batch norm: whether the checkpoint's
+            values give something else than the file held (``None``: not known, the file
+            did not hold it).
     """
 
     name: str
@@ -74,11 +86,14 @@ class Fill:
     uses: tuple[tuple[Node, int], ...] = ()
     removes: Node | None = None
     inferred: bool = False
+    fold: Fold | None = None
+    stale: bool | None = None
 
     @property
     def is_plain(self) -> bool:
-        """Whether the key fills its own target by name (no replay, no split)."""
-        return self.replaces is None and not self.uses and self.removes is None
+        """Whether the key fills its own target by name (no recompute, no split)."""
+        return self.replaces is None and not self.uses and self.removes is None and \
+            self.rule != "fused-batch-norm"
 
 
 @dataclass
@@ -89,19 +104,59 @@ class Plan:
         fills: The fills, plain ones first.
         problems: Reasons the model cannot be filled correctly (nothing is written).
         unmatched: Targets nothing fills.
+        unfusions: Batch norms to separate from the convolutions they were fused into.
+        kept: Folded constants left as the export made them: the checkpoint fills none of
+            their sources (or fills them with the values the file holds).
+        refusals: Error findings: folded constants the checkpoint's values would make
+            stale, or may, that graphpass cannot compute again.
     """
 
     fills: list[Fill] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     unmatched: list[Target] = field(default_factory=list)
+    unfusions: list[Unfusion] = field(default_factory=list)
+    kept: list[Fold] = field(default_factory=list)
+    refusals: list[Finding] = field(default_factory=list)
 
     def used_keys(self) -> set[str]:
         """Every key some fill reads."""
         return {fill.key for fill in self.fills}
 
 
+@dataclass
+class Unfusion:
+    """A batch norm to separate again from the convolution it was fused into.
+
+    Attributes:
+        fused: What the exporter fused.
+        names: The initializer each source is written to.
+        keys: The checkpoint key of each source.
+        stale: Whether fusing the checkpoint's values gives other weights than the file's.
+    """
+
+    fused: FusedBatchNorm
+    names: dict[str, str]
+    keys: dict[str, str]
+    stale: bool
+
+
+def checkpoint_state(checkpoint: Checkpoint, matching: Matching) -> tuple[StateValues,
+                                                                         dict[str, str]]:
+    """The checkpoint's tensors by the names the model gives them, and each name's key.
+
+    A key matched to a model name is known by it; every other key by the name it would
+    have in the model (:meth:`Matching.model_names`).
+    """
+    keys = {name: match.key for name, match in matching.matches.items()}
+    for key in checkpoint:
+        keys.setdefault(matching.model_names(key)[0], key)
+    shapes = {name: (checkpoint[key].shape, checkpoint[key].dtype) for name, key in keys.items()}
+    return StateValues(shapes, lambda name: checkpoint[keys[name]].numpy()), keys
+
+
 def plan_fills(graph: Graph, targets: Sequence[Target], matching: Matching,
-               checkpoint: Checkpoint, signature: Mapping[str, str]) -> Plan:
+               checkpoint: Checkpoint, signature: Mapping[str, str],
+               folding: Folding, keys: Mapping[str, str]) -> Plan:
     """Decide every fill; see the module documentation.
 
     Args:
@@ -110,14 +165,16 @@ def plan_fills(graph: Graph, targets: Sequence[Target], matching: Matching,
         matching: Keys matched to target names and to the exporter's vanished names.
         checkpoint: The checkpoint.
         signature: The exporter's placeholder names and the names they stand for.
+        folding: What the exporter folded (found with the checkpoint's values).
+        keys: The key of every model name the checkpoint has (:func:`checkpoint_state`).
     """
-    planner = _Planner(graph, targets, matching, checkpoint, signature)
+    planner = _Planner(graph, targets, matching, checkpoint, signature, folding, keys)
     planner.plain()
     planner.tied_aliases()
-    planner.recorded_folds()
+    planner.fused_batch_norms()
+    planner.folds()
     planner.merges()
     planner.identity_merges()
-    planner.unrecorded_folds()
     planner.dropped_weights()
     planner.plan.unmatched = [t for t in targets if t.name not in planner.served]
     return planner.plan
@@ -125,8 +182,12 @@ def plan_fills(graph: Graph, targets: Sequence[Target], matching: Matching,
 
 class _Planner:
     def __init__(self, graph: Graph, targets: Sequence[Target], matching: Matching,
-                 checkpoint: Checkpoint, signature: Mapping[str, str]):
+                 checkpoint: Checkpoint, signature: Mapping[str, str], folding: Folding,
+                 keys: Mapping[str, str]):
         self.graph = graph
+        self.folding = folding
+        self.keys = keys
+        self.advice = unfolded_export_advice(graph)
         self.targets = list(targets)
         self.matching = matching
         self.checkpoint = checkpoint
@@ -204,49 +265,171 @@ class _Planner:
                 if placeholder is not None:
                     self.served_placeholders.add(placeholder)
 
-    # ------------------------------------------------------------ recorded folds
-    def recorded_folds(self) -> None:
-        for target in self.targets:
-            if target.name in self.served or not target.folded_from:
+    # ------------------------------------------------------------- folded constants
+    def folds(self) -> None:
+        """Fill each folded constant's source and compute the constant from it again."""
+        used = self.plan.used_keys()
+        for fold in self.folding.folds.values():
+            if fold.name in self.served:
                 continue
-            weights = [s for s in target.folded_from if self._is_weight(s)]
-            if not weights:
-                continue  # a constant folded from constants: right as it is
-            if len(target.folded_from) != 1:
-                self.plan.problems.append(
-                    f"{target.name!r} was computed at export time from the weight"
-                    f"{'s' * (len(weights) > 1)} {', '.join(map(repr, weights))} and other "
-                    f"values ({', '.join(s for s in target.folded_from if s not in weights)}), "
-                    "so it holds placeholder values; graphpass replays only transposes of one "
-                    f"weight. Hint: {REEXPORT_ADVICE}")
-                continue
-            source = target.folded_from[0]
-            key = self.matching.key_of(source)
+            key = self.keys.get(fold.source) if fold.source != fold.name else None
+            if key is None and fold.kind is None:
+                found = self._scoped_fold(fold, used)
+                if found is not None:
+                    used.add(found)
+                    continue
+            if key is None and fold.source == fold.name:
+                continue  # a legacy copy of nothing known: unmatched (restore-parameters says)
             if key is None:
-                continue  # reported as unmatched, with the source named
-            entry = self.checkpoint[key]
-            placeholder = self.placeholder_of.get(source)
-            reason = _transpose_problem(self.graph, target, entry, placeholder)
-            if reason:
-                self.plan.problems.append(
-                    f"{target.name!r} was folded by the exporter's optimizer from {source!r} "
-                    f"(key {key!r}), and graphpass cannot replay that fold: {reason}. "
-                    f"Hint: {REEXPORT_ADVICE}")
+                self.plan.kept.append(fold)
+                self.served.add(fold.name)
                 continue
-            self._replay(target, source, key, inferred=False)
+            self.served_placeholders.add(self.placeholder_of.get(fold.source, fold.source))
+            entry = self.checkpoint[key]
+            if fold.recipe is None:
+                self._fold_without_recipe(fold, key, entry)
+                continue
+            constant = self._constant(fold.name)
+            source = entry.numpy()
+            try:
+                computed = fold.recipe.compute(source)
+            except (ValueError, IndexError):
+                computed = None
+            if computed is None or (constant is not None and computed.shape != constant.shape):
+                self.plan.problems.append(
+                    f"{fold.name!r} was computed at export time as "
+                    f"{fold.recipe.describe(fold.source)}, and key {key!r} "
+                    f"({entry.dtype_name}{list(entry.shape)}) does not give its shape"
+                    + (f" {list(constant.shape)}" if constant is not None else ""))
+                continue
+            stale = None if constant is None else not fold.recipe.same_values(computed, constant)
+            self._recompute(fold, fold.source, key, stale=stale, inferred=fold.inferred)
+            used.add(key)
 
-    def _is_weight(self, name: str) -> bool:
-        """Whether ``name`` is a weight: a state-dict name, or one a checkpoint key fills."""
-        return name in self.weight_names or self.matching.key_of(name) is not None
+    def _constant(self, name: str) -> np.ndarray | None:
+        tensor = self.graph.initializers.get(name)
+        return tensor.numpy() if tensor is not None else None
 
-    def _replay(self, target: Target, source: str, key: str, *, inferred: bool) -> None:
-        self.served_placeholders.add(self.placeholder_of.get(source, source))
+    def _fold_without_recipe(self, fold: Fold, key: str, entry: CheckpointEntry) -> None:
+        """Keep ``fold`` if the checkpoint gives its source the file's own values; else refuse."""
+        held = self.graph.initializers.get(fold.source)
+        if held is not None and fold.source not in self.folding.fused and \
+                held.shape == entry.shape and np.array_equal(held.numpy(), entry.numpy()):
+            self.plan.kept.append(fold)
+            self.served.add(fold.name)
+            return
+        recorded = [name for name in fold.recorded if name != fold.source]
+        shown = ", ".join(recorded[:8]) + (f" and {len(recorded) - 8} more"
+                                           if len(recorded) > 8 else "")
+        self.plan.refusals.append(Finding(
+            REFUSED_CODE, Severity.ERROR,
+            f"{fold.name!r} was computed at export time from {fold.source!r}"
+            + (f" (recorded with {shown})" if recorded else "")
+            + f"; the checkpoint fills {fold.source!r} from key {key!r}, and graphpass cannot "
+            f"compute {fold.name!r} again from it: {fold.problem}. Filled by name, the model "
+            f"would keep the export's values and train a copy",
+            value=fold.name, hint=self.advice,
+            data={"constant": fold.name, "source": fold.source, "key": key,
+                  "recorded": list(fold.recorded)}))
+        self.served.add(fold.name)
+
+    def _recompute(self, fold: Fold, source: str, key: str, *, stale: bool | None,
+                   inferred: bool) -> None:
         existing = self.plain_fills.get(source)
+        if existing is None and fold.kind is None:
+            source = self._module_weight(fold, source, key)
         name = source if existing is not None or not self._taken(source) \
             else self._free_name(source)
-        self.plan.fills.append(Fill(name, key, "folded-transpose", target.name,
-                                    replaces=target.name, inferred=inferred))
-        self.served.add(target.name)
+        kind = fold.recipe.kind if fold.recipe is not None else "transpose"
+        self.plan.fills.append(Fill(name, key, f"folded-{kind}", fold.name,
+                                    replaces=fold.name, inferred=inferred, fold=fold,
+                                    stale=stale))
+        self.served.add(fold.name)
+
+    def _module_weight(self, fold: Fold, source: str, key: str) -> str:
+        """The name the export's own module gives a legacy copy's source, else ``source``.
+
+        A legacy export names nodes by module path (``/embed_out/MatMul``): the weight a
+        linear layer's ``MatMul`` reads is that module's ``weight`` (``embed_out.weight``),
+        whatever the checkpoint calls it (a transformers release that renamed it
+        ``lm_head``). The initializer takes the model's name; the key stays the fill's.
+        """
+        uses = [(node, slot) for node, slot in self.graph.uses(fold.name) if node is not None]
+        if not uses or any(node.op_type not in ("MatMul", "Gemm") or slot != 1
+                           for node, slot in uses):
+            return source
+        scopes = {module_scope(node) for node, _ in uses}
+        scope = scopes.pop() if len(scopes) == 1 else None
+        named = f"{scope}.weight" if scope else source
+        if named == source or self.keys.get(named, key) != key or self._taken(named):
+            return source
+        return named
+
+    def _scoped_fold(self, fold: Fold, used: set[str]) -> str | None:
+        """A legacy copy no value matched: the transpose of its module's one unused key."""
+        target = self.by_name.get(fold.name)
+        if target is None:
+            return None
+        uses = [(n, s) for n, s in self.graph.uses(fold.name) if n is not None]
+        if not uses or not all(n.op_type == "MatMul" and n.domain in ("", "ai.onnx")
+                               and s == 1 for n, s in uses):
+            return None
+        self._index_scopes(used)
+        found = self._scoped_weight(target, uses, used)
+        if found is None:
+            return None
+        source, key = found
+        entry = self.checkpoint[key]
+        reason = _transpose_problem(self.graph, target, entry, None)
+        if reason:
+            self.plan.problems.append(
+                f"{target.name!r} looks like the transpose of {source!r} (key {key!r}) "
+                f"folded at export time, but graphpass cannot check it: {reason}. "
+                f"Hint: {self.advice}")
+            return key
+        guessed = Fold(fold.name, source, None, recipe=Transpose((1, 0)),
+                       evidence="the module of its readers owns one unused key of the "
+                                "transposed shape")
+        self._recompute(guessed, source, key, stale=None, inferred=True)
+        return key
+
+    # --------------------------------------------------------- fused batch norms
+    def fused_batch_norms(self) -> None:
+        """Separate each batch norm the checkpoint fills from the conv it was fused into."""
+        for fused in self.folding.fused.values():
+            keys = {source: self.keys.get(source) for source in fused.sources}
+            missing = [source for source, key in keys.items() if key is None]
+            served = [fused.weight, *([fused.bias] if fused.bias else [])]
+            if len(missing) == len(keys):
+                continue  # nothing of it comes from the checkpoint: restore-parameters says
+            for source in fused.sources:
+                self.served_placeholders.add(self.placeholder_of.get(source, source))
+            self.served.update(served)
+            if missing:
+                self.plan.refusals.append(Finding(
+                    REFUSED_CODE, Severity.ERROR,
+                    f"node {fused.node.name!r} is a convolution with the batch norm after it "
+                    f"fused in ({fused.weight!r} holds the fused weights); the checkpoint "
+                    f"fills {', '.join(repr(s) for s in keys if keys[s])} but has no key for "
+                    f"{', '.join(map(repr, missing))}, so the two cannot be separated again",
+                    node=fused.node.name or "Conv", value=fused.weight, hint=self.advice,
+                    data={"missing": missing}))
+                continue
+            values = {source: self.checkpoint[key].numpy() for source, key in keys.items()
+                      if key is not None}
+            stale = not fused.matches(values, self.graph)
+            names: dict[str, str] = {}
+            for source, key in keys.items():
+                assert key is not None
+                existing = self.plain_fills.get(source)
+                own = source == fused.weight or existing is not None or not self._taken(source)
+                names[source] = source if own else self._free_name(source)
+                if existing is None:
+                    self.plan.fills.append(Fill(names[source], key, "fused-batch-norm",
+                                                fused.weight, stale=stale))
+                self.served.add(source)
+            self.plan.unfusions.append(Unfusion(fused, names, {
+                source: key for source, key in keys.items() if key is not None}, stale))
 
     # -------------------------------------------------------------------- merges
     def merges(self) -> None:
@@ -272,7 +455,7 @@ class _Planner:
                         f"node {node.name!r} reads {fill.name!r}, which the exporter's "
                         "optimizer shared between weights that were identical at export "
                         f"time; it stands for one of {', '.join(repr(n) for n, _ in found)}, "
-                        f"and graphpass cannot tell which. Hint: {REEXPORT_ADVICE}")
+                        f"and graphpass cannot tell which. Hint: {self.advice}")
                     continue
                 own_name, own_key = found[0]
                 self.served_placeholders.add(self.placeholder_of.get(own_name, own_name))
@@ -325,34 +508,6 @@ class _Planner:
             self.plan.fills.append(Fill(own, key, "merged-split", shared.name, removes=node))
             self.served_placeholders.add(self.placeholder_of.get(own, own))
 
-    # ---------------------------------------------------------- unrecorded folds
-    def unrecorded_folds(self) -> None:
-        used = self.plan.used_keys()
-        self._index_scopes(used)
-        for target in self.targets:
-            if target.name in self.served or target.folded_from:
-                continue
-            uses = [(n, s) for n, s in self.graph.uses(target.name) if n is not None]
-            if not uses or not all(n.op_type == "MatMul" and n.domain in ("", "ai.onnx")
-                                   and s == 1 for n, s in uses):
-                continue
-            linear = self._linear_weight(uses)
-            found = linear or self._scoped_weight(target, uses, used)
-            if found is None:
-                continue
-            source, key = found
-            entry = self.checkpoint[key]
-            reason = _transpose_problem(self.graph, target, entry, None,
-                                        linear_checked=linear is not None)
-            if reason:
-                self.plan.problems.append(
-                    f"{target.name!r} looks like the transpose of {source!r} (key {key!r}) "
-                    f"folded at export time, but graphpass cannot check it: {reason}. "
-                    f"Hint: {REEXPORT_ADVICE}")
-                continue
-            self._replay(target, source, key, inferred=True)
-            used.add(key)
-
     def dropped_weights(self) -> None:
         """Weights a node's FX node reads that the exporter's optimizer removed.
 
@@ -377,24 +532,7 @@ class _Planner:
                     f"the weight {name!r} (key {key!r}), but the exporter's optimizer removed "
                     "that weight from the graph (its placeholder value, such as a zero bias, "
                     "made it look unneeded); filled by name, the model would ignore the "
-                    f"trained weight. Hint: {REEXPORT_ADVICE}")
-
-    def _linear_weight(self, uses: Sequence[tuple[Node, int]]) -> tuple[str, str] | None:
-        """The weight placeholder of the ``aten.linear`` every use comes from."""
-        weights = set()
-        for node, _ in uses:
-            arguments = fx_arguments(node)
-            if fx_target(node) != _LINEAR or len(arguments) < 2:
-                return None
-            weights.add(arguments[1])
-        if len(weights) != 1:
-            return None
-        placeholder = weights.pop()
-        if not is_placeholder_name(placeholder):
-            return None
-        source = self.signature.get(placeholder, placeholder)
-        key = self.matching.key_of(source)
-        return (source, key) if key is not None else None
+                    f"trained weight. Hint: {self.advice}")
 
     def _index_scopes(self, used: set[str]) -> None:
         """Index the unused matrix keys by every module path their model names lie under."""
@@ -479,6 +617,27 @@ def _transpose_problem(graph: Graph, target: Target, entry: CheckpointEntry,
             arguments = fx_arguments(node)
             if fx_target(node) != _LINEAR or len(arguments) < 2 or (
                     placeholder is not None and arguments[1] != placeholder):
-                return ("the weight is square, so its shape cannot tell a transpose apart, and "
-                        f"node {node.name!r} does not record an aten.linear reading it")
+                return _square_problem(graph, target, entry, node)
     return None
+
+
+def _square_problem(graph: Graph, target: Target, entry: CheckpointEntry,
+                    node: Node) -> str | None:
+    """Whether a square constant is the key's transpose, told by which is nearer its values.
+
+    A legacy export's folded ``W.T`` of a square weight looks the same transposed or not;
+    its values tell: when the checkpoint holds weights changed a little since the export
+    (fine-tuning), the constant is still far nearer their transpose than the weights
+    themselves. Decisive means four times nearer.
+    """
+    tensor = graph.initializers.get(target.name)
+    if tensor is not None:
+        constant = tensor.numpy().astype(np.float64)
+        weight = entry.numpy().astype(np.float64)
+        transposed = float(np.linalg.norm(constant - weight.T))
+        plain = float(np.linalg.norm(constant - weight))
+        if transposed <= 0.25 * plain:
+            return None
+    return ("the weight is square, so its shape cannot tell a transpose apart, its values are "
+            "not decisively nearer the key's transpose than the key, and "
+            f"node {node.name!r} does not record an aten.linear reading it")

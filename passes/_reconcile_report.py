@@ -9,8 +9,11 @@ Finding codes (stable):
 * ``GP202`` info: checkpoint keys nothing used.
 * ``GP203`` warning: no base-prefix change was applied because several matched
   equally many keys.
-* ``GP204`` info / warning: transposes the exporter folded were replayed from
-  their keys (a warning when found from the graph's structure, not a record).
+* ``GP204`` info / warning: constants the exporter folded from weights (transposes,
+  row gathers, broadcasts, scalings, copies) are computed again by nodes from their
+  sources' keys, so that the parameters train; says which were stale (the checkpoint
+  changes their values) and which equal the file's (a warning when the fold was found
+  from the graph's structure, not from a record or the values).
 * ``GP205`` warning: an initializer the exporter shared between weights that were
   identical at export time was split, each consumer reading its own key.
 * ``GP206`` info: graph inputs that stood for weights became initializers (or,
@@ -27,25 +30,41 @@ Finding codes (stable):
   weights too, as the legacy exporter lists them after the data inputs) matched no
   key and stay inputs.
 * ``GP209`` info: checkpoint entries the loader could not represent.
+* ``GP210`` info: tied weights filled from the key of another of their names.
+* ``GP211`` error: a folded constant whose source the checkpoint fills, that graphpass
+  cannot compute again (it would keep the export's values and train a copy); or a fused
+  batch norm the checkpoint fills only in part.
+* ``GP212`` info: batch norms the exporter fused into convolutions were separated
+  again (``Conv`` + ``BatchNormalization``) from the checkpoint's tensors.
+* ``GP215`` warning: tied weights the checkpoint gives different values under their names
+  (the model keeps them one tensor).
+* ``GP213`` info: folded constants kept as the export made them: the checkpoint fills
+  none of their sources (rotary frequencies and other non-persistent buffers), or fills
+  them with the values the file holds.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
+
+import numpy as np
 
 from graphpass.checkpoint import Checkpoint
 from graphpass.findings import Finding, Severity
 from graphpass.passes._reconcile_match import LEVELS, Matching
-from graphpass.passes._reconcile_plan import REEXPORT_ADVICE, Fill, Plan
+from graphpass.passes._reconcile_plan import Fill, Plan, Unfusion
 from graphpass.passes._reconcile_shapes import ShapeCheck
 from graphpass.passes._reconcile_targets import Target
+from graphpass.passes._reconcile_verify import Verification
+from graphpass.torch.folding import Fold
 
 __all__ = ["MatchTable", "NameList", "build_report"]
 
 PASS_NAME: Final = "reconcile-initializers"
-RULES: Final = (*LEVELS, "tied-alias", "folded-transpose", "merged-split")
+RULES: Final = (*LEVELS, "tied-alias", "folded-transpose", "folded-rows", "folded-broadcast",
+                "folded-scale", "folded-copy", "fused-batch-norm", "merged-split")
 _SHOWN: Final = 5
 
 
@@ -69,7 +88,11 @@ class NameList(list[str]):
 
 def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
                  checkpoint: Checkpoint, input_names: Sequence[str], *, keep_inputs: bool,
-                 shapes: ShapeCheck | None = None) -> tuple[list[Finding], dict[str, Any]]:
+                 shapes: ShapeCheck | None = None,
+                 verification: Verification | None = None,
+                 ties: Mapping[str, Sequence[str]] | None = None,
+                 keys: Mapping[str, str] | None = None,
+                 ) -> tuple[list[Finding], dict[str, Any]]:
     """The findings and stats for the plan (see the module documentation for codes).
 
     ``shapes``: what checking the shapes of undeclared weights found (``GP207``).
@@ -87,20 +110,23 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
             entry["nodes"] = [node.name for node, _ in fill.uses]
     counts = Counter(fill.rule for fill in plan.fills)
     used = plan.used_keys()
-    unused = NameList(k for k in checkpoint if k not in used)
-    tied = {k: next(a for a in checkpoint.aliases(k) if a in used) for k in unused
-            if any(a in used for a in checkpoint.aliases(k))}
+    tied = {k: next(a for a in checkpoint.aliases(k) if a in used) for k in checkpoint
+            if k not in used and any(a in used for a in checkpoint.aliases(k))}
+    unused = NameList(k for k in checkpoint if k not in used and k not in tied)
     unmatched = NameList(t.name for t in plan.unmatched if t.required)
     left_inputs = _probable_weight_inputs(plan, input_names)
     skipped = dict(checkpoint.skipped)
 
     summary = ", ".join(f"{rule}: {counts[rule]}" for rule in RULES if counts[rule])
     prefix_text = f"; base prefix: {matching.base_prefix}" if matching.base_prefix else ""
+    tied_text = (f"; {_listing([f'{k} is {v}' for k, v in tied.items()])} (tied: one tensor "
+                 f"saved under several names)" if tied else "")
     findings.append(Finding(
         "GP200", Severity.INFO,
         f"filled {len(table)} initializers from {len(used)} checkpoint keys ({summary or 'none'})"
-        f"{prefix_text}",
+        f"{prefix_text}{tied_text}",
         PASS_NAME, data={"matched_by": dict(counts), "table": dict(table),
+                         "same_data_as": dict(tied),
                          "base_prefix": str(matching.base_prefix or "") or None,
                          "checkpoints": [str(f) for f in checkpoint.files]}))
     for name in unmatched:
@@ -119,9 +145,9 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
     if unused:
         findings.append(Finding(
             "GP202", Severity.INFO,
-            f"{len(unused)} checkpoint keys were not used: {_listing(unused)}"
-            + (f" ({len(tied)} of them share their data with a used key)" if tied else ""),
-            PASS_NAME, data={"keys": list(unused), "same_data_as": tied}))
+            f"{len(unused)} checkpoint keys were not used: {_listing(unused)}",
+            PASS_NAME, data={"keys": list(unused)}))
+
     if matching.base_prefix_ties:
         findings.append(Finding(
             "GP203", Severity.WARNING,
@@ -130,7 +156,11 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
             + " match equally many keys", PASS_NAME,
             hint="say which with a regex rule, e.g. rules = {'^model\\\\.' = ''}"))
     findings.extend(_tied_findings(plan.fills))
-    findings.extend(_fold_findings(plan.fills))
+    findings.extend(_untied_findings(plan, checkpoint, ties or {}, keys or {}))
+    findings.extend(_fold_findings(plan.fills, verification))
+    findings.extend(_unfusion_findings(plan.unfusions, verification))
+    findings.extend(_kept_findings(plan.kept))
+    findings.extend(finding.with_pass(PASS_NAME) for finding in plan.refusals)
     findings.extend(_merge_findings(plan.fills))
     inputs = [f.name for f in plan.fills if f.is_plain and by_name[f.name].is_input]
     if inputs:
@@ -164,6 +194,7 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
         "table": table,
         "unmatched initializers": unmatched,
         "unused checkpoint keys": unused,
+        "tied checkpoint keys": dict(tied),
         "checkpoints": NameList(str(f) for f in checkpoint.files),
     }
     return findings, stats
@@ -228,22 +259,140 @@ def _tied_findings(fills: Sequence[Fill]) -> list[Finding]:
         data={"tied": {f.name: f.key for f in tied}})]
 
 
-def _fold_findings(fills: Sequence[Fill]) -> list[Finding]:
+def _run_note(verification: Verification | None) -> str:
+    if verification is None or (not verification.checked and verification.ran):
+        return ""
+    if not verification.ran:
+        return "; the recomputations were not run in onnxruntime (it is not installed)"
+    return (f"; onnxruntime ran {verification.checked} of the recomputations (all but plain "
+            "transposes) and each gave what it must")
+
+
+def _untied_findings(plan: Plan, checkpoint: Checkpoint, ties: Mapping[str, Sequence[str]],
+                     keys: Mapping[str, str]) -> list[Finding]:
+    """GP215: tied weights the checkpoint gives different values under their two names."""
+    filled = {fill.name: fill.key for fill in plan.fills}
+    differing = []
+    for name, aliases in ties.items():
+        key = filled.get(name)
+        for alias in aliases:
+            other = keys.get(alias)
+            if key is None or other is None or other == key or \
+                    checkpoint[other].storage == checkpoint[key].storage:
+                continue
+            if checkpoint[other].shape != checkpoint[key].shape or not np.array_equal(
+                    checkpoint[other].numpy(), checkpoint[key].numpy()):
+                differing.append((name, key, alias, other))
+    if not differing:
+        return []
+    pairs = [f"{alias!r} (key {other!r}) is {name!r} (key {key!r})"
+             for name, key, alias, other in differing]
+    return [Finding(
+        "GP215", Severity.WARNING,
+        f"the checkpoint gives tied weights different values: {_listing(pairs)}; the model "
+        "keeps them one tensor (as torch ties them), filled from the first key, and the "
+        "other key's values are not used", PASS_NAME, value=differing[0][0],
+        hint="if the checkpoint's model untied them, export that model (its export then has "
+             "an initializer for each); graphpass never breaks a tie on its own",
+        data={"differing": {alias: {"key": other, "tied_to": name, "tied_key": key}
+                            for name, key, alias, other in differing}})]
+
+
+def _fold_findings(fills: Sequence[Fill], verification: Verification | None) -> list[Finding]:
     findings = []
     for inferred in (False, True):
-        folds = [f for f in fills if f.replaces is not None and f.inferred == inferred]
+        folds = [f for f in fills if f.fold is not None and f.inferred == inferred]
         if not folds:
             continue
-        pairs = [f"{f.replaces} = Transpose({f.name})" for f in folds]
-        how = ("found from the graph (the consumer's module or aten.linear), not a record"
-               if inferred else "recorded as pkg.onnxscript.optimizer.folded_from")
+        recipes = Counter(f.rule.removeprefix("folded-") for f in folds)
+        kinds = ", ".join(f"{count} {_plural(kind, count)}" for kind, count in recipes.items())
+        stale = [f.fold.name for f in folds if f.stale and f.fold is not None]
+        equal = [f for f in folds if f.stale is False]
+        unknown = len(folds) - len(stale) - len(equal)
+        checked = []
+        if equal:
+            checked.append(f"{_count(len(equal), 'equals', 'equal')} the file's values (the "
+                           "checkpoint holds the values the export was made from)")
+        if stale:
+            checked.append(f"{_count(len(stale), 'was', 'were')} stale (the checkpoint changes "
+                           f"{'its source' if len(stale) == 1 else 'their sources'}): "
+                           + _listing(stale))
+        if unknown:
+            checked.append(f"{_count(unknown, 'was', 'were')} not compared (the file does not "
+                           "hold it)")
+        pairs = [f.fold.describe() if f.fold.source == f.name else
+                 f"{f.fold.name} = {f.fold.recipe.describe(f.name)}"
+                 for f in folds if f.fold is not None and f.fold.recipe is not None]
+        how = ("found from the graph's structure or from the nearest values, not from a "
+               "record or equal values: " + "; ".join(sorted({f.fold.evidence for f in folds
+                                                             if f.fold is not None}))
+               if inferred else "found from torch's records and the values")
         findings.append(Finding(
             "GP204", Severity.WARNING if inferred else Severity.INFO,
-            f"replayed {len(folds)} transposes the exporter had folded into new initializers "
-            f"({how}): {_listing(pairs)}", PASS_NAME,
-            hint=REEXPORT_ADVICE if inferred else None,
-            data={"folds": {f.replaces: {"source": f.name, "key": f.key} for f in folds}}))
+            f"computed {_count(len(folds), 'constant', 'constants')} the exporter had folded "
+            f"from weights ({kinds}) again by nodes from their sources, so that training "
+            f"updates the sources "
+            f"({how}); checked: {'; '.join(checked)}{_run_note(verification)}: "
+            f"{_listing(pairs)}", PASS_NAME,
+            hint=("if a source is wrong, name its key with a rename; or export without "
+                  "constant folding") if inferred else None,
+            data={"folds": {f.fold.name: {"source": f.name, "key": f.key,
+                                          "recipe": f.rule.removeprefix("folded-"),
+                                          "stale": f.stale, "evidence": f.fold.evidence}
+                            for f in folds if f.fold is not None}}))
     return findings
+
+
+def _unfusion_findings(unfusions: Sequence[Unfusion],
+                       verification: Verification | None) -> list[Finding]:
+    if not unfusions:
+        return []
+    stale = [u.fused.node.name or "Conv" for u in unfusions if u.stale]
+    checked = (f"{_count(len(stale), 'was', 'were')} stale (the checkpoint's tensors fuse into "
+               f"other weights than the file's): {_listing(stale)}" if stale else
+               "all equal the file's fused weights (the checkpoint holds the values the "
+               "export was made from)")
+    names = [u.fused.node.name or "Conv" for u in unfusions]
+    inferred = [u.fused.node.name or "Conv" for u in unfusions if u.fused.inferred]
+    if inferred:
+        checked += (f"; {len(inferred)} were found by nearness, not equal values (the "
+                    f"checkpoint changed them since the export): {_listing(inferred)}")
+    return [Finding(
+        "GP212", Severity.WARNING if inferred else Severity.INFO,
+        f"separated {_count(len(unfusions), 'batch norm', 'batch norms')} the exporter had "
+        f"fused into convolutions "
+        f"into Conv and BatchNormalization again, from the checkpoint's conv weights, scales, "
+        f"shifts and running statistics, so that they train as in torch; checked: {checked}"
+        f"{_run_note(verification)}: {_listing(names)}", PASS_NAME,
+        data={"separated": {u.fused.node.name: {"weight": u.names[u.fused.conv_weight],
+                                                 "batch_norm": u.names[u.fused.scale],
+                                                 "stale": u.stale,
+                                                 "evidence": u.fused.evidence}
+                            for u in unfusions}})]
+
+
+def _kept_findings(kept: Sequence[Fold]) -> list[Finding]:
+    if not kept:
+        return []
+    sources = sorted({fold.source for fold in kept})
+    return [Finding(
+        "GP213", Severity.INFO,
+        f"kept {_count(len(kept), 'constant', 'constants')} the exporter had folded as it "
+        f"made {'it' if len(kept) == 1 else 'them'}: the checkpoint "
+        f"fills none of their sources with other values ({_listing(sources)}), so they are "
+        f"not stale: {_listing([fold.name for fold in kept])}", PASS_NAME,
+        data={"kept": {fold.name: fold.source for fold in kept}})]
+
+
+def _count(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
+
+
+def _plural(kind: str, count: int) -> str:
+    words = {"transpose": "transposes", "rows": "row gathers", "broadcast": "broadcasts",
+             "scale": "scalings", "copy": "copies"}
+    return words.get(kind, kind) if count != 1 else \
+        {"rows": "row gather", "scale": "scaling", "copy": "copy"}.get(kind, kind)
 
 
 def _merge_findings(fills: Sequence[Fill]) -> list[Finding]:

@@ -30,7 +30,7 @@ from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Model
 from graphpass.passes._torch_state import Spelling, torch_state
-from graphpass.torch.export_record import module_scope, signature_parameters
+from graphpass.torch.folding import find_ties
 from graphpass.training import GradientError
 from graphpass.training.batch_norm import BatchNormMode
 from graphpass.training.directory import write_training_directory
@@ -250,17 +250,14 @@ def _torch_aliases(model: Model, torch_names: dict[str, str],
                    checkpoints: list[Checkpoint]) -> dict[str, list[str]]:
     """Initializer -> every other ``state_dict`` name of the same tensor (tied weights).
 
-    From the checkpoint, keys that share the matched key's storage; from torch's export
-    record, a parameter the graph signature lists that no initializer holds, owned by
-    the module a node reading the initializer was exported from (GPT-2's
-    ``transformer.wte`` reading ``lm_head.weight``): torch.export kept one of the tied
-    names.
+    From the checkpoint, keys that share the matched key's storage; from the model, the
+    ties :func:`graphpass.torch.folding.find_ties` knows (what ``restore-parameters`` and
+    ``reconcile-initializers`` recorded, and torch's export record: GPT-2's
+    ``transformer.wte`` reads ``lm_head.weight``).
     """
     graph = model.graph
     spell = Spelling(torch_names)
-    missing = {target for target in signature_parameters(graph)
-               if target not in graph.initializers and spell(target) not in
-               set(torch_names.values())}
+    ties = find_ties(graph)
     found: dict[str, list[str]] = {}
     for name in graph.initializers:
         names: list[str] = []
@@ -268,15 +265,7 @@ def _torch_aliases(model: Model, torch_names: dict[str, str],
         for checkpoint in checkpoints:
             if key is not None and key in checkpoint:
                 names.extend(checkpoint.aliases(key))
-        leaf = name.rsplit(".", 1)[-1]
-        for node, _ in graph.uses(name):
-            if node is None:
-                continue
-            scope = module_scope(node)
-            if scope and not name.startswith(f"{scope}."):
-                candidate = f"{scope}.{leaf}"
-                if candidate in missing:
-                    names.append(spell(candidate))
+        names.extend(spell(alias) for alias in ties.get(name, ()))
         own = key if key is not None else spell(name)
         unique = [n for n in dict.fromkeys(names) if n != own]
         if unique:

@@ -23,6 +23,9 @@ the trainer reports):
 * ``GP423`` (info) float weights left out of the default trainable set, with the rule
   that left out each (torch's export record, a running statistic, a constant's name or
   use: :func:`graphpass.torch.export_record.default_trainable_rules`);
+* ``GP426`` torch parameters the model still computes with that the default trainable
+  set leaves out (folded into a constant, fused into a node, or left out by name):
+  training would leave them where they are;
 * ``GP425`` a registered builder that computes a wrong gradient on this node (a known
   condition, measured against finite differences: the trainer builds and runs it, and
   the gradients come out wrong);
@@ -37,6 +40,7 @@ function's name and come after the main graph's.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -54,7 +58,12 @@ from graphpass.passes._gradient_region import (
     weight_bits,
 )
 from graphpass.passes._gradient_view import resolve_constant_ifs
-from graphpass.torch.export_record import INPUT_KIND, default_trainable_rules
+from graphpass.torch.export_record import (
+    INPUT_KIND,
+    default_trainable_rules,
+    parameters_left_out,
+    signature_parameters,
+)
 from graphpass.training.gradient_rules import (
     GradientRules,
     NodeSite,
@@ -83,6 +92,7 @@ CODES: Final = {
     "not-parameters": "GP423",
     "few-values": "GP424",
     "wrong-gradient": "GP425",
+    "parameter-left-out": "GP426",
 }
 """The finding codes of ``lint-gradients`` by problem (stable)."""
 
@@ -223,6 +233,9 @@ class LintGradients(AnalysisPass):
         rules = self._rules(context)
         findings, trainable, frozen, because = _select_trainable(model.graph, self.options,
                                                                  rules)
+        if not self.options.trainable:
+            findings.extend(_parameters_left_out(model.graph, trainable, self.options.frozen,
+                                                 context))
         losses = _select_losses(model.graph, self.options.loss)
         view = None
         if rules.resolves_constant_ifs:
@@ -258,8 +271,11 @@ def _select_trainable(graph: Graph, options: Any, rules: GradientRules
     findings: list[Finding] = []
     initializers = graph.initializers
     selection = select_weights(graph, options.trainable, options.frozen)
+    parameters = signature_parameters(graph)
     for option, patterns in (("trainable", options.trainable), ("frozen", options.frozen)):
         for pattern in selection.matching_nothing(patterns):
+            if option == "frozen" and any(fnmatch.fnmatchcase(p, pattern) for p in parameters):
+                continue  # a torch parameter the export folded away: frozen on purpose
             findings.append(Finding(
                 CODES["no-match"], Severity.WARNING,
                 f"{option} pattern {pattern!r} matches no initializer or graph input",
@@ -307,6 +323,37 @@ def _by_rule(rules: dict[str, str]) -> str:
         grouped.setdefault(rule, []).append(name)
     return "; ".join(f"{rule}: {shortened_list(names, _SHOWN, quote=True)}"
                      for rule, names in grouped.items())
+
+
+def _parameters_left_out(graph: Graph, trainable: Sequence[str],
+                         frozen_patterns: Sequence[str], context: PassContext) -> list[Finding]:
+    """GP426: torch parameters the model computes with that the trainable set leaves out.
+
+    Parameters the user froze are not listed, nor those an earlier pass already reported
+    in an error (its ``data["parameters"]``: ``restore-parameters``' GP251).
+    """
+    reported: set[str] = set()
+    for result in context.results.values():
+        for finding in result.findings:
+            if finding.severity is Severity.ERROR and isinstance(finding.data, dict):
+                reported.update(finding.data.get("parameters", ()))
+    left_out = {name: where for name, where in parameters_left_out(graph, trainable).items()
+                if name not in reported and not any(fnmatch.fnmatchcase(name, pattern)
+                                                    for pattern in frozen_patterns)}
+    if not left_out:
+        return []
+    shown = shortened_list([f"{name!r} ({where})" for name, where in left_out.items()], _SHOWN)
+    return [Finding(
+        CODES["parameter-left-out"], Severity.ERROR,
+        f"{len(left_out)} torch parameter{'s' * (len(left_out) != 1)} the model computes with "
+        f"{'are' if len(left_out) != 1 else 'is'} not in the trainable set, so training would "
+        f"leave {'them' if len(left_out) != 1 else 'it'} as exported: {shown}",
+        value=next(iter(left_out)),
+        hint="fill the model from a checkpoint that holds them (reconcile-initializers "
+             "computes the exporter's copies from them), or export without constant folding "
+             "(torch.onnx.export(..., dynamo=True, optimize=False)); to train without them, "
+             "name them in lint-gradients' frozen option",
+        data={"parameters": list(left_out), "where": left_out})]
 
 
 def _select_losses(graph: Graph, loss: Sequence[str]) -> list[str]:

@@ -27,6 +27,7 @@ The pass's :attr:`~graphpass.PassResult.stats` (also what later passes see in
                                 "split_from": str, "nodes": [...]}},  # split merges
         "unmatched initializers": [names],
         "unused checkpoint keys": [keys],
+        "tied checkpoint keys": {key: the used key with the same data},
         "checkpoints": [files],
     }
 """
@@ -40,19 +41,22 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from graphpass.checkpoint import Checkpoint, open_checkpoint
-from graphpass.errors import CheckpointError, PipelineError
+from graphpass.errors import CheckpointError, PassError, PipelineError
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Graph, Model, Node
 from graphpass.passes._reconcile_match import match_names
-from graphpass.passes._reconcile_plan import Fill, Plan, plan_fills
+from graphpass.passes._reconcile_plan import Fill, Plan, checkpoint_state, plan_fills
 from graphpass.passes._reconcile_report import build_report
 from graphpass.passes._reconcile_shapes import ShapeCheck, check_undeclared
 from graphpass.passes._reconcile_targets import Target, collect_targets
+from graphpass.passes._reconcile_verify import BatchNormCheck, FoldCheck, verify
 from graphpass.torch.export_record import (
     fx_arguments,
     graph_signature,
     is_placeholder_name,
+    signature_kinds,
 )
+from graphpass.torch.folding import find_folds, mark_state, mark_ties, recompute, unfuse
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -143,7 +147,9 @@ class ReconcileInitializers(Pass):
                         matching.problems, checkpoint,
                         "add renames (checkpoint key = initializer) or regex rules to say "
                         "which key is meant")
-        plan = plan_fills(graph, targets, matching, checkpoint, signature)
+        state, keys = checkpoint_state(checkpoint, matching)
+        folding = find_folds(graph, checkpoint=state)
+        plan = plan_fills(graph, targets, matching, checkpoint, signature, folding, keys)
         undeclared_names = {t.name for t in targets if t.source == "undefined" and t.shape is None}
         _raise_problems("the checkpoint cannot fill this model correctly", plan.problems,
                         checkpoint, None)
@@ -153,7 +159,16 @@ class ReconcileInitializers(Pass):
                             [f"no key fills {name!r}" for name in missing], checkpoint,
                             "add renames or rules, or run without strict")
         input_names = graph.input_names
-        _apply(graph, plan, targets, checkpoint, keep_inputs=self.options.keep_inputs)
+        checks = _apply(graph, plan, targets, checkpoint, keep_inputs=self.options.keep_inputs)
+        mark_ties(graph, folding.ties)
+        verification = verify(graph, *checks)
+        if verification.problems:
+            raise PassError(
+                "graphpass's recomputation of what the exporter folded is wrong:\n"
+                + "\n".join(f"  - {p}" for p in verification.problems),
+                where=f"pass {self.name}",
+                hint="this is a bug in graphpass; please report it with the model (meanwhile, "
+                     "export without constant folding)")
         undeclared = {f.name: f.key for f in plan.fills
                       if f.is_plain and f.name in undeclared_names}
         shapes = ShapeCheck()
@@ -165,7 +180,8 @@ class ReconcileInitializers(Pass):
                                         "matched the wrong weights: add renames")
         findings, stats = build_report(plan, matching, targets, checkpoint, input_names,
                                        keep_inputs=self.options.keep_inputs,
-                                       shapes=shapes)
+                                       shapes=shapes, verification=verification,
+                                       ties=folding.ties, keys=keys)
         return PassResult(changed=bool(plan.fills), findings=findings, stats=stats)
 
     def _open(self, context: PassContext) -> Checkpoint:
@@ -221,15 +237,23 @@ def _raise_problems(summary: str, problems: list[str], checkpoint: Checkpoint,
 
 
 def _apply(graph: Graph, plan: Plan, targets: list[Target], checkpoint: Checkpoint, *,
-           keep_inputs: bool) -> None:
+           keep_inputs: bool) -> tuple[list[FoldCheck], list[BatchNormCheck]]:
+    """Write the plan into ``graph``; return the recomputations to check in onnxruntime.
+
+    A recomputed transpose is not run again: the planner compared the checkpoint's
+    transposed values with the file's already, and a ``Transpose`` node cannot differ.
+    """
     by_name = {t.name: t for t in targets}
     drop = {f.name for f in plan.fills if f.is_plain and by_name[f.name].is_input
             and not keep_inputs}
-    drop.update(f.replaces for f in plan.fills if f.replaces and by_name[f.replaces].is_input)
+    drop.update(f.replaces for f in plan.fills if f.replaces and f.replaces in by_name
+                and by_name[f.replaces].is_input)
     for name in graph.input_names:  # in order, so that each removal finds its input first
         if name in drop:
             _drop_input(graph, name)
-    position = {id(node): index for index, node in enumerate(graph)}
+    kinds = signature_kinds(graph)
+    placeholders = {name: placeholder for placeholder, name in graph_signature(graph).items()}
+    folds: list[FoldCheck] = []
     written: dict[str, str] = {}
     for fill in plan.fills:
         if fill.removes is not None:
@@ -237,29 +261,52 @@ def _apply(graph: Graph, plan: Plan, targets: list[Target], checkpoint: Checkpoi
         if written.get(fill.name) != fill.key:
             graph.set_initializer(checkpoint[fill.key].tensor(fill.name))
             written[fill.name] = fill.key
-        if fill.replaces is not None:
-            _replay_transpose(graph, fill, by_name[fill.replaces], position, keep_inputs)
+        if fill.fold is not None:
+            expected = _expected(graph, fill, checkpoint)
+            nodes = _recompute(graph, fill, by_name[fill.fold.name], keep_inputs)
+            if expected is not None and fill.fold.recipe is not None:
+                folds.append(FoldCheck(fill.fold.name, nodes, expected, fill.fold.recipe.exact))
+            if fill.fold.kind is not None:  # torch's record of the source, on the initializer
+                mark_state(graph, fill.name, fill.fold.kind, placeholders.get(fill.fold.source))
         elif fill.uses:
             for node, slot in fill.uses:
                 node.set_input(slot, fill.name)
+    batch_norms: list[BatchNormCheck] = []
+    for unfusion in plan.unfusions:
+        fused = unfusion.fused
+        # What the separated layers must compute: the fusion of the checkpoint's tensors (the
+        # planner compared it with the file's fused weights to decide staleness).
+        weight, bias = fused.compute({source: checkpoint[key].numpy()
+                                      for source, key in unfusion.keys.items()})
+        batch_norm = unfuse(graph, fused, unfusion.names)
+        batch_norms.append(BatchNormCheck(fused.node, batch_norm, weight, bias))
+        for source, name in unfusion.names.items():
+            if source in kinds:  # a dynamo export: torch's record, as the exporter writes it
+                mark_state(graph, name, kinds[source], placeholders.get(source))
+    return folds, batch_norms
 
 
-def _replay_transpose(graph: Graph, fill: Fill, folded: Target, position: dict[int, int],
-                      keep_inputs: bool) -> None:
-    name = folded.name
-    if name in graph.initializers:
-        graph.remove_initializer(name)
+def _expected(graph: Graph, fill: Fill, checkpoint: Checkpoint) -> Any:
+    """What the recomputation of ``fill``'s fold must give (``None``: not checked here)."""
+    fold = fill.fold
+    if fold is None or fold.recipe is None or fold.recipe.kind == "transpose":
+        return None
+    if fill.stale is False:
+        return graph.initializers[fold.name].numpy()
+    return fold.recipe.compute(checkpoint[fill.key].numpy())
+
+
+def _recompute(graph: Graph, fill: Fill, folded: Target, keep_inputs: bool) -> list[Node]:
+    assert fill.fold is not None
     if folded.is_input and keep_inputs and fill.name not in graph.input_names:
         tensor = graph.initializers[fill.name]
         graph.add_input(onnx.helper.make_tensor_value_info(fill.name, tensor.dtype,
                                                            tensor.shape))
-    consumers = [node for node, _ in graph.uses(name) if node is not None]
-    first = min(consumers, key=lambda node: position.get(id(node), len(position)))
-    transpose = Node("Transpose", [fill.name], [name], name=f"{name}__transpose",
-                     attributes={"perm": [1, 0]},
-                     metadata={_REPLAY_TAG: f"replays the exporter's folded transpose of "
-                                            f"{fill.name} (key {fill.key})"})
-    graph.insert_before(first, transpose)
+    nodes = recompute(graph, fill.fold, fill.name)
+    for node in nodes:
+        node.set_metadata(_REPLAY_TAG, f"computes the exporter's folded {fill.fold.name!r} "
+                                       f"from {fill.name} (key {fill.key})")
+    return nodes
 
 
 def _drop_input(graph: Graph, name: str) -> None:

@@ -43,24 +43,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
-import numpy as np
-
 from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Graph, Model, Node, Tensor
 from graphpass.torch.export_record import (
-    FOLDED_FROM,
     INPUT_KIND,
     LEGACY_CONSTANT_NAME,
-    ORIGINAL_NAME,
     TRAINABLE_TYPES,
-    folded_from,
     fx_arguments,
     fx_placeholders,
     fx_target,
     records_state,
     signature_parameters,
 )
+from graphpass.torch.folding import Fold, Folding, find_folds, mark_state, mark_ties, recompute
+from graphpass.torch.producers import unfolded_export_advice
 
 __all__ = ["RestoreParameters"]
 
@@ -69,14 +66,8 @@ UNRECOVERABLE_CODE: Final = "GP251"
 LEGACY_COPY_CODE: Final = "GP252"
 UNUSED_CODE: Final = "GP253"
 MERGED_CODE: Final = "GP254"
+TIED_CODE: Final = "GP255"
 
-OPTIMIZE_ADVICE: Final = (
-    "re-export with torch.onnx.export(..., dynamo=True, optimize=False): every parameter "
-    "then keeps an initializer of its own (or train only the parameters that are there, "
-    "naming them with lint-gradients' trainable option)")
-FOLDING_ADVICE: Final = (
-    "re-export with torch.onnx.export(..., dynamo=False, do_constant_folding=False), or "
-    "with dynamo=True, optimize=False: every parameter then keeps an initializer of its own")
 MERGED_ADVICE: Final = (
     "if they are distinct parameters in torch, re-export with torch.onnx.export(..., "
     "dynamo=True, optimize=False) (or from weights that differ, as after training); tied "
@@ -103,6 +94,7 @@ class RestoreParameters(Pass):
         LEGACY_COPY_CODE: "the legacy exporter's constant folding copied a parameter",
         UNUSED_CODE: "parameters no node uses any more",
         MERGED_CODE: "the legacy exporter merged parameters into one initializer",
+        TIED_CODE: "tied parameters: one tensor under several torch names",
     }
 
     @dataclass
@@ -120,15 +112,16 @@ class RestoreParameters(Pass):
         graph = model.graph
         parameters = signature_parameters(graph)
         if parameters and records_state(graph):
-            work = _Restorer(graph, parameters, self.options.transposes)
+            work = _Restorer(graph, parameters, self.options.transposes, find_folds(graph))
             work.restore_folds()
             work.find_lost()
         elif not parameters and not records_state(graph):
-            work = _Restorer(graph, {}, self.options.transposes)
+            work = _Restorer(graph, {}, self.options.transposes, find_folds(graph))
             work.legacy_copies()
         else:
             return PassResult()
-        return PassResult(changed=bool(work.restored),
+        work.mark_ties()
+        return PassResult(changed=bool(work.restored) or bool(work.folding.ties),
                           findings=[f.with_pass(self.name) for f in work.findings()],
                           stats={"restored": len(work.restored),
                                  "unrecoverable": len(work.lost)})
@@ -145,83 +138,85 @@ class _Lost:
 
 
 class _Restorer:
-    def __init__(self, graph: Graph, parameters: dict[str, str], transposes: bool) -> None:
+    def __init__(self, graph: Graph, parameters: dict[str, str], transposes: bool,
+                 folding: Folding) -> None:
         self.graph = graph
         self.parameters = parameters
         self.transposes = transposes
-        self.restored: dict[str, str] = {}  # folded value -> parameter
+        self.folding = folding
+        self.advice = unfolded_export_advice(graph)
+        self.restored: dict[str, str] = {}  # folded value -> the parameter it is computed from
+        self.recipes: dict[str, str] = {}  # folded value -> how (``Transpose(W)``)
         self.lost: list[_Lost] = []
         self.legacy: list[tuple[str, str]] = []  # (copy, consumer)
         self.merged: dict[str, str] = {}  # parameter name -> the initializer it reads
         self.unused: list[str] = []
-        self.position = {id(node): index for index, node in enumerate(graph)}
 
     # ----------------------------------------------------------- dynamo exports
     def restore_folds(self) -> None:
-        for name in list(self.graph.initializers):
-            sources = folded_from(self.graph.values[name].metadata)
-            weights = [s for s in sources if s in self.parameters]
-            if not weights:
+        """Compute each parameter's folded copies from the parameter, where the file holds it."""
+        for fold in self.folding.parameter_folds():
+            if fold.source not in self.parameters:
                 continue
-            problem = "not a transpose of one parameter: other values went into it" \
-                if len(sources) > 1 else \
-                self._linear_transpose_problem(name, weights[0])
-            if problem is None and self.transposes:
-                self._restore(name, weights[0])
+            problem = self._restore_problem(fold)
+            if problem is None:
+                self._restore(fold)
                 continue
             self.lost.append(_Lost(
-                weights, name, self._first_consumer(name),
-                f"the exporter's optimizer computed {name!r} at export time from "
-                f"{_listed(sources)} ({problem or 'restoring is switched off'})"))
+                [fold.source], fold.name, self._first_consumer(fold.name),
+                f"the exporter's optimizer computed {fold.name!r} at export time from "
+                f"{_listed([fold.source, *fold.others])} ({problem})"))
 
-    def _linear_transpose_problem(self, name: str, parameter: str) -> str | None:
-        """Why ``name`` is not known to be ``Transpose(parameter)`` (``None``: it is)."""
-        tensor = self.graph.initializers[name]
-        if len(tensor.shape) != 2 or tensor.dtype not in TRAINABLE_TYPES:
-            return f"a {len(tensor.shape)}-D tensor, not a transposed linear weight"
-        if self.graph.values[name].is_graph_output:
+    def _restore_problem(self, fold: Fold) -> str | None:
+        """Why ``fold`` cannot be computed from its parameter (``None``: it can)."""
+        if not self.transposes:
+            return "restoring is switched off"
+        if fold.recipe is None:
+            return fold.problem or "graphpass does not know how it was computed"
+        if self.graph.values[fold.name].is_graph_output:
             return "it is a graph output"
-        placeholder = self.parameters[parameter]
-        uses = self.graph.uses(name)
-        for node, slot in uses:
-            if node is None or node.op_type != "MatMul" or slot != 1:
-                return "it is read other than as a MatMul weight"
-            arguments = fx_arguments(node)
-            if fx_target(node) != _LINEAR or len(arguments) < 2 or \
-                    arguments[1] != placeholder:
-                return f"node {node.name!r} is not recorded as aten.linear of the parameter"
-        if not uses:
-            return "nothing reads it"
-        existing = self.graph.initializers.get(parameter)
-        if existing is not None and not np.array_equal(existing.numpy().T, tensor.numpy()):
-            return f"it differs from the transpose of {parameter!r}, which is in the model"
-        if existing is None and parameter in self.graph.values and \
-                self.graph.values[parameter].is_defined:
-            return f"the name {parameter!r} is taken by another value"
+        if fold.name not in self.graph.initializers:
+            return "the file does not hold it"
+        if fold.source in self.graph.initializers and fold.source not in self.folding.fused:
+            # the parameter is there (a tied weight, or restored for another copy)
+            source = self.graph.initializers[fold.source].numpy()
+            constant = self.graph.initializers[fold.name].numpy()
+            try:
+                same = fold.recipe.same_values(fold.recipe.compute(source), constant)
+            except (ValueError, IndexError):
+                same = False
+            return None if same else (f"it differs from {fold.recipe.describe(fold.source)}, "
+                                      f"and {fold.source!r} is in the model")
+        if self.graph.is_defined(fold.source) or self.graph.is_used(fold.source):
+            return f"the name {fold.source!r} is taken by another value"
+        if fold.recipe.source_of(self.graph.initializers[fold.name].numpy(), None) is None:
+            return (f"{fold.recipe.describe(fold.source)} holds only part of the parameter's "
+                    "values")
         return None
 
-    def _restore(self, name: str, parameter: str) -> None:
+    def _restore(self, fold: Fold) -> None:
         graph = self.graph
-        folded = graph.remove_initializer(name)
-        if parameter not in graph.initializers:
-            weight = np.ascontiguousarray(folded.numpy().T)
-            value = graph.set_initializer(Tensor.from_array(parameter, weight, folded.dtype))
-            value.set_metadata(INPUT_KIND, "PARAMETER")
-            value.set_metadata(ORIGINAL_NAME, self.parameters[parameter])
-            value.set_metadata(_TAG, f"restored as the transpose of the exporter's {name!r}")
-        graph.values[name].set_metadata(FOLDED_FROM, None)
-        consumers = [node for node, _ in graph.uses(name) if node is not None]
-        first = min(consumers, key=lambda node: self.position.get(id(node), len(self.position)))
-        graph.insert_before(first, Node(
-            "Transpose", [parameter], [name], name=f"{name}__restored",
-            attributes={"perm": [1, 0]},
-            metadata={_TAG: f"Transpose({parameter}) replaces the exporter's folded copy"}))
-        self.restored[name] = parameter
+        assert fold.recipe is not None
+        if fold.source not in graph.initializers:
+            folded = graph.initializers[fold.name]
+            values = fold.recipe.source_of(folded.numpy(), None)
+            assert values is not None
+            graph.set_initializer(Tensor.from_array(fold.source, values, folded.dtype))
+            mark_state(graph, fold.source, "parameter", self.parameters.get(fold.source))
+            graph.values[fold.source].set_metadata(
+                _TAG, f"restored from the exporter's {fold.name!r} "
+                      f"({fold.recipe.describe(fold.source)})")
+        for node in recompute(graph, fold):
+            node.set_metadata(_TAG, f"{fold.recipe.describe(fold.source)} replaces the "
+                                    f"exporter's folded copy")
+        self.restored[fold.name] = fold.source
+        self.recipes[fold.name] = fold.recipe.describe(fold.source)
 
     def find_lost(self) -> None:
         """Parameters the signature lists that the model lacks, or holds rewritten."""
         graph = self.graph
         accounted = {p for lost in self.lost for p in lost.parameters}
+        accounted.update(alias for aliases in self.folding.ties.values() for alias in aliases)
         rewritten = [p for p in self.parameters if p in graph.initializers
                      and self._rewritten(p)]
         missing = [p for p in self.parameters
@@ -274,27 +269,32 @@ class _Restorer:
 
     # ----------------------------------------------------------- legacy exports
     def legacy_copies(self) -> None:
-        graph = self.graph
-        named = {name: tensor for name, tensor in graph.initializers.items()
-                 if not LEGACY_CONSTANT_NAME.fullmatch(name)
-                 and tensor.dtype in TRAINABLE_TYPES and len(tensor.shape) == 2}
+        """The legacy exporter's folded copies: tied ones restored, the others reported."""
         reported: set[int] = set()
-        for name, tensor in list(graph.initializers.items()):
-            if not LEGACY_CONSTANT_NAME.fullmatch(name) or tensor.dtype not in TRAINABLE_TYPES \
-                    or graph.values[name].is_graph_output:
+        for fold in self.folding.folds.values():
+            if fold.recipe is not None and fold.source in self.graph.initializers \
+                    and self.transposes and not self.graph.values[fold.name].is_graph_output:
+                for node in recompute(self.graph, fold):
+                    node.set_metadata(_TAG, f"{fold.recipe.describe(fold.source)} replaces the "
+                                            "legacy exporter's folded copy")
+                self.restored[fold.name] = fold.source
+                self.recipes[fold.name] = fold.recipe.describe(fold.source)
                 continue
-            weight_uses = [node for node, slot in graph.uses(name) if node is not None
-                           and slot in _WEIGHT_SLOTS.get(node.op_type, ())]
-            if not weight_uses:
-                continue
-            tied = self._tied(tensor, named) if self.transposes and len(tensor.shape) == 2 \
-                else None
-            if tied is not None:
-                self._restore_legacy(name, tied)
-            elif id(weight_uses[0]) not in reported:
-                reported.add(id(weight_uses[0]))
-                self.legacy.append((name, weight_uses[0].name or weight_uses[0].op_type))
-
+            consumers = [node for node, slot in self.graph.uses(fold.name) if node is not None
+                         and slot in _WEIGHT_SLOTS.get(node.op_type, ())]
+            if consumers and id(consumers[0]) not in reported:
+                reported.add(id(consumers[0]))
+                self.legacy.append((fold.name, consumers[0].name or consumers[0].op_type))
+        for fused in self.folding.fused.values():  # found only with a checkpoint's values
+            self.legacy.append((fused.weight, fused.node.name or "Conv"))
+        for name, tensor in self.graph.initializers.items():  # fused convolutions
+            if LEGACY_CONSTANT_NAME.fullmatch(name) and tensor.dtype in TRAINABLE_TYPES and \
+                    name not in self.folding.folds:
+                consumers = [node for node, slot in self.graph.uses(name) if node is not None
+                             and node.op_type == "Conv" and slot == 1]
+                if consumers and id(consumers[0]) not in reported:
+                    reported.add(id(consumers[0]))
+                    self.legacy.append((name, consumers[0].name or "Conv"))
         self._merged_parameters()
 
     def _merged_parameters(self) -> None:
@@ -318,37 +318,36 @@ class _Restorer:
                 continue
             self.merged[name] = source
 
-    def _tied(self, tensor: Tensor, named: dict[str, Tensor]) -> str | None:
-        shape = tuple(reversed(tensor.shape))
-        values = tensor.numpy()
-        for name, other in named.items():
-            if tuple(other.shape) == shape and other.dtype == tensor.dtype and \
-                    np.array_equal(other.numpy().T, values):
-                return name
-        return None
-
-    def _restore_legacy(self, name: str, source: str) -> None:
-        graph = self.graph
-        graph.remove_initializer(name)
-        consumers = [node for node, _ in graph.uses(name) if node is not None]
-        first = min(consumers, key=lambda node: self.position.get(id(node), len(self.position)))
-        graph.insert_before(first, Node(
-            "Transpose", [source], [name], name=f"{name}__restored",
-            attributes={"perm": [1, 0]},
-            metadata={_TAG: f"Transpose({source}) replaces the legacy exporter's folded copy"}))
-        self.restored[name] = source
+    # -------------------------------------------------------------------- ties
+    def mark_ties(self) -> None:
+        """Record on each tied initializer its other torch names (for checkpoints written back)."""
+        mark_ties(self.graph, self.folding.ties)
 
     # ----------------------------------------------------------------- findings
     def findings(self) -> list[Finding]:
         found: list[Finding] = []
         if self.restored:
-            pairs = [f"{v} = Transpose({p})" for v, p in self.restored.items()]
+            pairs = [f"{v} = {how}" for v, how in self.recipes.items()]
+            count = len(set(self.restored.values()))
             found.append(Finding(
                 RESTORED_CODE, Severity.INFO,
-                f"restored {len(pairs)} parameter{'s' * (len(pairs) != 1)} the exporter had "
-                f"folded into transposed copies, so that training updates them: "
+                f"restored {count} parameter{'s' * (count != 1)} the exporter had folded into "
+                f"copies; the copies are computed from {'them' if count != 1 else 'it'} again, "
+                f"so that training updates {'them' if count != 1 else 'it'}: "
                 f"{shortened_list(pairs, _SHOWN)}",
-                data={"restored": dict(self.restored)}))
+                data={"restored": dict(self.restored), "recipes": dict(self.recipes)}))
+        if self.folding.ties:
+            pairs = [f"{alias} is {name}" for name, aliases in self.folding.ties.items()
+                     for alias in aliases]
+            found.append(Finding(
+                TIED_CODE, Severity.INFO,
+                f"{len(pairs)} tied parameter name{'s' * (len(pairs) != 1)}: "
+                f"{shortened_list(pairs, _SHOWN)} (one tensor in torch; the export reads one "
+                "initializer for every use, which trains once, with the gradient of all its "
+                "uses, as torch's does)",
+                value=next(iter(self.folding.ties)),
+                data={"ties": {name: list(aliases)
+                               for name, aliases in self.folding.ties.items()}}))
         for lost in self.lost:
             found.append(Finding(
                 UNRECOVERABLE_CODE, Severity.ERROR,
@@ -356,7 +355,9 @@ class _Restorer:
                 f"{shortened_list(lost.parameters, _SHOWN, quote=True)} cannot be trained: "
                 f"{lost.how}, and their own values are not in the model. Training would "
                 "update an exporter-made copy, not the parameter",
-                node=lost.node, value=lost.value, hint=OPTIMIZE_ADVICE,
+                node=lost.node, value=lost.value,
+                hint=self.advice + " (or fill the model from a checkpoint that holds the "
+                     "parameters: reconcile-initializers computes the copies from them)",
                 data={"parameters": lost.parameters}))
         for copy, consumer in self.legacy:
             found.append(Finding(
@@ -365,7 +366,9 @@ class _Restorer:
                 "legacy exporter gives constants: its constant folding made it from "
                 "parameters (a transposed linear weight, a convolution with the BatchNorm "
                 "after it fused in), which training would not update",
-                node=consumer, value=copy, hint=FOLDING_ADVICE))
+                node=consumer, value=copy,
+                hint=self.advice + " (or fill the model from a checkpoint that holds the "
+                     "parameters: reconcile-initializers computes the copies from them)"))
         if self.merged:
             pairs = [f"{name} = Identity({source})" for name, source in self.merged.items()]
             found.append(Finding(

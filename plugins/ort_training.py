@@ -199,10 +199,10 @@ class EmitTrainingArtifacts(Pass):
         with _quiet_native_stderr():
             step = check_training(scratch, model, inputs=inputs,
                                   gradients=options.check_gradients)
-        return _step_findings(model, step), step
+        return _step_findings(model, step, generated=inputs is None), step
 
 
-def _step_findings(model: Model, step: StepOutcome) -> list[Finding]:
+def _step_findings(model: Model, step: StepOutcome, *, generated: bool) -> list[Finding]:
     if step.error is not None:
         node = _forward_node(model, step.node)
         where = f" in node {step.node!r}" + (
@@ -212,8 +212,11 @@ def _step_findings(model: Model, step: StepOutcome) -> list[Finding]:
             STEP_FAILS_CODE, Severity.ERROR,
             f"onnxruntime-training builds and loads the artifacts, but the first training "
             f"step fails{where}: {step.error}", node=node or step.node,
-            hint="lint-gradients should have named this node; freeze the weights whose "
-                 "gradient passes through it, or rewrite it, and please report the model")]
+            hint=("lint-gradients should have named this node; freeze the weights whose "
+                  "gradient passes through it, or rewrite it, and please report the model"
+                  + ("; the step ran on generated inputs (2 for every named dimension): if "
+                     "the model needs other sizes, give real ones with "
+                     "-O emit-training-artifacts.inputs=BATCH.npz" if generated else "")))]
     if step.gradient_wrong:
         weight = f"; weight {step.weight!r}'s own part is off by {step.weight_error:.0%}" \
             if step.weight and step.weight_error is not None else ""
@@ -223,9 +226,12 @@ def _step_findings(model: Model, step: StepOutcome) -> list[Finding]:
             f"random direction d, g . d = {step.analytic:.6g} but (L(w + d) - L(w - d)) / 2 "
             f"= {step.numeric:.6g} ({step.relative_error:.0%} apart){weight}",
             value=step.weight,
-            hint="see the warnings of lint-gradients (a BatchNormalization over very few "
-                 "values a channel makes float32 gradients meaningless); freeze the weights "
-                 "whose gradient is wrong, or train with larger inputs")]
+            hint=("see the warnings of lint-gradients (a BatchNormalization over very few "
+                  "values a channel makes float32 gradients meaningless); freeze the weights "
+                  "whose gradient is wrong, or train with larger inputs"
+                  + ("" if not generated else "; the check ran on generated inputs "
+                     "(2 for every named dimension): give real ones with "
+                     "-O emit-training-artifacts.inputs=BATCH.npz")))]
     if step.skipped and step.skipped != "not asked for":
         return [Finding(NOT_CHECKED_CODE, Severity.INFO,
                         f"one training step ran; its gradient was not checked: {step.skipped}")]

@@ -412,7 +412,8 @@ def test_codes_are_stable():
                      "no-gradient": "GP404", "duplicate": "GP405", "captured": "GP406",
                      "loss-type": "GP407", "function": "GP410", "borrowed": "GP420",
                      "no-match": "GP421", "not-float": "GP422", "not-parameters": "GP423",
-                     "few-values": "GP424", "wrong-gradient": "GP425"}
+                     "few-values": "GP424", "wrong-gradient": "GP425",
+                     "parameter-left-out": "GP426"}
 
 
 def test_a_long_chain_is_linted(tmp_path: Path):

@@ -225,19 +225,26 @@ def test_unknown_option_is_a_pipeline_error():
         ReconcileInitializers({"renamez": {}})
 
 
-def test_fold_that_cannot_be_replayed_advises_reexport(tmp_path, capsys):
-    """A recorded fold read by something other than a MatMul's weight input is refused."""
+def test_fold_that_cannot_be_computed_again_is_refused_with_reexport_advice(tmp_path, capsys):
+    """A recorded fold of placeholder values that no known computation gives is refused.
+
+    The constant holds zeros (a placeholder export) and a Mul reads it: neither its values
+    nor its reader say how it came from the checkpoint's weight, so filling by name would
+    keep the zeros and train a copy. It is an error finding naming the constant, its
+    source and the key, with the re-export advice; nothing is written.
+    """
     model_path = _model(tmp_path, weight_name="val_2", consumer="Mul", metadata={
         "pkg.onnxscript.optimizer.folded_from": "['encoder.weight']"})
     checkpoint = _checkpoint(tmp_path, {"encoder.weight": W.T.copy(), "encoder.bias": B})
-    with pytest.raises(graphpass.CheckpointError) as caught:
-        _run_pass(model_path, checkpoint)
-    message = str(caught.value)
-    assert "'val_2' was folded by the exporter's optimizer from 'encoder.weight'" in message
-    assert "optimize=False" in message
+    _, result = _run_pass(model_path, checkpoint)
+    [refused] = [f for f in result.findings if f.code == "GP211"]
+    assert refused.severity.value == "error" and refused.value == "val_2"
+    assert "'val_2' was computed at export time from 'encoder.weight'" in refused.message
+    assert "key 'encoder.weight'" in refused.message and "optimize=False" in refused.hint
     out = tmp_path / "out.onnx"
-    _cli_fails(capsys, str(model_path), "-o", str(out), "--checkpoint", str(checkpoint),
-               "-p", "reconcile-initializers")
+    assert main(["run", str(model_path), "-o", str(out), "--checkpoint", str(checkpoint),
+                 "-p", "reconcile-initializers"]) == 1
+    assert "GP211" in capsys.readouterr().out
     assert not out.exists()
 
 

@@ -45,20 +45,14 @@ SUBSET: dict[tuple[str, str], str] = {
     ("resnet", "dynamo"): "refused rightly",            # 5 (BatchNorm fused into Conv)
 }
 
-ISSUE_22 = (pytest.mark.xfail(reason="issue 22: an export with weights plus the user's own "
-                              "checkpoint does not train torch's parameters yet", strict=False),)
-"""The marks of the cases below that fail before issue 22's fix: ``()`` lifts them all."""
-
 CHECKPOINT_SUBSET: dict[tuple[str, str], tuple[str, tuple[pytest.MarkDecorator, ...]]] = {
-    # case, mode: issue 22's goal (every architecture trains), and the marks of today
-    ("convnext", "dynamo+state_dict"): ("trains", ISSUE_22),  # ready, 4 pwconv weights frozen
-    ("bert", "dynamo+state_dict"): ("trains", ISSUE_22),      # folded position slice, exit 2
-    ("resnet", "dynamo+finetuned"): ("trains", ISSUE_22),     # BatchNorm fused into Conv, stale
-    ("gpt2", "legacy+state_dict"): ("trains", ISSUE_22),      # the tied head split in two
-    ("gpt2", "optimum+state_dict"): ("trains", ISSUE_22),     # the same, in Optimum's export
+    # case, mode: issue 22's classes (each failed before its fix), the label, and marks
+    ("convnext", "dynamo+state_dict"): ("trains", ()),  # was ready, 4 pwconv weights frozen
+    ("bert", "dynamo+state_dict"): ("trains", ()),      # folded position rows, was exit 2
+    ("resnet", "dynamo+finetuned"): ("trains", ()),     # BatchNorm fused into Conv, stale
+    ("gpt2", "legacy+state_dict"): ("trains", ()),      # the tied head was split in two
+    ("gpt2", "optimum+state_dict"): ("trains", ()),     # the same, in Optimum's export
 }
-LEFT_OUT_TODAY = {("convnext", "dynamo+state_dict")}
-"""The cases that exit 0 with torch parameters outside the trainable set before the fix."""
 
 
 def _cases(marks_of: Callable[[str, str], tuple[pytest.MarkDecorator, ...]]) -> list:
@@ -126,8 +120,7 @@ def test_trains_like_torch_or_is_refused_rightly(name: str, mode: str, judged,
     assert outcome.label == _expected(name, mode), outcome.reason
 
 
-@pytest.mark.parametrize(("name", "mode"), _cases(
-    lambda name, mode: ISSUE_22 if (name, mode) in LEFT_OUT_TODAY else ()))
+@pytest.mark.parametrize(("name", "mode"), _cases(lambda name, mode: ()))
 def test_no_ready_run_leaves_a_torch_parameter_outside_the_trainable_set(
         name: str, mode: str, judged, ort_training_python: str,
         request: pytest.FixtureRequest) -> None:
@@ -210,9 +203,13 @@ def test_a_trainable_broadcast_where_input_is_refused_before_anything_is_written
 def test_a_failing_first_step_is_an_error_naming_the_node(tmp_path: Path,
                                                           ort_training_python: str) -> None:
     exported = zoo.export(zoo.case("vit"), "dynamo")
-    # lint judges the default trainable set; the artifacts train every float weight,
-    # the exporter's NaN fill of the attention weights included (the issue's ViT).
+    # lint judges the default trainable set, without the parameters the exporter folded
+    # (frozen: else GP426 names them); the artifacts train every float weight, the
+    # exporter's NaN fill of the attention weights included (the issue's ViT).
+    folded = ["model.vit.embeddings.cls_token", "model.vit.layers.*.attention.*_proj.weight",
+              "model.vit.layers.*.mlp.fc*.weight"]
     run = _run(exported, tmp_path, "--disable-pass", "restore-parameters",
+               "-O", f"lint-gradients.frozen={json.dumps(folded)}",
                "-O", 'emit-training-artifacts.trainable=["*"]')
     [failed] = run.errors
     assert failed["code"] == "GP704" and failed["node"] == "node_cat"
@@ -302,6 +299,25 @@ def test_a_tied_legacy_copy_is_restored_as_a_transpose(judged, ort_training_pyth
     [restored] = _codes(outcome)["GP250"]
     assert set(restored["data"]["restored"].values()) == {"model.transformer.wte.weight"}
     assert outcome.label == "trains", outcome.reason
+
+
+# ------------------------------------------------- tied weights (issue 25, item 8)
+@pytest.mark.parametrize("mode", ["dynamo-state-dict", "dynamo+state_dict",
+                                  "legacy+state_dict"])
+def test_a_tied_name_is_never_called_unused_and_trains_as_one_tensor(mode, judged,
+                                                                     ort_training_python):
+    """GPT-2's ``transformer.wte.weight`` is ``lm_head.weight``: one tensor, two names.
+
+    No finding calls the tied name an unused key (GP202) or a parameter no node uses
+    (GP253); the one initializer trains with the gradient of both uses (torch's).
+    """
+    outcome = judged("gpt2", mode)
+    assert outcome.label == "trains", outcome.reason
+    findings = outcome.run.report.get("findings", [])
+    for finding in findings:
+        if finding["code"] in ("GP202", "GP253"):
+            assert "wte" not in finding["message"] and "lm_head" not in finding["message"]
+    assert outcome.gradients is not None and not outcome.gradients.copies
 
 
 # ------------------------------------------- class 6: gradients a few percent off

@@ -147,17 +147,41 @@ def make_inputs(
                 "with a known element type and rank",
                 hint="give the inputs in an .npz file (verify inputs = 'feeds.npz')",
             )
-        dims = tuple(_dim(d, options) for d in shape)
+        implied = _implied_dims(graph, value.name, len(shape), options.default_dim)
+        dims = tuple(_dim(d, options, implied.get(axis)) for axis, d in enumerate(shape))
         inputs[value.name] = _random_tensor(graph, value.name, elem_type, dims, rng)
     return inputs
 
 
-def _dim(dim: int | str | None, options: VerifyOptions) -> int:
+def _dim(dim: int | str | None, options: VerifyOptions, implied: int | None = None) -> int:
     if isinstance(dim, int) and dim > 0:
         return dim
     if isinstance(dim, str) and dim in options.dims:
         return options.dims[dim]
-    return options.default_dim
+    return implied if implied is not None else options.default_dim
+
+
+def _implied_dims(graph: Graph, name: str, rank: int, default: int) -> dict[int, int]:
+    """Sizes an input's free dimensions must have for the ``Conv`` that reads it.
+
+    An image input's channels (``num_channels`` in an Optimum export) are the weight's
+    input channels times the groups, and its spatial sizes at least the kernel's.
+    """
+    implied: dict[int, int] = {}
+    for use in graph.uses(name):
+        node = use.node
+        if node is None or node.op_type != "Conv" or use.slot != 0 or len(node.inputs) < 2:
+            continue
+        weight = graph.initializers.get(node.inputs[1])
+        if weight is None or len(weight.shape) != rank:
+            continue
+        groups = int(node.attribute("group", 1) or 1)
+        implied[1] = int(weight.shape[1]) * groups
+        dilations = list(node.attribute("dilations", None) or [1] * (rank - 2))
+        for axis, (kernel, dilation) in enumerate(zip(weight.shape[2:], dilations,
+                                                      strict=False), start=2):
+            implied[axis] = max(implied.get(axis, default), (int(kernel) - 1) * int(dilation) + 1)
+    return implied
 
 
 def _random_tensor(graph: Graph, name: str, elem_type: int, dims: tuple[int, ...],
@@ -168,9 +192,11 @@ def _random_tensor(graph: Graph, name: str, elem_type: int, dims: tuple[int, ...
     if elem_type == onnx.TensorProto.STRING:
         return np.array(rng.choice(["a", "b", "c"], size=dims), dtype=object)
     if np.issubdtype(dtype, np.integer):
+        # indices stay in range; any other integer input gets 0 and 1, the values of the
+        # masks and flags such inputs usually are (random values there, an attention mask
+        # of -3..3, make a model compute nonsense)
         high = _index_bound(graph, name)
-        low = 0 if np.issubdtype(dtype, np.unsignedinteger) or high is not None else -3
-        return rng.integers(low, high if high is not None else 4, size=dims).astype(dtype)
+        return rng.integers(0, high if high is not None else 2, size=dims).astype(dtype)
     return (rng.standard_normal(dims) * 0.5).astype(dtype)
 
 

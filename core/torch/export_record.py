@@ -27,7 +27,9 @@ export mode; the other functions read one piece of it each.
 from __future__ import annotations
 
 import ast
+import contextlib
 import re
+from collections.abc import Iterable
 from typing import Final, Literal, NamedTuple
 
 import onnx
@@ -46,6 +48,7 @@ __all__ = [
     "ORIGINAL_NAME",
     "PREFIXED_LEGACY_CONSTANT_NAME",
     "SIGNATURE",
+    "TIED_NAMES",
     "TRAINABLE_TYPES",
     "Placeholder",
     "StateKind",
@@ -60,8 +63,10 @@ __all__ = [
     "input_spec_kind",
     "is_placeholder_name",
     "module_scope",
+    "parameters_left_out",
     "placeholder_stem",
     "records_state",
+    "signature_kinds",
     "signature_parameters",
     "state_kinds",
 ]
@@ -88,6 +93,9 @@ FX_NODE: Final = "pkg.torch.onnx.fx_node"
 """Node metadata key: the FX node the ONNX node was exported from."""
 NAME_SCOPES: Final = "pkg.torch.onnx.name_scopes"
 """Node metadata key: the module path of the node, as a list."""
+TIED_NAMES: Final = "graphpass.torch.tied_names"
+"""Value metadata key graphpass writes: the other torch names of a tied initializer, as a
+Python list literal (``"['transformer.wte.weight']"``)."""
 
 _SPEC_KINDS: Final[dict[str, StateKind]] = {
     "PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant",
@@ -144,6 +152,17 @@ def graph_signature(graph: Graph) -> dict[str, str]:
     """Placeholder names and the state-dict names they stand for (dynamo exports)."""
     text = graph.metadata.get(SIGNATURE, "")
     return dict(_SIGNATURE_LINE.findall(text))
+
+
+def signature_kinds(graph: Graph) -> dict[str, StateKind]:
+    """What torch.export's graph signature says each state name is (dynamo exports).
+
+    Every parameter, buffer and tensor constant of the exported module by its
+    ``state_dict()`` name (with the export's module prefix), whether or not the ONNX
+    graph still has an initializer of that name. Empty for other producers.
+    """
+    text = graph.metadata.get(SIGNATURE, "")
+    return {target: _SPEC_KINDS[kind] for _, kind, target in _SIGNATURE_KIND.findall(text)}
 
 
 def signature_parameters(graph: Graph) -> dict[str, str]:
@@ -232,6 +251,7 @@ def state_kinds(graph: Graph) -> dict[str, StateKind]:
     kinds: dict[str, StateKind] = {}
     names = list(dict.fromkeys([*graph.initializers, *graph.input_names]))
     values = graph.values
+    signature = signature_kinds(graph)
     for name in names:
         value = values.get(name)
         metadata = value.metadata if value is not None else {}
@@ -239,6 +259,8 @@ def state_kinds(graph: Graph) -> dict[str, StateKind]:
             kinds[name] = "constant"
         elif (kind := input_spec_kind(metadata)) is not None:
             kinds[name] = kind
+        elif name in signature:  # the state name itself: torch's record of the source
+            kinds[name] = signature[name]
     if len(kinds) == len(names):
         return kinds
     read = [(node, placeholder) for node in graph for placeholder in fx_placeholders(node)]
@@ -400,4 +422,45 @@ def _running_statistics(graph: Graph) -> set[str]:
                         and node.domain in ("", "ai.onnx") and slot in (3, 4)
                         for node, slot in uses):
             found.add(name)
+    return found
+
+
+def parameters_left_out(graph: Graph, trainable: Iterable[str]) -> dict[str, str]:
+    """Torch parameters the model still computes with that ``trainable`` does not train.
+
+    The worst failure of a training setup: the parameter "trains" and nothing of it moves.
+    A parameter torch.export's signature lists is computed with when an initializer of
+    its name is read, when a node's FX record reads its placeholder (it was fused into
+    that node), or when an initializer was folded from it; a tied name (recorded under
+    :data:`TIED_NAMES`) is the tensor of its initializer. Parameters the forward never
+    used are not listed (torch gives them no gradient either).
+
+    Returns:
+        Each such parameter and where it went, in signature order.
+    """
+    chosen = set(trainable)
+    tied: set[str] = set()
+    folded: dict[str, str] = {}
+    for name, value in graph.values.items():
+        metadata = value.metadata
+        if TIED_NAMES in metadata:
+            with contextlib.suppress(ValueError, SyntaxError):
+                tied.update(ast.literal_eval(metadata[TIED_NAMES]))
+        for source in folded_from(metadata):
+            folded.setdefault(source, name)
+    readers: dict[str, str] = {}
+    for node in graph:
+        for read in fx_placeholders(node):
+            readers.setdefault(read.name, node.name or node.op_type)
+    found: dict[str, str] = {}
+    for target, placeholder in signature_parameters(graph).items():
+        if target in chosen or target in tied:
+            continue
+        if target in graph.initializers:
+            if graph.is_used(target):
+                found[target] = "its initializer is left out of the trainable set"
+        elif target in folded:
+            found[target] = f"the exporter folded it into {folded[target]!r}"
+        elif placeholder in readers:
+            found[target] = f"the exporter fused it into node {readers[placeholder]!r}"
     return found

@@ -1,0 +1,68 @@
+"""What torch's exporters computed from model state at export time, and how to compute it again.
+
+Both exporters fold into constants whatever depends on model state alone:
+
+* ``torch.onnx.export(..., dynamo=True)``'s default optimizer: ``val_37 =
+  Transpose(query.weight)`` for every ``nn.Linear`` applied to a 3-D input, the rows of a
+  position table a static export reads (``embedding_2 = position_embeddings.weight[:8]``),
+  a class token broadcast to the batch (``expand``), tables computed from rotary
+  frequencies, and every ``BatchNormalization`` after a ``Conv`` fused into the
+  convolution (the conv's weight keeps the parameter's name but holds ``W * gamma /
+  sigma``, a ``weight_bias`` appears). It records what it folded from in
+  ``pkg.onnxscript.optimizer.folded_from``, and the fused ``Conv`` keeps the batch norm's
+  FX record;
+* the legacy exporter's constant folding (``dynamo=False``, also what Optimum runs):
+  transposed linear weights and fused convolutions named ``onnx::MatMul_N`` and
+  ``onnx::Conv_N``, with no record at all.
+
+A folded constant holds the values the export was made from. Training needs more: the
+parameter must be computed into the graph (a trainer given the constant trains an
+anonymous copy and nothing of torch's moves), and a checkpoint that changes a source
+makes the constant stale. This module is the one place that knows what was folded:
+:func:`find_folds` reads the exporter's records, the file's own values and (when given)
+a checkpoint's, and returns a :class:`Folding`: for every folded initializer its
+:class:`Fold` (the one state tensor it came from, and the :class:`Recipe` that computes
+it again, when one is known) and every fused convolution (:class:`FusedBatchNorm`).
+:func:`recompute` and :func:`unfuse` put the computation back into the graph, so that
+the parameter itself is an initializer and trains as torch trains it.
+
+How a recipe is established, most certain first (:attr:`Fold.evidence` says which):
+
+* torch's records: a ``MatMul`` recorded as ``aten.linear`` of the parameter reads the
+  transpose; a fused ``Conv`` recorded as the batch norm names its parameters, buffers,
+  momentum and epsilon;
+* values: the constant equals a transpose, a row gather, a broadcast, a scaling or a
+  copy of the source (the file's own initializer, or the checkpoint's tensor when the
+  checkpoint holds the values the export was made from);
+* the constant itself: a broadcast repeats one slice, which is the source; the rows of a
+  position table are the indices the same export computed from the same values, kept
+  as an integer constant beside it.
+
+Staleness is decided, not assumed: a fold is stale when the checkpoint gives its source
+values from which the recipe computes something else (:meth:`Fold.stale`).
+"""
+
+from graphpass.torch.folding.finder import find_folds, find_ties
+from graphpass.torch.folding.folds import Fold, Folding, FusedBatchNorm
+from graphpass.torch.folding.recipes import Broadcast, Copy, Recipe, Rows, Scale, Transpose
+from graphpass.torch.folding.rewrite import mark_state, mark_ties, recompute, unfuse
+from graphpass.torch.folding.values import StateValues
+
+__all__ = [
+    "Broadcast",
+    "Copy",
+    "Fold",
+    "Folding",
+    "FusedBatchNorm",
+    "Recipe",
+    "Rows",
+    "Scale",
+    "StateValues",
+    "Transpose",
+    "find_folds",
+    "find_ties",
+    "mark_state",
+    "mark_ties",
+    "recompute",
+    "unfuse",
+]
