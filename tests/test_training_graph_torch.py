@@ -16,6 +16,8 @@ equal torch's too; with ``batch-norm = "running-statistics"`` as torch in ``eval
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -181,23 +183,42 @@ PIXELS = np.random.default_rng(3).standard_normal((2, 3, 32, 32)).astype(np.floa
 LOGITS_TARGET = np.random.default_rng(4).standard_normal((2, 5)).astype(np.float32)
 
 
-@pytest.fixture(scope="module")
-def fresh_resnet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The zoo's ``legacy-unfolded`` export of a fresh ResNet, and its ``state_dict()``."""
+def export_fresh_resnet(folder: str) -> None:
+    """Export :func:`_fresh_resnet` as the zoo's ``legacy-unfolded`` mode, with its weights."""
+    import warnings
+
     from safetensors.torch import save_model
     from transformers.models.resnet.modeling_resnet import ResNetBasicLayer
     from zoo.exporting import legacy_export
 
-    folder = tmp_path_factory.mktemp("fresh-resnet")
     module = _fresh_resnet()
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        legacy_export(module, (torch.from_numpy(PIXELS),), folder / "model.onnx",
+        legacy_export(module, (torch.from_numpy(PIXELS),), Path(folder) / "model.onnx",
                       {ResNetBasicLayer}, do_constant_folding=False,
                       input_names=["pixel_values"], output_names=["logits"])
-    save_model(module, str(folder / "model.safetensors"))
+    save_model(module, str(Path(folder) / "model.safetensors"))
+
+
+_EXPORT_APART = ("import sys; sys.path.insert(0, sys.argv[1]); "
+                 "from test_training_graph_torch import export_fresh_resnet; "
+                 "export_fresh_resnet(sys.argv[2])")
+
+
+@pytest.fixture(scope="module")
+def fresh_resnet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The zoo's ``legacy-unfolded`` export of a fresh ResNet, and its ``state_dict()``.
+
+    Exported in a process of its own: the legacy exporter with modules as functions
+    once crashed a pytest worker (a segfault inside ``torch.onnx.export(dynamo=False)``
+    after other tests had run there), as :func:`zoo.exporting._build_apart` says.
+    """
+    pytest.importorskip("transformers")
+    folder = tmp_path_factory.mktemp("fresh-resnet")
+    here = Path(__file__).resolve().parent
+    done = subprocess.run([sys.executable, "-c", _EXPORT_APART, str(here), str(folder)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
     return folder / "model.onnx", folder / "model.safetensors"
 
 
