@@ -122,11 +122,10 @@ def _adamw(train: Path, recipe: object, manifest: dict[str, object]) -> float:
     import onnxruntime
     import torch
     from _training_models import torch_loss
-    from safetensors.numpy import load_file
+    from graphpass.training.directory import initial_values
 
     session = onnxruntime.InferenceSession(str(train / "step.onnx"))
-    values = {**load_file(str(train / "weights.safetensors")),
-              **load_file(str(train / "optimizer_state.safetensors"))}
+    values = initial_values(train)
     step = manifest["step"]
     assert isinstance(step, dict)
     for _ in range(10):

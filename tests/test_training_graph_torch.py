@@ -58,9 +58,11 @@ def _session(path: Path) -> object:
 
 
 def _weights(directory: Path) -> dict[str, np.ndarray]:
+    """What ``gradient.onnx`` reads besides the batch: the weights and running statistics."""
     from safetensors.numpy import load_file
 
-    return load_file(str(directory / "weights.safetensors"))
+    return {**load_file(str(directory / "weights.safetensors")),
+            **load_file(str(directory / "buffers.safetensors"))}
 
 
 @pytest.mark.parametrize(("name", "batch_norm"), [
@@ -71,10 +73,12 @@ def test_gradient_graph_equals_torch_autograd(name: str, batch_norm: str,
     recipe = recipes()[name]
     session = _session(tmp_path / "train" / "gradient.onnx")
     feeds = {**recipe.batch(), "target": recipe.target(), **_weights(tmp_path / "train")}
+    statistics = manifest["buffers"]  # the running statistics, with batch statistics
     assert [i.name for i in session.get_inputs()] == [*recipe.batch(), "target",
-                                                       *manifest["trainable"]]
-    assert [o.name for o in session.get_outputs()] == ["loss", *manifest["gradients"]]
-    loss, *grads = session.run(None, feeds)
+                                                       *manifest["trainable"], *statistics]
+    assert [o.name for o in session.get_outputs()] == [
+        "loss", *manifest["gradients"], *(f"{name}.new" for name in statistics)]
+    loss, *grads = session.run(None, feeds)[:1 + len(manifest["trainable"])]
 
     module = recipe.make()
     if batch_norm == "batch-statistics":
@@ -135,11 +139,9 @@ def test_ten_steps_equal_torch_optim(name: str, optimizer: str, batch_norm: str,
     manifest = _build(name, tmp_path / "train", **options)
     recipe = recipes()[name]
     session = _session(tmp_path / "train" / "step.onnx")
-    from safetensors.numpy import load_file
+    from graphpass.training.directory import initial_values
 
-    values: dict[str, np.ndarray] = {
-        name: value for file in ("weights", "optimizer_state", "buffers")
-        for name, value in load_file(str(tmp_path / "train" / f"{file}.safetensors")).items()}
+    values: dict[str, np.ndarray] = initial_values(tmp_path / "train")
     step = manifest["step"]
     for _ in range(10):
         feeds = {**recipe.batch(), "target": recipe.target(), "lr": np.array(lr, np.float32),
@@ -273,7 +275,7 @@ def test_filled_from_its_checkpoint_it_trains_with_batch_statistics_like_torch(
     assert len(manifest["running_statistics"]) == len(batch_norms) == 6
     session = _session(directory / "gradient.onnx")
     loss, *grads = session.run(None, {"pixel_values": PIXELS, "target": LOGITS_TARGET,
-                                      **_weights(directory)})
+                                      **_weights(directory)})[:1 + len(manifest["trainable"])]
     module = batch_norms_in_train_mode(_fresh_resnet())
     expected = torch.nn.functional.mse_loss(module(torch.from_numpy(PIXELS)),
                                             torch.from_numpy(LOGITS_TARGET))
