@@ -123,6 +123,7 @@ def _adamw(train: Path, recipe: object, manifest: dict[str, object]) -> float:
     import onnxruntime
     import torch
     from _training_models import torch_loss
+
     from graphpass.training.directory import initial_values
 
     session = onnxruntime.InferenceSession(str(train / "step.onnx"))

@@ -317,7 +317,7 @@ class Trainer:
         if len(micro) > 1:
             scale = 1.0 / len(micro)
             for grad in self._grads.values():
-                grad *= grad.dtype.type(scale)
+                np.multiply(grad, grad.dtype.type(scale), out=grad)
         self._apply_optimizer()
         return loss / len(micro)
 
