@@ -201,6 +201,7 @@ class _Planner:
         self.served_placeholders: set[str] = set()
         self.plain_fills: dict[str, Fill] = {}
         self.by_scope: dict[str, list[tuple[str, str]]] = {}
+        self._scope_counts: dict[str, int] | None = None
 
     # ---------------------------------------------------------------- plain fills
     def plain(self) -> None:
@@ -360,10 +361,25 @@ class _Planner:
             return source
         scopes = {module_scope(node) for node, _ in uses}
         scope = scopes.pop() if len(scopes) == 1 else None
-        named = f"{scope}.weight" if scope else source
+        if scope is None or self._weights_in_scope(scope) != 1:
+            # Several weights in one scope: it names no module of the model (the nodes
+            # of an inlined function all carry the call's scope, BertLayer's say).
+            return source
+        named = f"{scope}.weight"
         if named == source or self.keys.get(named, key) != key or self._taken(named):
             return source
         return named
+
+    def _weights_in_scope(self, scope: str) -> int:
+        """How many initializers ``MatMul``/``Gemm`` nodes of ``scope`` read as weights."""
+        if self._scope_counts is None:
+            counts: dict[str, set[str]] = {}
+            for node in self.graph:
+                if node.op_type in ("MatMul", "Gemm") and len(node.inputs) > 1 \
+                        and node.inputs[1] in self.graph.initializers:
+                    counts.setdefault(module_scope(node), set()).add(node.inputs[1])
+            self._scope_counts = {name: len(found) for name, found in counts.items()}
+        return self._scope_counts.get(scope, 0)
 
     def _scoped_fold(self, fold: Fold, used: set[str]) -> str | None:
         """A legacy copy no value matched: the transpose of its module's one unused key."""
