@@ -19,6 +19,14 @@ runs; :mod:`graphpass.plugins._training_check`): a model that loads but fails in
 first step, or computes a wrong gradient, is an error, not a "ready". The artifacts
 are built in a scratch folder and moved into place only when every check passes.
 Failures come back as findings.
+
+Everything that runs onnxruntime-training's native training code on the model
+(``generate_artifacts``, loading the artifacts, the step and its finite-difference runs)
+runs in a child process (:mod:`graphpass.plugins._training_child`: this Python, started
+afresh): the runtime can crash instead of raising (1.19.2 segfaults in the first step of
+a ``MaxPool`` over dynamic image sizes, which ``lint-gradients`` now refuses up front).
+A crash is an error finding of the stage it happened in (``GP701`` building, ``GP703``
+loading, ``GP704`` stepping) naming the signal and the inputs; nothing is written.
 """
 
 from __future__ import annotations
