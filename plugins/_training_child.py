@@ -18,8 +18,8 @@ The job file (JSON) names:
   ``generate_artifacts`` arguments (``loss`` and ``optimizer`` by name);
 * ``max_ir_version``: the highest IR version to leave in the artifacts;
 * ``step``: ``null`` (no step), or the step's inputs: ``feeds``, ``given`` and
-  ``outputs`` (``.npz`` files, with ``output_names`` in order), ``random_ops``,
-  ``gradients`` and ``seed``;
+  ``outputs`` (each ``{"path": NPZ, "names": [...]}``: the arrays by position, in the
+  order of ``names``), ``random_ops``, ``gradients`` and ``seed``;
 * ``stage``: a file the child writes the stage it enters into (``generating``,
   ``loading``, ``stepping``, ``checking``), so that the parent can tell where it died;
 * ``result``: the JSON file the child writes at the end: ``generation_error``,
@@ -49,11 +49,10 @@ def _mark(stage_file: Path, stage: str) -> None:
     stage_file.write_text(stage)
 
 
-def _arrays(path: str | None) -> dict[str, np.ndarray[Any, Any]]:
-    if not path:
-        return {}
-    with np.load(path, allow_pickle=False) as data:
-        return {name: data[name] for name in data.files}
+def _arrays(saved: dict[str, Any]) -> dict[str, np.ndarray[Any, Any]]:
+    """The arrays of an ``.npz`` written by position (``arr_0`` ...), under their names."""
+    with np.load(saved["path"], allow_pickle=False) as data:
+        return {name: data[f"arr_{i}"] for i, name in enumerate(saved["names"])}
 
 
 def _generate(job: dict[str, Any]) -> None:
@@ -109,10 +108,8 @@ def _run(job: dict[str, Any]) -> dict[str, Any]:
     step = job.get("step")
     if result["load_problem"] or not step:
         return result
-    outputs = _arrays(step["outputs"])
     prepared = StepInputs(_arrays(step["feeds"]), _arrays(step["given"]),
-                          {name: outputs[name] for name in step["output_names"]},
-                          tuple(step["random_ops"]))
+                          _arrays(step["outputs"]), tuple(step["random_ops"]))
     _mark(stage, "stepping")
     outcome = run_step(directory, prepared, gradients=bool(step["gradients"]),
                        seed=int(step["seed"]),

@@ -269,12 +269,13 @@ def _run_child(model: Model, job_dir: Path, scratch: Path, options: Any, trainab
         path.write_bytes(proto.SerializeToString())
     step: dict[str, Any] | None = None
     if prepared is not None:
+        step = {"random_ops": list(prepared.random_ops),
+                "gradients": bool(options.check_gradients), "seed": 0}
         for name, arrays in (("feeds", prepared.feeds), ("given", prepared.given),
                              ("outputs", prepared.outputs)):
-            np.savez(job_dir / f"{name}.npz", **arrays)
-        step = {name: str(job_dir / f"{name}.npz") for name in ("feeds", "given", "outputs")}
-        step.update(output_names=list(prepared.outputs), random_ops=list(prepared.random_ops),
-                    gradients=bool(options.check_gradients), seed=0)
+            # by position: an input may be called like a keyword of np.savez ("file")
+            np.savez(job_dir / f"{name}.npz", *arrays.values())
+            step[name] = {"path": str(job_dir / f"{name}.npz"), "names": list(arrays)}
     stage, result = job_dir / "stage", job_dir / "result.json"
     job = {"model": str(path), "external": external, "artifacts": str(scratch),
            "generate": {"requires_grad": trainable, "frozen_params": frozen,
@@ -344,15 +345,22 @@ def _crash_finding(child: _ChildResult, prepared: StepInputs | None,
         source = f"the inputs of {inputs}" if inputs is not None else (
             "generated inputs (2 for every named dimension)")
         on = f", on {source}: {shapes}"
-    died = "crashed" if child.crashed and child.crashed.startswith("SIG") else "died"
+    signal_name = child.crashed or ""
+    if signal_name.startswith("SIG"):
+        died = f"crashed ({signal_name})"
+    else:  # the child exited without its result: its last line says why
+        last = child.log.splitlines()[-1] if child.log else ""
+        died = f"died ({signal_name}{': ' + last[:300] if last else ''})"
+    memory = " (SIGKILL: often the system ran out of memory)" \
+        if signal_name == "SIGKILL" else ""
     return Finding(
         code, Severity.ERROR,
-        f"onnxruntime-training {_runtime_version()} {died} ({child.crashed}) {where}{on}; "
+        f"onnxruntime-training {_runtime_version()} {died} {where}{on}; "
         f"nothing was written", data={"signal": child.crashed, "stage": child.stage,
                                       "log": child.log},
-        hint="this is a bug of onnxruntime-training, not of the model (graphpass ran it in a "
-             "child process and stopped): train with graphpass's own trainer, which runs on "
-             "stock onnxruntime (graphpass train MODEL --data BATCH.npz, or graphpass run "
+        hint=f"this is a bug of onnxruntime-training{memory}, not of the model (graphpass ran "
+             "it in a child process and stopped): train with graphpass's own trainer, which "
+             "runs on stock onnxruntime (graphpass train MODEL --data BATCH.npz, or graphpass run "
              "MODEL -p train-ready --emit-training-graph DIR), and please report the model; "
              "if the inputs have named dimensions, fixing their sizes (python -m "
              "onnxruntime.tools.make_dynamic_shape_fixed) may avoid it")
