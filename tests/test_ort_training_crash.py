@@ -24,6 +24,7 @@ inference, the batch dimension included.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 from pathlib import Path
 
@@ -147,6 +148,25 @@ def test_the_refusal_says_why_and_what_to_do() -> None:
 
 
 # --------------------------------------------------- the real crash, in the ORT venv
+REPRODUCER = Path(__file__).resolve().parent / "ort_training" / "pool_crash.py"
+
+
+@pytest.mark.ort_training
+@pytest.mark.parametrize(("arguments", "code"), [
+    ([], -signal.SIGSEGV), (["--width", "8"], 0),
+    (["--op", "AveragePool", "--width", "8", "--batch", "N"], None),  # SIGFPE or SIGSEGV
+    (["--op", "AveragePool", "--width", "8"], 0)])
+def test_onnxruntime_training_itself_crashes_on_the_minimal_model(
+        arguments: list[str], code: int | None, ort_training_python: str) -> None:
+    # The reproducer without graphpass: the dynamic size is the whole difference.
+    done = subprocess.run([ort_training_python, str(REPRODUCER), *arguments],
+                          capture_output=True, text=True, timeout=300, check=False)
+    got = done.returncode
+    assert (got < 0 if code is None else got == code), done.stdout[-2000:] + done.stderr[-2000:]
+    assert "first step" in done.stdout
+    assert ("loss " in done.stdout) == (got == 0)
+
+
 def _run(graphpass_process, python: str, folder: Path, proto: onnx.ModelProto, x_shape,
          *options: str) -> tuple[subprocess.CompletedProcess[str], dict]:
     onnx.save(proto, folder / "model.onnx")
