@@ -8,6 +8,8 @@ scatters into it out of bounds: the first training step of Optimum's ResNet expo
 a MaxPool over ``x: [2, 2, 8, "W"]``. ``AveragePoolGrad`` takes the whole shape from
 inference, the batch dimension included.
 
+* ``tests/ort_training/pool_crash.py``, the reproducer without graphpass, crashes
+  onnxruntime-training (``SIGSEGV``), and trains with the width fixed.
 * ``lint-gradients`` refuses a MaxPool whose input needs a gradient and has a dynamic
   dimension past the batch one, and an AveragePool with any dynamic dimension
   (``GP403``); it stays silent on the same ResNet-like model with a dynamic batch only,
