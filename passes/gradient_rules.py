@@ -166,6 +166,44 @@ def _split_output_without_gradient(site: NodeSite) -> bool:
     return any(isinstance(size, int) and size > 1 for size in shape[:axis % len(shape)])
 
 
+def _sizes_unknown(site: NodeSite, first: int) -> bool:
+    """Whether input 0 needs a gradient and its sizes from axis ``first`` are not all numbers.
+
+    An unknown shape (or rank) counts as not known: the trainer does not know it either
+    (its shape inference is ONNX's).
+    """
+    if 0 not in site.inputs_needing_gradient:
+        return False
+    shape = site.input_shape(0)
+    return shape is None or any(not isinstance(size, int) for size in shape[first:])
+
+
+def _sizes_unknown_past_batch(site: NodeSite) -> bool:
+    """Whether a pooling input that needs a gradient has a size past the first not fixed.
+
+    Not fixed: symbolic or unknown, or the whole shape unknown.
+
+    ORT's ``MaxPoolGrad`` (CPU) allocates the input's gradient with the input's shape as
+    inferred when the session is built (a symbolic dimension reads as 0), taking only
+    the first dimension from the incoming gradient, then scatters into it at the
+    forward pass's indices: out of bounds, a segmentation fault (or memory corruption
+    and a failure downstream) in the first training step.
+    """
+    return _sizes_unknown(site, 1)
+
+
+def _sizes_unknown_anywhere(site: NodeSite) -> bool:
+    """Whether a pooling input that needs a gradient has a size not fixed (batch included).
+
+    Not fixed: symbolic or unknown, or the whole shape unknown.
+
+    ORT's ``AveragePoolGrad`` (CPU) takes the whole gradient's shape from the input's
+    inferred shape (symbolic dimensions read as 0): a segmentation fault, or a floating
+    point exception, in the first training step.
+    """
+    return _sizes_unknown(site, 0)
+
+
 CHECKS: dict[str, Check] = {
     "dropout-kept": Check("dropout-kept", "ORT's optimizer does not remove it first "
                           "(its ratio is not a constant 0, or its output stays a graph "
@@ -186,6 +224,15 @@ CHECKS: dict[str, Check] = {
         "split-output-without-gradient",
         "the input needs a gradient and some outputs get none (other than trailing ones "
         "of a split whose leading dimensions are all 1)", _split_output_without_gradient),
+    "sizes-unknown-past-batch": Check(
+        "sizes-unknown-past-batch",
+        "the input needs a gradient and a dimension of it past the first is not a fixed "
+        "number (a named, dynamic size such as height or width), or its shape is unknown",
+        _sizes_unknown_past_batch),
+    "sizes-unknown": Check(
+        "sizes-unknown",
+        "the input needs a gradient and a dimension of it (the batch one included) is not a "
+        "fixed number (a named, dynamic size), or its shape is unknown", _sizes_unknown_anywhere),
 }
 """The named conditions the built-in rules refer to (``{ check = "..." }``)."""
 

@@ -18,6 +18,7 @@ differences disagree with each other, and nothing is claimed).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -27,7 +28,8 @@ import numpy as np
 from graphpass.framework.verify import VerifyOptions, make_inputs, run_model
 from graphpass.ir import Model
 
-__all__ = ["FD_TOLERANCE", "StepOutcome", "check_training"]
+__all__ = ["FD_TOLERANCE", "StepInputs", "StepOutcome", "check_training", "run_step",
+           "step_inputs"]
 
 FD_TOLERANCE: Final = 0.05
 """Largest relative difference between ``g . d`` and the finite difference."""
@@ -80,9 +82,47 @@ class StepOutcome:
         return error is not None and error > FD_TOLERANCE
 
 
+@dataclass(frozen=True)
+class StepInputs:
+    """What the step needs of the forward model, made before any training code runs.
+
+    Attributes:
+        feeds: The model's inputs (given, or generated as ``--verify`` makes them).
+        given: Every array of the inputs file (the loss's inputs too, e.g. ``target``).
+        outputs: The forward model's outputs on ``feeds`` (a random target takes the
+            first one's shape).
+        random_ops: The random operators of the model (their gradient is not checked).
+    """
+
+    feeds: dict[str, np.ndarray[Any, Any]]
+    given: dict[str, np.ndarray[Any, Any]]
+    outputs: dict[str, np.ndarray[Any, Any]]
+    random_ops: tuple[str, ...] = ()
+
+
+def step_inputs(model: Model, *, inputs: Path | None = None,
+                seed: int = 0) -> StepInputs | StepOutcome:
+    """The inputs of the first step on ``model`` (stock inference only, no training code).
+
+    Returns:
+        The inputs, or a skipped :class:`StepOutcome` when the inputs file is unusable.
+    """
+    try:
+        feeds = make_inputs(model, VerifyOptions(inputs=inputs, seed=seed))
+    except Exception as error:  # bad inputs file: the caller reports it
+        return StepOutcome(skipped=f"no inputs: {error}")
+    forward = run_model(model, feeds, backend="onnxruntime")
+    random_ops = sorted({n.op_type for g in model.graphs() for n in g if n.op_type in _RANDOM_OPS})
+    return StepInputs(dict(feeds), _given(inputs), dict(forward.outputs or {}),
+                      tuple(random_ops))
+
+
 def check_training(directory: Path, model: Model, *, inputs: Path | None = None,
                    gradients: bool = True, seed: int = 0) -> StepOutcome:
     """Run one training step on the artifacts in ``directory``; check its gradient.
+
+    In this process: a crash of onnxruntime-training ends it.
+    ``graphpass.plugins.ort_training`` runs :func:`run_step` in a child process instead.
 
     Args:
         directory: The artifacts (``checkpoint``, ``training_model.onnx`` ...).
@@ -92,19 +132,33 @@ def check_training(directory: Path, model: Model, *, inputs: Path | None = None,
         gradients: Also compare the gradient with finite differences.
         seed: The seed of generated inputs and of the direction.
     """
+    prepared = step_inputs(model, inputs=inputs, seed=seed)
+    if isinstance(prepared, StepOutcome):
+        return prepared
+    return run_step(directory, prepared, gradients=gradients, seed=seed)
+
+
+def run_step(directory: Path, prepared: StepInputs, *, gradients: bool = True,
+             seed: int = 0, on_checking: Callable[[], None] | None = None) -> StepOutcome:
+    """One training step on the artifacts in ``directory``, and the gradient check.
+
+    This is the part that runs onnxruntime-training's native training code.
+
+    Args:
+        directory: The artifacts (``checkpoint``, ``training_model.onnx`` ...).
+        prepared: The step's inputs (:func:`step_inputs`).
+        gradients: Also compare the gradient with finite differences.
+        seed: The seed of the random target and of the direction.
+        on_checking: Called once the step ran, before the finite-difference runs.
+    """
     from onnxruntime.training import api
 
-    try:
-        feeds = make_inputs(model, VerifyOptions(inputs=inputs, seed=seed))
-    except Exception as error:  # bad inputs file: the caller reports it
-        return StepOutcome(skipped=f"no inputs: {error}")
-    forward = run_model(model, feeds, backend="onnxruntime")
-    given = _given(inputs)
     try:
         state = api.CheckpointState.load_checkpoint(str(directory / "checkpoint"))
         module = api.Module(str(directory / "training_model.onnx"), state,
                             str(directory / "eval_model.onnx"))
-        batch = _batch(directory, module.input_names(), feeds, given, forward.outputs, seed)
+        batch = _batch(directory, module.input_names(), prepared.feeds, prepared.given,
+                       prepared.outputs, seed)
         module.train()
         loss = _loss(module(*batch))
     except Exception as error:  # the runtime's own exception types
@@ -112,9 +166,10 @@ def check_training(directory: Path, model: Model, *, inputs: Path | None = None,
         return StepOutcome(error=_first_line(text), node=_node(text))
     if not gradients:
         return StepOutcome(loss, skipped="not asked for")
-    random_ops = sorted({n.op_type for g in model.graphs() for n in g if n.op_type in _RANDOM_OPS})
-    if random_ops:
-        return StepOutcome(loss, skipped=f"the model is random ({', '.join(random_ops)})")
+    if prepared.random_ops:
+        return StepOutcome(loss, skipped=f"the model is random ({', '.join(prepared.random_ops)})")
+    if on_checking is not None:
+        on_checking()
     trained = [(name, p) for name, p in state.parameters if p.requires_grad]
     grads = {name: np.array(p.grad, dtype=np.float64) for name, p in trained}
     start = {name: np.array(p.data, copy=True) for name, p in trained}

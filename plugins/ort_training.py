@@ -19,6 +19,14 @@ runs; :mod:`graphpass.plugins._training_check`): a model that loads but fails in
 first step, or computes a wrong gradient, is an error, not a "ready". The artifacts
 are built in a scratch folder and moved into place only when every check passes.
 Failures come back as findings.
+
+Everything that runs onnxruntime-training's native training code on the model
+(``generate_artifacts``, loading the artifacts, the step and its finite-difference runs)
+runs in a child process (:mod:`graphpass.plugins._training_child`: this Python, started
+afresh): the runtime can crash instead of raising (1.19.2 segfaults in the first step of
+a ``MaxPool`` over dynamic image sizes, which ``lint-gradients`` now refuses up front).
+A crash is an error finding of the stage it happened in (``GP701`` building, ``GP703``
+loading, ``GP704`` stepping) naming the signal and the inputs; nothing is written.
 """
 
 from __future__ import annotations
@@ -26,9 +34,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
-import io
+import json
 import os
 import re
+import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -36,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+import numpy as np
 import onnx
 
 from graphpass.files.proto import model_to_proto
@@ -43,7 +54,7 @@ from graphpass.findings import Finding, Severity
 from graphpass.framework.hookspecs import hookimpl
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Model
-from graphpass.plugins._training_check import StepOutcome, check_training
+from graphpass.plugins._training_check import StepInputs, StepOutcome, step_inputs
 from graphpass.torch.export_record import TRAINABLE_TYPES
 from graphpass.training.gradient_rules import select_weights
 
@@ -180,26 +191,179 @@ class EmitTrainingArtifacts(Pass):
     def _build_and_check(self, model: Model, context: PassContext, scratch: Path,
                          trainable: list[str], frozen: list[str]
                          ) -> tuple[list[Finding], StepOutcome | None]:
-        """Generate the artifacts into ``scratch``, load them, run and check a step."""
+        """Generate the artifacts into ``scratch``, load them, run and check a step.
+
+        The inputs of the step are made here (stock inference); everything that runs
+        onnxruntime-training's training code runs in a child process
+        (:mod:`graphpass.plugins._training_child`), so that a crash of the runtime
+        becomes a finding instead of ending graphpass.
+        """
         options = self.options
-        try:
-            _generate(model, scratch, options, trainable, frozen)
-        except Exception as error:  # onnxruntime-training raises plain RuntimeErrors
-            return [_generation_failure(error)], None
-        _cap_ir_versions(scratch, options.max_ir_version or _max_ir_version())
-        problem = _load_artifacts(scratch)
-        if problem:
+        inputs = context.resolve_path(options.inputs) if options.inputs else None
+        prepared: StepInputs | None = None
+        step: StepOutcome | None = None
+        if options.train_step:
+            made = step_inputs(model, inputs=inputs)
+            if isinstance(made, StepOutcome):
+                step = made  # no usable inputs: the artifacts are still built and loaded
+            else:
+                prepared = made
+        with tempfile.TemporaryDirectory(prefix=".graphpass-training-job-",
+                                         dir=scratch.parent) as job_name:
+            child = _run_child(model, Path(job_name), scratch, options, trainable, frozen,
+                               prepared)
+        if child.crashed:
+            return [_crash_finding(child, prepared, inputs)], None
+        if child.generation_error is not None:
+            return [_generation_failure(child.generation_error)], None
+        if child.load_problem:
             return [Finding(
                 DOES_NOT_LOAD_CODE, Severity.ERROR,
-                f"onnxruntime-training wrote artifacts but cannot load them: {problem}",
+                f"onnxruntime-training wrote artifacts but cannot load them: "
+                f"{child.load_problem}",
                 hint="check the onnx and onnxruntime-training versions")], None
         if not options.train_step:
             return [], None
-        inputs = context.resolve_path(options.inputs) if options.inputs else None
-        with _quiet_native_stderr():
-            step = check_training(scratch, model, inputs=inputs,
-                                  gradients=options.check_gradients)
+        if child.step is not None:
+            step = child.step
+        if step is None:
+            return [], None
         return _step_findings(model, step, generated=inputs is None), step
+
+
+@dataclass(frozen=True)
+class _ChildResult:
+    """What the child process did (:mod:`graphpass.plugins._training_child`).
+
+    Attributes:
+        crashed: The signal's name (``SIGSEGV``) or ``exit N`` when the child died
+            without writing its result; ``None`` when it wrote one.
+        stage: The stage it was in: ``generating``, ``loading``, ``stepping`` (the first
+            training step) or ``checking`` (the finite-difference runs after it).
+        generation_error: ``generate_artifacts``'s error message.
+        load_problem: Why the runtime does not load the artifacts.
+        step: The step's outcome.
+        log: The last lines the child wrote (the runtime's log), when it crashed.
+    """
+
+    crashed: str | None = None
+    stage: str = ""
+    generation_error: str | None = None
+    load_problem: str | None = None
+    step: StepOutcome | None = None
+    log: str = ""
+
+
+def _run_child(model: Model, job_dir: Path, scratch: Path, options: Any, trainable: list[str],
+               frozen: list[str], prepared: StepInputs | None) -> _ChildResult:
+    """Write the job into ``job_dir``, run the child on it, and read what it did."""
+    path = job_dir / "model.onnx"
+    external = _weight_bytes(model) >= _PROTO_LIMIT
+    if external:
+        from graphpass.files import save
+
+        save(model, path, external_data=True)
+    else:
+        proto = model_to_proto(model, lambda tensor: tensor.to_embedded_proto()
+                               if tensor.is_external else tensor.to_proto())
+        path.write_bytes(proto.SerializeToString())
+    step: dict[str, Any] | None = None
+    if prepared is not None:
+        step = {"random_ops": list(prepared.random_ops),
+                "gradients": bool(options.check_gradients), "seed": 0}
+        for name, arrays in (("feeds", prepared.feeds), ("given", prepared.given),
+                             ("outputs", prepared.outputs)):
+            # by position: an input may be called like a keyword of np.savez ("file")
+            np.savez(job_dir / f"{name}.npz", *arrays.values())
+            step[name] = {"path": str(job_dir / f"{name}.npz"), "names": list(arrays)}
+    stage, result = job_dir / "stage", job_dir / "result.json"
+    job = {"model": str(path), "external": external, "artifacts": str(scratch),
+           "generate": {"requires_grad": trainable, "frozen_params": frozen,
+                        "loss": options.loss, "optimizer": options.optimizer,
+                        "loss_input_names": list(options.loss_inputs) or None},
+           "max_ir_version": options.max_ir_version or _max_ir_version(),
+           "step": step, "stage": str(stage), "result": str(result)}
+    (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
+    log = job_dir / "child.log"
+    with open(log, "wb") as sink:
+        done = subprocess.run(
+            [sys.executable, "-m", "graphpass.plugins._training_child",
+             str(job_dir / "job.json")],
+            stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, cwd=job_dir,
+            check=False)
+    reached = stage.read_text(encoding="utf-8") if stage.exists() else "starting"
+    if done.returncode != 0 or not result.exists():
+        return _ChildResult(crashed=_exit_name(done.returncode), stage=reached,
+                            log=_log_tail(log))
+    found = json.loads(result.read_text(encoding="utf-8"))
+    return _ChildResult(generation_error=found["generation_error"],
+                        load_problem=found["load_problem"], stage=reached,
+                        step=StepOutcome(**found["step"]) if found["step"] else None)
+
+
+def _exit_name(code: int) -> str:
+    """``SIGSEGV`` for a child killed by signal 11, else ``exit N``."""
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit {code}"
+
+
+def _log_tail(log: Path, lines: int = 12) -> str:
+    """The child's last lines, without the runtime's INFO log and blank lines."""
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    kept = [line for line in text.splitlines()
+            if line.strip() and not re.match(r"^\S+ \S+ \[I:onnxruntime", line)]
+    return "\n".join(kept[-lines:])[-2000:]
+
+
+_STAGES = {
+    "starting": ("while starting", FAILED_CODE),
+    "generating": ("while building the artifacts (generate_artifacts: the gradient graph)",
+                   FAILED_CODE),
+    "loading": ("while loading the artifacts it wrote (creating the training sessions)",
+                DOES_NOT_LOAD_CODE),
+    "stepping": ("in its first training step", STEP_FAILS_CODE),
+    "checking": ("in the forward runs of the finite-difference check after its first "
+                 "training step", STEP_FAILS_CODE),
+}
+
+
+def _crash_finding(child: _ChildResult, prepared: StepInputs | None,
+                   inputs: Path | None) -> Finding:
+    """GP701/GP703/GP704 (by stage) for a child that onnxruntime-training crashed."""
+    where, code = _STAGES.get(child.stage, _STAGES["starting"])
+    on = ""
+    if prepared is not None and child.stage in ("stepping", "checking"):
+        shapes = ", ".join(f"{name} {list(np.shape(value))}"
+                           for name, value in prepared.feeds.items())
+        source = f"the inputs of {inputs}" if inputs is not None else (
+            "generated inputs (2 for every named dimension)")
+        on = f", on {source}: {shapes}"
+    signal_name = child.crashed or ""
+    if signal_name.startswith("SIG"):
+        died = f"crashed ({signal_name})"
+    else:  # the child exited without its result: its last line says why
+        last = child.log.splitlines()[-1] if child.log else ""
+        died = f"died ({signal_name}{': ' + last[:300] if last else ''})"
+    memory = " (SIGKILL: often the system ran out of memory)" \
+        if signal_name == "SIGKILL" else ""
+    return Finding(
+        code, Severity.ERROR,
+        f"onnxruntime-training {_runtime_version()} {died} {where}{on}; "
+        f"nothing was written", data={"signal": child.crashed, "stage": child.stage,
+                                      "log": child.log},
+        hint=f"this is a bug of onnxruntime-training{memory}, not of the model (graphpass ran "
+             "it in a child process and stopped): train with graphpass's own trainer, which "
+             "runs on stock onnxruntime (graphpass train MODEL --data BATCH.npz, or graphpass run "
+             "MODEL -p train-ready --emit-training-graph DIR), and please report the model; "
+             "if the inputs have named dimensions, fixing their sizes (python -m "
+             "onnxruntime.tools.make_dynamic_shape_fixed) may avoid it")
 
 
 def _step_findings(model: Model, step: StepOutcome, *, generated: bool) -> list[Finding]:
@@ -274,54 +438,14 @@ def _weights(model: Model, trainable: list[str], frozen: list[str]) -> tuple[lis
     return chosen, [name for name in selection.frozen if name in initializers]
 
 
-def _generate(model: Model, directory: Path, options: Any, trainable: list[str],
-              frozen: list[str]) -> None:
-    import onnxruntime
-    from onnxruntime.training import artifacts
-
-    onnxruntime.set_default_logger_severity(3)  # its INFO lines drown the report
-
-    losses = {"mse": artifacts.LossType.MSELoss,
-              "crossentropy": artifacts.LossType.CrossEntropyLoss,
-              "bce": artifacts.LossType.BCEWithLogitsLoss,
-              "l1": artifacts.LossType.L1Loss, "none": None}
-    optimizers = {"adamw": artifacts.OptimType.AdamW, "sgd": artifacts.OptimType.SGD}
-    directory.mkdir(parents=True, exist_ok=True)
-    arguments: dict[str, Any] = {
-        "requires_grad": trainable, "frozen_params": frozen, "loss": losses[options.loss],
-        "optimizer": optimizers[options.optimizer], "artifact_directory": str(directory),
-        "loss_input_names": list(options.loss_inputs) or None}
-    captured = io.StringIO()
-    if _weight_bytes(model) < _PROTO_LIMIT:
-        proto = model_to_proto(model, lambda tensor: tensor.to_embedded_proto()
-                               if tensor.is_external else tensor.to_proto())
-        with contextlib.redirect_stdout(captured), _quiet_native_stderr():
-            artifacts.generate_artifacts(proto, **arguments)
-        return
-    # Past 2 GB it needs a path, and then writes temp.onnx(.data) into the current
-    # folder: give it a scratch folder of its own.
-    with tempfile.TemporaryDirectory(prefix="graphpass-artifacts-") as scratch:
-        from graphpass.files import save
-
-        source = Path(scratch) / "model.onnx"
-        save(model, source, external_data=True)
-        previous = Path.cwd()
-        os.chdir(scratch)
-        try:
-            with contextlib.redirect_stdout(captured), _quiet_native_stderr():
-                artifacts.generate_artifacts(str(source), **arguments)
-        finally:
-            os.chdir(previous)
-
-
 def _weight_bytes(model: Model) -> int:
     return sum(t.nbytes for t in model.graph.initializers.values())
 
 
-def _generation_failure(error: Exception) -> Finding:
-    text = str(error).strip().splitlines()
-    message = text[-1] if text else type(error).__name__
-    match = _MISSING_BUILDER.search(str(error))
+def _generation_failure(error: str) -> Finding:
+    text = error.strip().splitlines()
+    message = text[-1] if text else "generate_artifacts failed"
+    match = _MISSING_BUILDER.search(error)
     if match:
         return Finding(
             FAILED_CODE, Severity.ERROR,

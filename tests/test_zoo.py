@@ -219,6 +219,20 @@ def test_a_failing_first_step_is_an_error_naming_the_node(tmp_path: Path,
     assert not run.artifacts.exists() and not run.output.exists()
 
 
+def test_optimum_s_resnet_is_refused_before_its_first_step_crashes(
+        judged, ort_training_python, optimum_python) -> None:
+    # onnxruntime-training 1.19.2 segfaulted in the first step of this export (height and
+    # width dynamic: MaxPoolGrad sizes dX from inferred shapes); lint-gradients refuses the
+    # MaxPool, and fixing the sizes as its hint says trains like torch.
+    outcome = judged("resnet", "optimum-unfolded")
+    assert outcome.label == "refused rightly", outcome.reason
+    [refusal] = outcome.run.errors
+    assert (refusal["code"], refusal["node"]) == ("GP403", "/resnet/embedder/pooler/MaxPool")
+    assert "make_dynamic_shape_fixed" in refusal["hint"]
+    assert outcome.followed is not None and outcome.followed.mode == "optimum-unfolded-fixed"
+    assert outcome.followed.label == "trains", outcome.followed.reason
+
+
 # -------------------------------------------- class 4: wrong-shaped checkpoint
 @pytest.fixture
 def bad_checkpoint(tmp_path: Path) -> tuple[zoo.Export, Path]:

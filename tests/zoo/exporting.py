@@ -50,7 +50,11 @@ once):
 and the modes their advice leads to: ``dynamo-unoptimized+state_dict`` and
 ``dynamo-unoptimized+finetuned`` (``optimize=False``), ``legacy-unfolded+state_dict``
 (``do_constant_folding=False``), ``optimum-unfolded`` and its ``+state_dict`` and
-``+pretrained`` (``optimum-cli --no-constant-folding``).
+``+pretrained`` (``optimum-cli --no-constant-folding``), and ``optimum-fixed``,
+``optimum-unfolded-fixed`` and their ``+state_dict`` and ``+pretrained``: the Optimum
+export with every named input dimension fixed to the size of the case's inputs, as
+``lint-gradients`` advises for a ``MaxPool`` over dynamic image sizes (``python -m
+onnxruntime.tools.make_dynamic_shape_fixed``, once a dimension; :data:`FIXED_SIZES`).
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ import contextlib
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -87,8 +92,15 @@ MODES = ("dynamo", "dynamo-state-dict", "dynamo-full-state", "legacy-functions",
 ADVICE_MODES = ("dynamo-unoptimized", "legacy-unfolded",
                 "dynamo-unoptimized+state_dict", "dynamo-unoptimized+finetuned",
                 "legacy-unfolded+state_dict",
-                "optimum-unfolded", "optimum-unfolded+state_dict", "optimum-unfolded+pretrained")
-"""Modes graphpass's hints lead to (re-export without the optimizer / constant folding)."""
+                "optimum-unfolded", "optimum-unfolded+state_dict", "optimum-unfolded+pretrained",
+                "optimum-fixed", "optimum-fixed+state_dict", "optimum-fixed+pretrained",
+                "optimum-unfolded-fixed", "optimum-unfolded-fixed+state_dict",
+                "optimum-unfolded-fixed+pretrained")
+"""Modes graphpass's hints lead to (re-export without the optimizer / constant folding, or
+fix the sizes of the named input dimensions)."""
+FIXED_SIZES = {"optimum-fixed": "optimum", "optimum-unfolded-fixed": "optimum-unfolded"}
+"""Mode -> the mode whose file it takes, with its named input dimensions fixed to the sizes
+of the case's inputs."""
 WITH_CHECKPOINT: dict[str, tuple[str, str]] = {
     "dynamo+state_dict": ("dynamo", "state_dict"),
     "dynamo+finetuned": ("dynamo", "finetuned"),
@@ -100,6 +112,10 @@ WITH_CHECKPOINT: dict[str, tuple[str, str]] = {
     "legacy-unfolded+state_dict": ("legacy-unfolded", "state_dict"),
     "optimum-unfolded+state_dict": ("optimum-unfolded", "state_dict"),
     "optimum-unfolded+pretrained": ("optimum-unfolded", "pretrained"),
+    "optimum-fixed+state_dict": ("optimum-fixed", "state_dict"),
+    "optimum-fixed+pretrained": ("optimum-fixed", "pretrained"),
+    "optimum-unfolded-fixed+state_dict": ("optimum-unfolded-fixed", "state_dict"),
+    "optimum-unfolded-fixed+pretrained": ("optimum-unfolded-fixed", "pretrained"),
 }
 """Mode -> (the mode whose file it uses, the checkpoint it adds: :data:`CHECKPOINTS`)."""
 CHECKPOINTS = ("state_dict", "finetuned", "pretrained")
@@ -151,6 +167,7 @@ def oracle_of(mode: str) -> str:
     base, kind = WITH_CHECKPOINT.get(mode, (mode, None))
     if kind == "finetuned":
         return "finetuned"
+    base = FIXED_SIZES.get(base, base)
     return "optimum" if base in optimum.EXPORTS else "export"
 
 
@@ -169,7 +186,12 @@ def export(case: Case, mode: str) -> Export:
         manifest = {**exported.manifest, "mode": mode, "file_of": base, "checkpoint": kind}
         return Export(case.name, mode, exported.folder, exported.model, checkpoint(case, kind),
                       exported.inputs, exported.batch, manifest, oracle_of(mode))
-    if mode in optimum.EXPORTS:
+    if mode in FIXED_SIZES:
+        source = export(case, FIXED_SIZES[mode])
+        folder = cached_entry(case.name, mode, lambda scratch: _fix_sizes(source, mode, scratch),
+                              sources=("exporting.py", "optimum.py"),
+                              extra=optimum.optimum_versions())
+    elif mode in optimum.EXPORTS:
         folder = cached_entry(case.name, mode,
                               lambda scratch: optimum.build_export(case, mode, scratch),
                               sources=("exporting.py", "optimum.py"),
@@ -184,6 +206,38 @@ def export(case: Case, mode: str) -> Export:
     return Export(case.name, mode, folder, folder / "model.onnx",
                   own if own.exists() else None,
                   folder / "inputs.npz", folder / "batch.npz", manifest, oracle_of(mode))
+
+
+def _fix_sizes(source: Export, mode: str, folder: Path) -> None:
+    """``source``'s model with each named input dimension fixed to the size the case's
+    inputs have there, by ``onnxruntime.tools.make_dynamic_shape_fixed`` (stock
+    onnxruntime, once a dimension, as the advice says); its inputs and batch as they are."""
+    import onnx
+
+    with np.load(source.inputs) as data:
+        shapes = {name: data[name].shape for name in data.files}
+    sizes: dict[str, int] = {}
+    for value in onnx.load(str(source.model), load_external_data=False).graph.input:
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if dim.dim_param and value.name in shapes:
+                sizes.setdefault(dim.dim_param, int(shapes[value.name][axis]))
+    current = source.model
+    for name, size in sizes.items():
+        target = folder / "model.onnx"
+        done = subprocess.run([sys.executable, "-m", "onnxruntime.tools.make_dynamic_shape_fixed",
+                               "--dim_param", name, "--dim_value", str(size), str(current),
+                               str(target)], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise ZooError(f"{source.case}: make_dynamic_shape_fixed {name}={size} failed: "
+                           f"{done.stderr.strip()[-500:]}")
+        current = target
+    if current == source.model:
+        shutil.copyfile(source.model, folder / "model.onnx")
+    shutil.copyfile(source.inputs, folder / "inputs.npz")
+    shutil.copyfile(source.batch, folder / "batch.npz")
+    manifest = {**source.manifest, "mode": mode, "fixed_sizes": sizes,
+                "file_of": source.mode}
+    (folder / "export.json").write_text(json.dumps(manifest, indent=1) + "\n")
 
 
 def checkpoint(case: Case, kind: str) -> Path:

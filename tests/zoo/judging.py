@@ -86,6 +86,14 @@ ADVICE: tuple[tuple[str, str, str], ...] = (
     (r"--no-constant-folding", "optimum", "optimum-unfolded"),
     (r"--no-constant-folding", "optimum+state_dict", "optimum-unfolded+state_dict"),
     (r"--no-constant-folding", "optimum+pretrained", "optimum-unfolded+pretrained"),
+    (r"make_dynamic_shape_fixed", "optimum", "optimum-fixed"),
+    (r"make_dynamic_shape_fixed", "optimum+state_dict", "optimum-fixed+state_dict"),
+    (r"make_dynamic_shape_fixed", "optimum+pretrained", "optimum-fixed+pretrained"),
+    (r"make_dynamic_shape_fixed", "optimum-unfolded", "optimum-unfolded-fixed"),
+    (r"make_dynamic_shape_fixed", "optimum-unfolded+state_dict",
+     "optimum-unfolded-fixed+state_dict"),
+    (r"make_dynamic_shape_fixed", "optimum-unfolded+pretrained",
+     "optimum-unfolded-fixed+pretrained"),
 )
 """(hint pattern, mode it applies to, the mode that follows the hint)."""
 TORCH_EXPORT_ADVICE = r"do_constant_folding\s*=\s*False|optimize\s*=\s*False|torch\.onnx\.export"
@@ -370,9 +378,16 @@ def _refusal(case: Case, mode: str, run: TrainingRun, workdir: Path,
         return Outcome(case.name, mode, "refused", True, f"refused ({codes}): {about}",
                        run=run, findings=errors)
     followed = judge(case, target, workdir / "followed", follow_hints=False)
-    right = followed.label == "trains"
     verdict_line = (f"refused ({codes}): {about}; advice followed ({target}): "
                     f"{followed.label}")
+    then = followed_advice(target, followed.findings)[0] \
+        if followed.verdict == "refused" and followed.right and followed.findings else None
+    if then is not None:
+        # the export the advice leads to is refused in turn, rightly by its own advice
+        # (Optimum's ResNet: --no-constant-folding, then fixed image sizes): follow it too
+        followed = judge(case, then, workdir / "followed-again", follow_hints=False)
+        verdict_line += f"; its advice followed ({then}): {followed.label}"
+    right = followed.label == "trains"
     return Outcome(case.name, mode, "refused", right, verdict_line, run=run,
                    followed=followed, findings=errors)
 
