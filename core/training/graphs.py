@@ -206,7 +206,8 @@ def _build(model: Model, *, trainable: Sequence[str], frozen: Sequence[str], los
     statistics = (use_batch_statistics(graph, emit, opset, frozenset(trainable))
                   if batch_norm == "batch-statistics" else [])
     buffers = [name for s in statistics for name in (s.mean, s.variance)]
-    gradients = differentiate(work, trainable, {LOSS: None}, builders=builders, names=names)
+    gradients = differentiate(work, trainable, {added.differentiated: None}, builders=builders,
+                             names=names)
     finish_batch_statistics(graph, statistics)
     reached = [w for w in trainable if gradients.values[w] is not None]
     unreached = [w for w in trainable if gradients.values[w] is None]
