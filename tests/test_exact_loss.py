@@ -90,6 +90,14 @@ def test_loss_of_millions_of_values_is_float64s(case: str, tmp_path: Path) -> No
     for found in (gradient_loss, eval_loss):
         assert found.dtype == np.float32 and found.shape == ()
         assert abs(float(found) - expected) <= 1e-6 * abs(expected), (float(found), expected)
+    graph = onnx.load(str(directory / "gradient.onnx")).graph
+    producers = {name: node.op_type for node in graph.node for name in node.output}
+    to_double = [producers.get(node.input[0]) for node in graph.node
+                 if node.op_type == "Cast" and node.attribute[0].i == TensorProto.DOUBLE]
+    if loss == "mse":  # float64 reads block sums and the count, never the whole output
+        assert to_double and set(to_double) <= {"ReduceSumSquare", "Size"}, to_double
+    else:  # one value per row
+        assert to_double and set(to_double) <= {"Squeeze", "Not"}, to_double
     if loss == "mse":  # the oracle is sharp: onnxruntime's float32 ReduceMean is far off
         plain = _float32_mean(np.square(x @ weights["w"] + weights["b"]))
         assert abs(plain - expected) > 1e-5 * expected, (plain, expected)
