@@ -37,6 +37,7 @@ from graphpass.training.directory import write_training_directory
 from graphpass.training.gradient_rules import DIFFERENTIABLE_TYPES, select_weights
 from graphpass.training.graphs import TrainingGraphs, build_training_graphs
 from graphpass.training.optimizers import SGD, AdamW, Optimizer
+from graphpass.training.recompute import RecomputePolicy
 from graphpass.training.table import registered_builders
 
 __all__ = ["CODES", "TORCH_EXTRA", "BuildTrainingGraph"]
@@ -96,6 +97,12 @@ class BuildTrainingGraph(Pass):
                 from ``model.eval()`` was trained with; ``running-statistics``: as
                 exported (normalized with the fixed running statistics, as a
                 ``BatchNorm`` module in ``eval()`` mode).
+            recompute: Activation recomputation: ``none`` (the default: the backward pass
+                reads the forward values, kept alive until then) or ``elementwise``
+                (the values of cheap elementwise, activation and view nodes, such as
+                ``Gelu`` and the ``Transpose`` of a weight, are computed again right
+                before the backward nodes that read them, so the runtime frees them
+                after the forward pass; see ``graphpass.training.recompute``).
             lr: The learning rate the runner starts with (``lr`` is an input of
                 ``step.onnx``; recorded in the manifest).
             betas: AdamW's ``(beta1, beta2)``.
@@ -113,6 +120,7 @@ class BuildTrainingGraph(Pass):
         frozen: list[str] = field(default_factory=list)
         optimizer: Literal["adamw", "sgd"] = "adamw"
         batch_norm: BatchNormMode = "batch-statistics"
+        recompute: RecomputePolicy = "none"
         lr: float = 1e-3
         betas: tuple[float, float] = (0.9, 0.999)
         eps: float = 1e-8
@@ -143,7 +151,8 @@ class BuildTrainingGraph(Pass):
             graphs = build_training_graphs(
                 model, trainable=trainable, frozen=frozen, loss=options.loss,
                 loss_inputs=options.loss_inputs, optimizer=self._optimizer(),
-                batch_norm=options.batch_norm, builders=registered_builders(context.registry),
+                batch_norm=options.batch_norm, recompute_policy=options.recompute,
+                builders=registered_builders(context.registry),
                 torch_names=_torch_names(context), options=self._recorded())
         except GradientError as error:
             findings.append(Finding(CODES["not-differentiable"], Severity.ERROR, error.message,
@@ -175,7 +184,8 @@ class BuildTrainingGraph(Pass):
                   "backward nodes": len(graphs.step.graph) - len(model.graph)}))
         return PassResult(findings=findings, stats={
             "directory": str(directory), "trainable weights": len(reached),
-            "gradient nodes": len(graphs.gradient.graph)})
+            "gradient nodes": len(graphs.gradient.graph),
+            "recomputed values": len(graphs.recomputed.values)})
 
     def _weights(self, model: Model, findings: list[Finding]) -> tuple[list[str], list[str]]:
         """The weights to train and to freeze: ``lint-gradients``' selection."""
@@ -215,7 +225,8 @@ class BuildTrainingGraph(Pass):
         o = self.options
         return {"loss": o.loss, "loss_inputs": list(o.loss_inputs),
                 "trainable": list(o.trainable), "frozen": list(o.frozen),
-                "optimizer": o.optimizer, "batch_norm": o.batch_norm, "lr": o.lr}
+                "optimizer": o.optimizer, "batch_norm": o.batch_norm, "recompute": o.recompute,
+                "lr": o.lr}
 
 
 def _record_torch_state(graphs: TrainingGraphs, model: Model, context: PassContext) -> None:

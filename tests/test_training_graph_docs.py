@@ -23,8 +23,9 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "training-graph.md"
 def test_the_page_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     ran = run_page(PAGE, timeout=300)
-    assert (ran.python, ran.console, ran.commands) == (6, 2, 2)
+    assert (ran.python, ran.console, ran.commands) == (7, 3, 3)
     assert (tmp_path / "train" / "step.onnx").is_file()
+    assert (tmp_path / "recomputed" / "gradient.onnx").is_file()
 
 
 def test_the_table_lists_every_builtin_builder() -> None:

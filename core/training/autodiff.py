@@ -68,6 +68,13 @@ class Gradients:
     values: dict[str, str | None] = field(default_factory=dict)
     nodes: list[Node] = field(default_factory=list)
     visited: int = 0
+    triggers: dict[Node, str] = field(default_factory=dict)
+    """For each backward node a builder emitted, the output gradient of the forward node
+    it differentiates (what the backward node waits for; used to recompute late)."""
+    types: Callable[[str], TypeInfo] = field(default=lambda name: TypeInfo(None))
+    """The types of the forward values (as the builders saw them)."""
+    seeds: frozenset[str] = frozenset()
+    """The cotangents the backward pass starts from (ones for a scalar loss)."""
 
     @property
     def missing(self) -> list[str]:
@@ -100,6 +107,7 @@ class _Engine:
         self.types = _snapshot_types(model)
         self.names = names or NameScope(names_in(self.graph))
         self._builders: dict[Node, GradientBuilder | None] = {}
+        self.triggers: dict[Node, str] = {}
 
     def builder(self, node: Node) -> GradientBuilder | None:
         if node not in self._builders:
@@ -192,10 +200,12 @@ class _Engine:
             emit.prefix = f"{name}_seed"
             pending.setdefault(name, []).append(
                 cotangent if cotangent is not None else emit.filled_like(name, 1.0))
+        seeded = frozenset(g for grads in pending.values() for g in grads)
         ordered = region.ordered()
         for node in reversed(ordered):
             self._backward(node, region, pending, emit)
-        result = Gradients(nodes=emit.nodes, visited=len(ordered))
+        result = Gradients(nodes=emit.nodes, visited=len(ordered), triggers=self.triggers,
+                           types=self.types, seeds=seeded)
         for name in wrt:
             grads = pending.get(name)
             if grads:
@@ -226,7 +236,11 @@ class _Engine:
             return
         context = GradientContext(node, model_opset(self.model, node.domain), emit, outputs,
                                   wanted, emit.type_of, self._require_output)
+        start = len(emit.nodes)
         returned = builder.build(context)
+        trigger = next(g for g in outputs if g is not None)
+        for emitted in emit.nodes[start:]:
+            self.triggers[emitted] = trigger
         given = (dict(returned) if isinstance(returned, Mapping)
                  else dict(enumerate(returned)))
         for index in sorted(wanted):

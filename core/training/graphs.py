@@ -51,6 +51,12 @@ from graphpass.training.builder import GradientError
 from graphpass.training.gradient_rules import DIFFERENTIABLE_TYPES, normalize_domain
 from graphpass.training.losses import LOSS, TARGET, LossKind, add_loss
 from graphpass.training.optimizers import LR, STEP, Optimizer, add_update
+from graphpass.training.recompute import (
+    RECOMPUTE_POLICIES,
+    Recomputation,
+    RecomputePolicy,
+    recompute,
+)
 from graphpass.training.sequences import split_sequences
 from graphpass.training.table import BuilderTable
 from graphpass.training.value_types import ModelTypes
@@ -82,6 +88,7 @@ class TrainingGraphs:
             with batch statistics (state of ``step.onnx``, inputs of ``eval.onnx``).
         torch_extra: Values of torch ``state_dict`` keys no initializer holds (the
             manifest's ``torch_state``; written as ``files["torch_extra"]``).
+        recomputed: What activation recomputation changed (nothing with ``none``).
     """
 
     gradient: Model
@@ -93,6 +100,7 @@ class TrainingGraphs:
     forward: Model | None = None
     buffers: dict[str, Tensor] = field(default_factory=dict)
     torch_extra: dict[str, np.ndarray] = field(default_factory=dict)
+    recomputed: Recomputation = field(default_factory=Recomputation)
 
 
 def _free_reserved(model: Model, reserved: Sequence[str]) -> dict[str, str]:
@@ -136,6 +144,7 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
                           frozen: Sequence[str] = (), loss: LossKind = "mse",
                           loss_inputs: Sequence[str] = (), optimizer: Optimizer,
                           batch_norm: BatchNormMode = "batch-statistics",
+                          recompute_policy: RecomputePolicy = "none",
                           builders: BuilderTable | None = None,
                           torch_names: Mapping[str, str] | None = None,
                           options: Mapping[str, Any] | None = None) -> TrainingGraphs:
@@ -151,6 +160,9 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
         batch_norm: ``batch-statistics``: batch normalizations train as in torch's
             ``train()`` mode, their running statistics carried through ``step.onnx``
             (:mod:`graphpass.training.batch_norm`); ``running-statistics``: as exported.
+        recompute_policy: Which forward values the backward pass computes again instead
+            of keeping them (:mod:`graphpass.training.recompute`): ``none`` or
+            ``elementwise``.
         builders: The gradient builders (default: the built-in ones).
         torch_names: For each weight, its name in the torch ``state_dict``, if known.
         options: Options to record in the manifest.
@@ -164,11 +176,13 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
     with paused_gc():
         return _build(model, trainable=trainable, frozen=frozen, loss=loss,
                       loss_inputs=loss_inputs, optimizer=optimizer, batch_norm=batch_norm,
+                      recompute_policy=recompute_policy,
                       builders=builders, torch_names=torch_names, options=options)
 
 
 def _build(model: Model, *, trainable: Sequence[str], frozen: Sequence[str], loss: LossKind,
            loss_inputs: Sequence[str], optimizer: Optimizer, batch_norm: BatchNormMode,
+           recompute_policy: RecomputePolicy,
            builders: BuilderTable | None, torch_names: Mapping[str, str] | None,
            options: Mapping[str, Any] | None) -> TrainingGraphs:
     work = model.copy()
@@ -185,6 +199,9 @@ def _build(model: Model, *, trainable: Sequence[str], frozen: Sequence[str], los
     if batch_norm not in BATCH_NORM_MODES:
         raise GradientError(f"unknown batch-norm mode {batch_norm!r}",
                             hint=f"choose one of {', '.join(BATCH_NORM_MODES)}")
+    if recompute_policy not in RECOMPUTE_POLICIES:
+        raise GradientError(f"unknown recompute policy {recompute_policy!r}",
+                            hint=f"choose one of {', '.join(RECOMPUTE_POLICIES)}")
     model_inputs = [name for name in graph.input_names if name not in initializers]
     statistics_names = _running_statistics(graph) if batch_norm == "batch-statistics" else []
     carried = [*trainable, *statistics_names]
@@ -201,15 +218,22 @@ def _build(model: Model, *, trainable: Sequence[str], frozen: Sequence[str], los
     types = ModelTypes(work)
     opset = model_opset(work)
     emit = Emitter(graph, opset, names, lambda n: types.of(graph, n))
-    added = add_loss(work, loss, loss_inputs, emit, types)
+    # The loss gets its own emitter: constants it caches live at the end of the graph,
+    # where nodes moved before a forward node (batch statistics) could not read them.
+    added = add_loss(work, loss, loss_inputs,
+                     Emitter(graph, opset, names, lambda n: types.of(graph, n)), types)
     inputs = [*model_inputs, *([added.target] if added.target else [])]
 
     evaluation = work.copy()  # the forward graph and the loss, before any backward node
     statistics = (use_batch_statistics(graph, emit, opset, frozenset(trainable))
                   if batch_norm == "batch-statistics" else [])
     buffers = [name for s in statistics for name in (s.mean, s.variance)]
-    gradients = differentiate(work, trainable, {LOSS: None}, builders=builders, names=names)
+    gradients = differentiate(work, trainable, {added.differentiated: None}, builders=builders,
+                             names=names)
     finish_batch_statistics(graph, statistics)
+    recomputed = recompute(graph, gradients.nodes, gradients.triggers, recompute_policy,
+                           gradients.types, names, trainable=frozenset(trainable),
+                           seeds=gradients.seeds)
     reached = [w for w in trainable if gradients.values[w] is not None]
     unreached = [w for w in trainable if gradients.values[w] is None]
     declarations = {w: _weight_input(work, w) for w in (*reached, *buffers)}
@@ -271,7 +295,7 @@ def _build(model: Model, *, trainable: Sequence[str], frozen: Sequence[str], los
         [o.name if isinstance(o, onnx.ValueInfoProto) else o for o in step_outputs],
         torch_names, options, batch_norm, statistics)
     return TrainingGraphs(gradient_model, work, evaluation, weights, manifest,
-                          unreached, forward=model,
+                          unreached, forward=model, recomputed=recomputed,
                           buffers={b: model.graph.initializers[b] for b in buffers})
 
 
