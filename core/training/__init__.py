@@ -27,7 +27,12 @@ from graphpass.training.builder import (
 )
 from graphpass.training.gradient_rules import GradientRules
 from graphpass.training.table import BuilderTable, registered_builders
-from graphpass.training.trainer import Evaluation, Trainer, TrainingError
+from graphpass.training.trainer import (
+    Evaluation,
+    Trainer,
+    TrainingError,
+    default_session_options,
+)
 
 __all__ = [
     "BuilderResult",
@@ -43,6 +48,7 @@ __all__ = [
     "Refusal",
     "Trainer",
     "TrainingError",
+    "default_session_options",
     "differentiate",
     "prune",
     "registered_builders",

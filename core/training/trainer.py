@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from graphpass.training.fit import FitResult
     from graphpass.training.state import SavedState
 
-__all__ = ["Evaluation", "Trainer", "TrainingError"]
+__all__ = ["Evaluation", "Trainer", "TrainingError", "default_session_options"]
 
 _BUILD_HINT = ("build one with `graphpass run MODEL -o READY.onnx -p train-ready "
                "--emit-training-graph DIR`, or train the model directly with "
@@ -94,6 +94,22 @@ def _runtime() -> Any:
     return onnxruntime
 
 
+def default_session_options() -> Any:
+    """The ``onnxruntime.SessionOptions`` a :class:`Trainer` uses unless given others.
+
+    onnxruntime's defaults, but ``execution_order = PRIORITY_BASED``: the default order
+    walks the graph depth-first from its outputs, running the chain of input gradients
+    through every layer before any weight gradient, so every layer's activations stay
+    alive to the end of the step; in the graph's order each layer's weight gradients are
+    computed as the backward pass reaches it, and activation recomputation
+    (``build-training-graph.recompute``) frees what it should (BERT-base at 16 x 128:
+    1,737 against 1,782 MiB without recomputation, 1,486 against 1,740 MiB with it).
+    """
+    options = _runtime().SessionOptions()
+    options.execution_order = _runtime().ExecutionOrder.PRIORITY_BASED
+    return options
+
+
 class Trainer:
     """Train a training-graph directory on stock onnxruntime (see the module docstring).
 
@@ -110,7 +126,8 @@ class Trainer:
             directory: The training-graph directory.
             lr: The learning rate (default: the one the directory was built with).
             providers: onnxruntime execution providers (default: the CPU).
-            session_options: ``onnxruntime.SessionOptions`` for both sessions.
+            session_options: ``onnxruntime.SessionOptions`` for both sessions (default:
+                :func:`default_session_options`).
 
         Raises:
             TrainingError: onnxruntime is not installed, the folder is not a
@@ -121,7 +138,8 @@ class Trainer:
         self.directory = Path(directory)
         self.manifest = _read(self.directory)
         self._providers = list(providers or ["CPUExecutionProvider"])
-        self._options = session_options
+        self._options = session_options if session_options is not None else \
+            default_session_options()
         manifest = self.manifest
         self._trainable: list[str] = list(manifest["trainable"])
         self._statistics: list[str] = list(manifest.get("buffers", []))
