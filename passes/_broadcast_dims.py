@@ -47,9 +47,12 @@ _PASS_THROUGH = frozenset({"Identity", "Cast", "CastLike", "Neg", "Abs", "Relu",
 
 
 def _constant(graph: Graph, name: str, depth: int = 0) -> np.ndarray | None:
-    """The value of a small constant: an initializer, a ``Constant`` node, or index
-    arithmetic on them (``Unsqueeze``, ``Squeeze``, ``Concat``, ``Cast``, ``Identity``:
-    the legacy exporter without constant folding writes ``axes`` that way)."""
+    """The value of a small constant, or ``None``.
+
+    An initializer, a ``Constant`` node, or index arithmetic on them (``Unsqueeze``,
+    ``Squeeze``, ``Concat``, ``Cast``, ``Identity``: the legacy exporter without constant
+    folding writes ``axes`` that way).
+    """
     tensor = graph.initializers.get(name)
     if tensor is not None:
         if tensor.size > 4096 or tensor.is_external:
@@ -267,9 +270,11 @@ def _picked(graph: Graph, node: Node, dims: list[Any] | None) -> list[Any] | Non
 
 
 def _seen_by_ort(graph: Graph, name: str, shape_of: ShapeOf, depth: int = 0) -> bool:
-    """Whether ORT's own inference, after its constant folding, types ``name`` as the graph
-    does: every ``Slice`` that :func:`proven_dims` goes through on the way has bounds ORT
-    folds (then the slice is a constant, or its shape known)."""
+    """Whether ORT's own inference, after its constant folding, types ``name`` as the graph does.
+
+    It does when every ``Slice`` that :func:`proven_dims` goes through on the way has
+    bounds ORT folds (then the slice is a constant, or its shape known).
+    """
     producer = graph.producer(name)
     if producer is None or depth >= _MAX_DEPTH or producer.domain not in ("", "ai.onnx"):
         return True

@@ -55,8 +55,9 @@ class FixTrainingOps(Pass):
     """Rewrite operators ORT training cannot differentiate into equivalent ones it can."""
 
     name = "fix-training-ops"
-    description = ("Rewrite exported operators ONNX Runtime training cannot differentiate into "
-                   "equivalent ones it can (LayerNormalization statistics, CastLike to Cast).")
+    description = ("Rewrite exported operators ONNX Runtime training cannot differentiate (or "
+                   "differentiates wrongly) into equivalent ones it can (LayerNormalization "
+                   "statistics, CastLike to Cast, broadcast 1s stated by a Reshape).")
     after = ("inline-functions",)
     before = ("lint-gradients",)
     codes: ClassVar[dict[str, str]] = {
