@@ -72,7 +72,16 @@ def _constant(graph: Graph, name: str, depth: int = 0) -> np.ndarray | None:
     values = [_constant(graph, item, depth + 1) if item else None for item in producer.inputs]
     if not values or values[0] is None:
         return None
-    first = values[0]
+    try:
+        return _evaluate(producer, values)
+    except (ValueError, TypeError, IndexError):  # numpy's AxisError is both of the first
+        return None  # an invalid node: the checker's business, not this analysis's
+
+
+def _evaluate(producer: Node, values: list[np.ndarray | None]) -> np.ndarray | None:
+    op, first = producer.op_type, values[0]
+    if first is None:
+        return None
     if op == "Identity":
         return first
     if op == "Cast":
@@ -127,7 +136,10 @@ def proven_dims(graph: Graph, name: str, shape_of: ShapeOf, depth: int = 0) -> D
     producer = graph.producer(name)
     if producer is None or depth >= _MAX_DEPTH or producer.domain not in ("", "ai.onnx"):
         return known
-    derived = _derive(graph, producer, name, shape_of, depth + 1)
+    try:
+        derived = _derive(graph, producer, name, shape_of, depth + 1)
+    except (ValueError, TypeError, IndexError, StopIteration):
+        derived = None  # an invalid node (axes out of range ...): nothing proven
     if derived is None:
         return known
     if known is None or len(known) != len(derived):
