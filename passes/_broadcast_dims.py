@@ -92,7 +92,7 @@ def _evaluate(producer: Node, values: list[np.ndarray | None]) -> np.ndarray | N
     if op == "Concat":
         if any(v is None for v in values):
             return None
-        return np.concatenate([np.asarray(v) for v in values],  # type: ignore[misc]
+        return np.concatenate([np.asarray(v) for v in values],
                               axis=int(producer.attribute("axis", 0)))
     axes_value = values[1] if len(values) > 1 else None
     axes = producer.attribute("axes", None) if axes_value is None else axes_value.reshape(-1)
@@ -174,7 +174,7 @@ def _derive(graph: Graph, node: Node, name: str, shape_of: ShapeOf, depth: int) 
                                                             else len(data))
             axes = list(range(count))
         rank = len(data)
-        out = list(data)
+        out: list[int | None] = list(data)
         for axis in axes:
             if not -rank <= axis < rank:
                 return None
@@ -196,11 +196,13 @@ def _derive(graph: Graph, node: Node, name: str, shape_of: ShapeOf, depth: int) 
             return None
         rank = len(data) + len(axes)
         positions = sorted(a % rank for a in axes)
-        out: list[int | None] = []
+        if len(set(positions)) != len(positions):
+            return None  # an axis twice: invalid
         rest = iter(data)
+        grown: list[int | None] = []
         for position in range(rank):
-            out.append(1 if position in positions else next(rest))
-        return tuple(out)
+            grown.append(1 if position in positions else next(rest))
+        return tuple(grown)
     if op == "Squeeze":
         data, axes = of(0), _axes(graph, node, 1)
         if data is None or axes is None:
