@@ -149,3 +149,25 @@ def test_the_broadcast_reshape_can_be_turned_off() -> None:
     result = graphpass.PassManager(["fix-training-ops"], options={
         "fix-training-ops": {"broadcast-dims": False}}).run(graphpass.Model.from_proto(proto))
     assert not result.changed and not result.model.graph.nodes_by_op("Reshape")
+
+
+def test_what_the_graph_proves_of_a_shape_stops_at_invalid_nodes() -> None:
+    from graphpass.passes._broadcast_dims import proven_dims
+
+    ids = numpy_helper.from_array(np.zeros((1, 8), np.int64), "ids")
+    nodes = [helper.make_node("Constant", [], ["twice"],
+                              value=numpy_helper.from_array(np.array([0, 0], np.int64))),
+             helper.make_node("Unsqueeze", ["ids", "twice"], ["bad"]),
+             helper.make_node("Constant", [], ["far"],
+                              value=numpy_helper.from_array(np.array([5], np.int64))),
+             helper.make_node("Slice", ["ids", "far", "far", "far"], ["sliced"]),
+             helper.make_node("Constant", [], ["one"],
+                              value=numpy_helper.from_array(np.array([1], np.int64))),
+             helper.make_node("Slice", ["ids", "one", "one", "one"], ["good"])]
+    graph_proto = helper.make_graph(nodes, "g", [], [
+        helper.make_tensor_value_info(name, TensorProto.INT64, None)
+        for name in ("bad", "sliced", "good")], [ids])
+    graph = graphpass.Model.from_proto(helper.make_model(graph_proto)).graph
+    assert proven_dims(graph, "bad", lambda name: None) is None
+    assert proven_dims(graph, "sliced", lambda name: None) is None
+    assert proven_dims(graph, "good", lambda name: None) == (1, None)
