@@ -16,6 +16,7 @@ from typing import Any
 import onnx
 
 from graphpass.ir import Graph
+from graphpass.passes._broadcast_dims import hidden_ones
 from graphpass.training.gradient_rules import Check, GradientRules, NodeSite
 
 __all__ = ["CHECKS", "ORT_TRAINING", "builtin_rule_sets", "onnxruntime_training_rules"]
@@ -204,6 +205,36 @@ def _sizes_unknown_anywhere(site: NodeSite) -> bool:
     return _sizes_unknown(site, 0)
 
 
+def _broadcast_dimension_seen_as_symbol(site: NodeSite) -> bool:
+    """Whether an input that needs a gradient is broadcast along a dimension ORT cannot see as 1.
+
+    ORT's ``Add``/``Sub``/``Mul`` gradients sum over the broadcast dimensions they find in
+    the static shapes; a dimension known only as a symbol (ONNX's ``unk__0`` after a
+    ``Slice`` with computed ends) is taken to equal the other side's and is not summed.
+    It holds where the graph proves the dimension is 1 and the other input's is not
+    known to be 1 (see :mod:`graphpass.passes._broadcast_dims`).
+    """
+    node, graph = site.node, site.node.graph
+    needing = sorted(site.inputs_needing_gradient & {0, 1})
+    if graph is None or not needing or len(node.inputs) != 2:
+        return False
+    shapes = dict(zip(node.inputs, site.input_shapes, strict=False))
+
+    def shape_of(name: str) -> Any:
+        if name in shapes:
+            return shapes[name]
+        value = graph.values.get(name)
+        return None if value is None else _declared_shape(value)
+
+    return bool(hidden_ones(graph, node, shape_of, needing))
+
+
+def _declared_shape(value: Any) -> Any:
+    """A value's declared shape (``None`` when it has none)."""
+    shape = getattr(value, "shape", None)
+    return None if shape is None else tuple(shape)
+
+
 CHECKS: dict[str, Check] = {
     "dropout-kept": Check("dropout-kept", "ORT's optimizer does not remove it first "
                           "(its ratio is not a constant 0, or its output stays a graph "
@@ -233,6 +264,12 @@ CHECKS: dict[str, Check] = {
         "sizes-unknown",
         "the input needs a gradient and a dimension of it (the batch one included) is not a "
         "fixed number (a named, dynamic size), or its shape is unknown", _sizes_unknown_anywhere),
+    "broadcast-dimension-seen-as-symbol": Check(
+        "broadcast-dimension-seen-as-symbol",
+        "an input that needs a gradient is broadcast along a dimension that is 1 but that "
+        "the inferred shape gives only as a symbol (a Slice with computed ends: "
+        "Optimum's position embeddings), facing a larger or symbolic dimension",
+        _broadcast_dimension_seen_as_symbol),
 }
 """The named conditions the built-in rules refer to (``{ check = "..." }``)."""
 

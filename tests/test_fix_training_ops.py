@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from _position_embeddings import position_embeddings
 from onnx import TensorProto, helper, numpy_helper
 from ort_training import gradient_corpus as corpus
 
@@ -107,3 +108,66 @@ def test_the_rewrites_let_onnxruntime_training_differentiate_a_torch_export(
     assert fixed.ok
     graphpass.save(fixed.model, tmp_path / "fixed.onnx")
     assert oracle(tmp_path / "fixed.onnx")["ok"]
+
+
+# ------------------------------------------ a 1 that ONNX's shape inference hides
+def test_a_broadcast_input_whose_one_inference_hides_is_reshaped_to_show_it() -> None:
+    """Optimum's position embeddings: the rows are [1, T, H], inferred [unk__0, unk__1, H]."""
+    proto, feeds = position_embeddings()
+    inferred = onnx.shape_inference.infer_shapes(proto)
+    [rows] = [v for v in inferred.graph.value_info if v.name == "rows"]
+    assert rows.type.tensor_type.shape.dim[0].dim_param  # a symbol, not the number 1
+    model = graphpass.Model.from_proto(proto)
+    result = graphpass.PassManager(["fix-training-ops"]).run(model)
+    [finding] = result.findings
+    assert finding.code == "GP533"
+    assert finding.data["inputs"] == [{"node": "combine", "input": 1, "shape": [1, 0, 0]}]
+    graph = result.model.graph
+    [reshape] = graph.nodes_by_op("Reshape")
+    [combine] = [n for n in graph if n.name == "combine"]
+    assert reshape.inputs[0] == "rows" and combine.inputs == ("x", reshape.outputs[0])
+    fixed = onnx.shape_inference.infer_shapes(result.model.to_proto())
+    [shown] = [v for v in fixed.graph.value_info if v.name == reshape.outputs[0]]
+    assert shown.type.tensor_type.shape.dim[0].dim_value == 1
+    onnx.checker.check_model(result.model.to_proto(), full_check=True)
+    before, after = run_model(model, feeds), run_model(result.model, feeds)
+    assert before.outputs is not None and after.outputs is not None
+    assert compare_outputs(before.outputs, after.outputs, rtol=0, atol=0) == []
+    again = graphpass.PassManager(["fix-training-ops"]).run(result.model)
+    assert not again.changed and again.findings == []
+
+
+@pytest.mark.parametrize("variant", [{"rank": 1}, {"seq": 5}, {"batch": 1}, {"op": "Div"}])
+def test_broadcasts_whose_shapes_onnx_and_ort_know_are_left_alone(variant: dict) -> None:
+    proto, _ = position_embeddings(**variant)
+    result = graphpass.PassManager(["fix-training-ops"]).run(graphpass.Model.from_proto(proto))
+    assert not result.changed and result.findings == []
+
+
+def test_the_broadcast_reshape_can_be_turned_off() -> None:
+    proto, _ = position_embeddings()
+    result = graphpass.PassManager(["fix-training-ops"], options={
+        "fix-training-ops": {"broadcast-dims": False}}).run(graphpass.Model.from_proto(proto))
+    assert not result.changed and not result.model.graph.nodes_by_op("Reshape")
+
+
+def test_what_the_graph_proves_of_a_shape_stops_at_invalid_nodes() -> None:
+    from graphpass.passes._broadcast_dims import proven_dims
+
+    ids = numpy_helper.from_array(np.zeros((1, 8), np.int64), "ids")
+    nodes = [helper.make_node("Constant", [], ["twice"],
+                              value=numpy_helper.from_array(np.array([0, 0], np.int64))),
+             helper.make_node("Unsqueeze", ["ids", "twice"], ["bad"]),
+             helper.make_node("Constant", [], ["far"],
+                              value=numpy_helper.from_array(np.array([5], np.int64))),
+             helper.make_node("Slice", ["ids", "far", "far", "far"], ["sliced"]),
+             helper.make_node("Constant", [], ["one"],
+                              value=numpy_helper.from_array(np.array([1], np.int64))),
+             helper.make_node("Slice", ["ids", "one", "one", "one"], ["good"])]
+    graph_proto = helper.make_graph(nodes, "g", [], [
+        helper.make_tensor_value_info(name, TensorProto.INT64, None)
+        for name in ("bad", "sliced", "good")], [ids])
+    graph = graphpass.Model.from_proto(helper.make_model(graph_proto)).graph
+    assert proven_dims(graph, "bad", lambda name: None) is None
+    assert proven_dims(graph, "sliced", lambda name: None) is None
+    assert proven_dims(graph, "good", lambda name: None) == (1, None)

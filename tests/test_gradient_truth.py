@@ -7,7 +7,10 @@
   the gradient is wrong, nowhere else. Fast, no ORT.
 * Live with ORT (one batch process): the FlexAttention case of the issue (the causal
   mask's ``Where``, the query trainable: right, no ``GP425``), a few wrong cases, and
-  small models on both sides of each rule's boundary.
+  small models on both sides of each rule's boundary, among them Optimum's position
+  embeddings (``Gather(P, Slice(position_ids, 0, seq_len)) + x``: a 1 that ONNX's
+  inference hides, so ORT does not sum the gradient over the batch) and the form
+  ``fix-training-ops`` rewrites them to.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from _position_embeddings import position_embeddings as _positions
 from onnx import TensorProto, helper, numpy_helper
 from ort_training import gradient_corpus as corpus
 
@@ -98,6 +102,29 @@ def _split(shape: tuple[int, ...], axis: int, used: int) -> onnx.ModelProto:
     return _model([node], {"x": _floats(*shape)}, f"y{used}")
 
 
+# name: (model and feeds, trainable, ORT's verdict, the lint's code or None)
+POSITION_PROBES = {
+    "positions: [1, T] rows + [batch, T, H], batch symbolic": (
+        _positions, "P", "wrong", "GP425"),
+    "positions: [1, T] rows + [3, T, H], batch fixed": (
+        lambda: _positions(batch=3), "P", "wrong", "GP425"),
+    "positions: [1, T] rows * [batch, T, H]": (
+        lambda: _positions(op="Mul"), "P", "wrong", "GP425"),
+    "positions: [batch, T, H] - [1, T] rows": (
+        lambda: _positions(op="Sub"), "P", "fails", "GP403"),
+    "positions: [T] rows (1-D position ids)": (
+        lambda: _positions(rank=1), "P", "right", None),
+    "positions: T fixed (ORT folds the slice)": (
+        lambda: _positions(seq=5), "P", "right", None),
+    "positions: Div (its gradient sums at run time)": (
+        lambda: _positions(op="Div"), "P", "right", None),
+    "positions: batch 1": (lambda: _positions(batch=1), "P", "right", None),
+    "positions: after fix-training-ops": (lambda: _positions(fixed=True), "P", "right", None),
+    "positions: Mul after fix-training-ops": (
+        lambda: _positions(op="Mul", fixed=True), "P", "right", None),
+}
+
+
 # name: (model, trainable, ORT's gradient is wrong)
 PROBES = {
     "where: a [4] input of a [3, 4] Where": (lambda: _where((4,), (3, 4)), "x", True),
@@ -125,31 +152,59 @@ def live(cases, ort_training_python, tmp_path_factory) -> dict[str, tuple[str, l
     for name, (make, weight, _) in PROBES.items():
         model = make()
         chosen.append(corpus.Case(name, model, [weight], [corpus.add_scalar_loss(model)]))
+    for name, (make_fed, weight, _, _) in POSITION_PROBES.items():
+        model, feeds = make_fed()
+        chosen.append(corpus.Case(name, model, [weight], [corpus.add_scalar_loss(model)],
+                                  feeds=feeds))
     folder = tmp_path_factory.mktemp("gradient-truth")
     results = corpus.run_oracle(ort_training_python,
                                 corpus.iter_jobs(chosen, str(folder), check_gradient=True),
                                 folder, timeout=600)
     return {case.name: ((results[case.name].get("gradient") or {}).get("verdict", "none"),
-                        _flagged(case)) for case in chosen}
+                        _flagged(case), _codes(case)) for case in chosen}
+
+
+def _codes(case: corpus.Case) -> list[str]:
+    return sorted({f.code for f in corpus.lint_findings(case) if f.code in ("GP403", "GP425")})
 
 
 @pytest.mark.ort_training
 def test_ort_s_gradient_of_the_flexattention_mask_agrees_with_finite_differences(live):
-    assert live[f"{FLEX}[Q]"] == ("right", [])
+    assert live[f"{FLEX}[Q]"][:2] == ("right", [])
 
 
 @pytest.mark.ort_training
 @pytest.mark.parametrize("name", ["test_clip_expanded[min]", "test_scatternd_multiply[updates]",
                                   "test_matmul_1d_3d[a]", "test_conv_with_autopad_same[W]"])
 def test_a_wrong_gradient_of_ort_is_called_wrong(live, name):
-    verdict, flagged = live[name]
+    verdict, flagged, _ = live[name]
     assert verdict == "wrong" and flagged
 
 
 @pytest.mark.ort_training
 @pytest.mark.parametrize("name", list(PROBES))
 def test_each_rule_holds_on_both_sides_of_its_boundary(live, name):
-    verdict, flagged = live[name]
+    verdict, flagged, _ = live[name]
     wrong = PROBES[name][2]
     assert verdict == ("wrong" if wrong else "right")
     assert bool(flagged) == wrong, flagged
+
+
+@pytest.mark.ort_training
+@pytest.mark.parametrize("name", list(POSITION_PROBES))
+def test_a_one_that_onnx_inference_hides_is_found_where_ort_gets_it_wrong(live, name):
+    """Optimum's position embeddings: wrong in ORT exactly where the lint says so."""
+    verdict, _, codes = live[name]
+    _, _, expected, code = POSITION_PROBES[name]
+    assert verdict == expected
+    assert codes == ([code] if code else [])
+
+
+def test_the_position_embeddings_rule_names_the_add_and_its_advice() -> None:
+    model, _ = _positions()
+    loss = corpus.add_scalar_loss(model)
+    findings = corpus.lint_findings(corpus.Case("positions", model, ["P"], [loss]))
+    [wrong] = [f for f in findings if f.code == "GP425"]
+    assert str(wrong.node) == "combine"
+    assert "symbol" in wrong.message and "batch" in wrong.message
+    assert "fix-training-ops" in (wrong.hint or "") and "graphpass train" in (wrong.hint or "")

@@ -54,6 +54,7 @@ CHECKPOINT_SUBSET: dict[tuple[str, str], tuple[str, tuple[pytest.MarkDecorator, 
     ("gpt2", "optimum+state_dict"): ("trains", ()),     # the same, in Optimum's export
     ("bert", "legacy+state_dict"): ("trains", ()),      # an inlined call's scope is no module
     ("gpt_neox", "optimum+state_dict"): ("trains", ()),  # embed_out, the checkpoint's lm_head
+    ("bert", "optimum+state_dict"): ("trains", ()),     # position rows' 1 hidden from ORT
 }
 
 
@@ -199,6 +200,31 @@ def test_a_trainable_broadcast_where_input_is_refused_before_anything_is_written
     wheres = [f for f in run.errors if f["code"] == "GP425" and "Where" in f["message"]]
     assert wheres and {f["node"] for f in wheres} == {"node_Where_76", "node_Where_142"}
     assert "broadcast" in wheres[0]["message"]
+    assert not run.artifacts.exists() and not run.output.exists()
+
+
+def test_optimum_s_position_embeddings_get_torch_s_gradient(judged, ort_training_python,
+                                                            optimum_python) -> None:
+    """ORT does not sum the rows' gradient over the batch (ONNX infers [unk__0, unk__1, H]
+    for [1, T, H]); fix-training-ops states the 1, and the gradient is torch's (it was off
+    by 0.88 of its size)."""
+    outcome = judged("bert", "optimum+state_dict")
+    [reshaped] = _codes(outcome)["GP533"]
+    assert reshaped["data"]["inputs"] == [
+        {"node": "/bert/embeddings/Add_1", "input": 1, "shape": [1, 0, 0]}]
+    assert outcome.gradients is not None
+    assert outcome.gradients.errors["bert.embeddings.position_embeddings.weight"] < 1e-4
+
+
+def test_without_the_reshape_the_wrong_position_gradient_is_refused_before_training(
+        tmp_path: Path, ort_training_python: str, optimum_python: str) -> None:
+    exported = zoo.export(zoo.case("bert"), "optimum+state_dict")
+    run = _run(exported, tmp_path, "-O", "fix-training-ops.broadcast-dims=false")
+    [wrong] = [f for f in run.errors if f["code"] == "GP425"]
+    assert wrong["node"] == "/bert/embeddings/Add_1"
+    assert "symbol" in wrong["message"] and "batch" in wrong["message"]
+    assert "fix-training-ops.broadcast-dims=true" in wrong["hint"]
+    assert "graphpass train" in wrong["hint"]
     assert not run.artifacts.exists() and not run.output.exists()
 
 

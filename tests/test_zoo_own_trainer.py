@@ -69,3 +69,18 @@ def test_a_ready_run_with_a_parameter_left_out_is_wrong(tmp_path: Path) -> None:
     assert outcome.left_out == ["model.lm_head.weight", "model.model.embed_tokens.weight",
                                 "model.model.norm.weight"]
     assert outcome.reason.startswith("exit 0 with 3 torch parameters outside the trainable set")
+
+
+@pytest.mark.parametrize("arguments", [(), ("-O", "fix-training-ops.broadcast-dims=false")],
+                         ids=["reshaped", "as-exported"])
+def test_optimum_s_position_embeddings_train_right_in_the_own_trainer(
+        arguments: tuple[str, ...], tmp_path: Path) -> None:
+    """GP425's other advice: graphpass's own gradient of Optimum's position embeddings is
+    right with or without fix-training-ops' Reshape (onnxruntime-training's is 0.88 off
+    without it)."""
+    if zoo.optimum_python() is None:
+        pytest.skip("Optimum venv not available (make optimum-venv could not build it)")
+    outcome = own_judge(zoo.case("bert"), "optimum+state_dict", tmp_path, arguments=arguments)
+    assert outcome.label == "trains", outcome.reason
+    assert outcome.gradients is not None
+    assert outcome.gradients.errors["bert.embeddings.position_embeddings.weight"] < GRADIENT_RTOL
