@@ -270,6 +270,14 @@ def _export(job: dict[str, Any]) -> dict[str, Any]:
         output_shape = tuple(model(*arguments).shape)
     flops = {str(op).split(".")[1] if "." in str(op) else str(op): int(n)
              for op, n in counter.get_flop_counts().get("Global", {}).items()}
+    config = model.model.config
+    if spec.tokens and not any("attention" in op for op in flops):
+        # FlopCounterMode does not see CPU's scaled_dot_product_attention: its two
+        # products (Q K^T and the weights times V), 2 B S^2 hidden FLOPs each, per layer
+        batch, length = spec.input_shape
+        hidden = getattr(config, "hidden_size", None) or config.n_embd
+        layers = getattr(config, "num_hidden_layers", None) or config.n_layer
+        flops["attention (counted here)"] = 4 * batch * length**2 * hidden * layers
     batch = batch_of(spec, output_shape)
     np.savez(folder / "batch.npz", **batch)
     with warnings.catch_warnings():
@@ -750,6 +758,8 @@ def probe_largest(settings: Settings, layers: list[int]) -> dict[str, Any]:
                      settings.fresh, settings.runners, settings.ort_python,
                      matmul_size=settings.matmul_size)
     found: dict[str, Any] = {"layers_tried": layers, "cap_gb": settings.cap / GB,
+                             "config": spec_of(settings.size, "llama-1b").config,
+                             "batch": list(spec_of(settings.size, "llama-1b").input_shape),
                              "runs": {}, "largest": {}}
     for runner in ("torch", "graphpass"):
         for count in layers:
@@ -903,9 +913,14 @@ def docs_lines(record: dict[str, Any]) -> list[str]:
         lines += ["", "First losses and failures:", "", *failures]
     largest = record.get("largest")
     if largest:
-        lines += ["", "Largest Llama-shaped model that trains 2 steps (hidden 2048, 32 heads, "
-                  f"8 KV heads, intermediate 5632, batch 1 x 128) under a "
-                  f"{largest['cap_gb']:.0f} GB cap on resident memory:", ""]
+        config = largest.get("config", LLAMA)
+        batch = " x ".join(str(d) for d in largest.get("batch", (1, 128)))
+        lines += ["", "Largest Llama-shaped model that trains 2 steps (hidden "
+                  f"{config['hidden_size']}, {config['num_attention_heads']} heads, "
+                  f"{config['num_key_value_heads']} KV heads, intermediate "
+                  f"{config['intermediate_size']}, vocabulary {config['vocab_size']}, batch "
+                  f"{batch}; the layers vary) under a "
+                  f"{largest['cap_gb']:.1f} GB cap on resident memory:", ""]
         for runner in ("torch", "graphpass"):
             best = largest["largest"].get(runner)
             tried = ", ".join(
@@ -948,6 +963,8 @@ def main() -> int:
                         help="also probe the largest Llama that trains (slow)")
     parser.add_argument("--largest-layers", default="16,24,32",
                         help="the layer counts --largest tries, in order")
+    parser.add_argument("--export-only", action="store_true",
+                        help="only export the models into the cache (for a later run)")
     parser.add_argument("--cache", default=str(CACHE))
     parser.add_argument("--fresh", action="store_true",
                         help="measure again what the cache holds (the exports stay)")
@@ -976,6 +993,13 @@ def main() -> int:
     unknown = set(names) - set(FULL)
     if unknown:
         parser.error(f"unknown models {sorted(unknown)}; known: {', '.join(FULL)}")
+    if args.export_only:
+        for name in names:
+            exported = ensure_export(spec_of(size, name), settings.cache / size / name / "export",
+                                     settings.cap)
+            _log(f"{name}: " + (exported["error"] if "error" in exported else
+                                f"exported, {exported['parameters']:,} parameters"))
+        return 0
     largest = ([int(n) for n in args.largest_layers.split(",")] if args.largest else None)
     record = run(names, settings, largest)
     path = Path(args.json) if args.json else (
