@@ -12,7 +12,8 @@ bert-base       ``BertModel``, ``BertConfig()`` (110M)        4 x 64 tokens
 gpt2-small      ``GPT2LMHeadModel``, ``GPT2Config()`` (124M,  4 x 64 tokens
                 tied embeddings)
 mobilenet-v2    ``MobileNetV2ForImageClassification``, 1.0,   4 x 3 x 224 x 224
-                224 px (BatchNorm in train mode)
+                224 px, 1000 classes (3.5M; BatchNorm in
+                train mode)
 llama-1b        ``LlamaForCausalLM``: hidden 2048, 16 layers, 1 x 128 tokens
                 32 heads, 8 KV heads, intermediate 5632,
                 vocabulary 32000 (0.86B parameters)
@@ -148,8 +149,8 @@ FULL: dict[str, Spec] = {
     "gpt2-small": Spec("GPT2LMHeadModel", "GPT2Config", {}, (4, 64), attention_mask=True,
                        label="GPT-2 small"),
     "mobilenet-v2": Spec("MobileNetV2ForImageClassification", "MobileNetV2Config",
-                         {"depth_multiplier": 1.0, "image_size": 224}, (4, 3, 224, 224),
-                         batch_norm=True, label="MobileNetV2 1.0, 224 px"),
+                         {"depth_multiplier": 1.0, "image_size": 224, "num_labels": 1000},
+                         (4, 3, 224, 224), batch_norm=True, label="MobileNetV2 1.0, 224 px"),
     "llama-1b": Spec("LlamaForCausalLM", "LlamaConfig", LLAMA, (1, 128), attention_mask=True,
                      label="Llama-shaped, hidden 2048, 16 layers"),
 }
@@ -568,6 +569,7 @@ class Settings:
     ort_python: str | None
     notes: list[str] = field(default_factory=list)
     matmul_size: int = 2048
+    timeout: float | None = 1800.0
 
 
 def ort_training_python() -> str | None:
@@ -610,7 +612,8 @@ def ensure_export(spec: Spec, folder: Path, cap: int) -> dict[str, Any]:
     return result
 
 
-def build(python: str, flag: str, folder: Path, out: Path, cap: int) -> dict[str, Any]:
+def build(python: str, flag: str, folder: Path, out: Path, cap: int,
+          timeout: float | None = None) -> dict[str, Any]:
     """``graphpass run -p train-ready FLAG OUT``: seconds, peak memory, size or error.
 
     ``--emit-training-artifacts`` runs without its own training step
@@ -622,7 +625,7 @@ def build(python: str, flag: str, folder: Path, out: Path, cap: int) -> dict[str
                str(out), "--format", "json"]
     if flag == "--emit-training-artifacts":
         command += ["-O", "emit-training-artifacts.train-step=false"]
-    child = run_child(command, cap)
+    child = run_child(command, cap, timeout=timeout)
     (out.parent / f"{out.name}-ready.onnx").unlink(missing_ok=True)
     for data in out.parent.glob(f"{out.name}-ready.onnx*"):
         data.unlink()
@@ -678,6 +681,7 @@ def measure_model(name: str, settings: Settings, spec: Spec | None = None,
             _log(f"{name}: measured before ({saved}); --fresh measures again")
             return cached
     exported = ensure_export(spec, folder / "export", settings.cap)
+    available_gb = available_bytes() / GB
     record: dict[str, Any] = {"model": name, "label": spec.label, "spec": _spec_json(spec),
                               "steps": settings.steps, "warmup": settings.warmup,
                               "export": exported, "builds": {}, "trainers": {}}
@@ -697,7 +701,8 @@ def measure_model(name: str, settings: Settings, spec: Spec | None = None,
             flag = ("--emit-training-graph" if runner == "graphpass"
                     else "--emit-training-artifacts")
             _log(f"{name}: building for {runner} ...")
-            built = build(python, flag, folder / "export", directory, settings.cap)
+            built = build(python, flag, folder / "export", directory, settings.cap,
+                          settings.timeout)
             record["builds"][runner] = built
             if "error" in built:
                 _log(f"{name}: {runner} build failed: {built['error'][:300]}")
@@ -710,7 +715,7 @@ def measure_model(name: str, settings: Settings, spec: Spec | None = None,
         _log(f"{name}: training with {runner} ...")
         job = {"runner": runner, "directory": str(directory), "batch": str(batch),
                "spec": _spec_json(spec), "steps": settings.steps, "warmup": settings.warmup}
-        child = _worker(python, "train", job, folder, settings.cap)
+        child = _worker(python, "train", job, folder, settings.cap, settings.timeout)
         if child.returncode != 0:
             record["trainers"][runner] = {"error": _failure(child),
                                           "peak_mb": child.peak_bytes / MB}
@@ -722,6 +727,8 @@ def measure_model(name: str, settings: Settings, spec: Spec | None = None,
                  f"{measured['peak_mb']:.0f} MB peak, losses "
                  + ", ".join(f"{x:.6g}" for x in measured["losses"][:3]))
     _compare(record)
+    record["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    record["available_gb_before"] = available_gb
     saved.write_text(json.dumps(record, indent=1))
     return record
 
@@ -756,7 +763,7 @@ def probe_largest(settings: Settings, layers: list[int]) -> dict[str, Any]:
     2 steps under the memory cap, probing ``layers`` in order until one does not fit."""
     probe = Settings(settings.size, settings.cache / "largest", 0, 2, settings.cap,
                      settings.fresh, settings.runners, settings.ort_python,
-                     matmul_size=settings.matmul_size)
+                     matmul_size=settings.matmul_size, timeout=settings.timeout)
     found: dict[str, Any] = {"layers_tried": layers, "cap_gb": settings.cap / GB,
                              "config": spec_of(settings.size, "llama-1b").config,
                              "batch": list(spec_of(settings.size, "llama-1b").input_shape),
@@ -911,6 +918,11 @@ def docs_lines(record: dict[str, Any]) -> list[str]:
                                 f"{built_['error'][:300].replace('|', '/')}")
     if failures:
         lines += ["", "First losses and failures:", "", *failures]
+    when = [f"{m['label']} {m['measured_at']} ({m['available_gb_before']:.1f} GB available "
+            "before)" for m in record["models"].values() if m.get("measured_at")]
+    if when:
+        lines += ["", "Measured one model at a time, its trainers one after the other: "
+                  + "; ".join(when) + "."]
     largest = record.get("largest")
     if largest:
         config = largest.get("config", LLAMA)
@@ -959,6 +971,8 @@ def main() -> int:
     parser.add_argument("--matmul-size", type=int, default=2048,
                         help="the square MatMul that measures the machine's rate")
     parser.add_argument("--memory-cap-gb", type=float, default=22.0)
+    parser.add_argument("--timeout", type=float, default=1800.0,
+                        help="seconds a build or a trainer may take before it is killed")
     parser.add_argument("--largest", action="store_true",
                         help="also probe the largest Llama that trains (slow)")
     parser.add_argument("--largest-layers", default="16,24,32",
@@ -988,7 +1002,7 @@ def main() -> int:
         notes.append("no .venv-ort-training here (make ort-venv): ORT-training left out")
     settings = Settings(size, Path(args.cache), args.steps, args.warmup,
                         int(args.memory_cap_gb * GB), args.fresh, runners, ort_python, notes,
-                        args.matmul_size)
+                        args.matmul_size, args.timeout)
     names = [n for n in args.models.split(",") if n]
     unknown = set(names) - set(FULL)
     if unknown:
