@@ -667,24 +667,35 @@ def torch_adamw(path: Path) -> dict[str, Any]:
 
 def measure_model(name: str, settings: Settings, spec: Spec | None = None,
                   runners: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """Export, build and train ``name`` with every trainer; the model's record (cached in
-    its folder, so that a second call measures nothing)."""
+    """Export, build and train ``name`` with every trainer; the model's record.
+
+    The record is kept in the model's folder: a second call measures only the trainers
+    the record lacks (all of them with ``--fresh``, or when the model or the step counts
+    changed).
+    """
     spec = spec or spec_of(settings.size, name)
     runners = runners or settings.runners
     folder = settings.cache / settings.size / name
     saved = folder / "measured.json"
+    cached: dict[str, Any] = {}
     if saved.exists() and not settings.fresh:
-        cached: dict[str, Any] = json.loads(saved.read_text())
-        if (cached.get("spec") == _spec_json(spec) and cached.get("steps") == settings.steps
-                and cached.get("warmup") == settings.warmup
-                and set(cached.get("trainers", {})) >= set(runners)):
-            _log(f"{name}: measured before ({saved}); --fresh measures again")
-            return cached
+        cached = json.loads(saved.read_text())
+        if (cached.get("spec") != _spec_json(spec) or cached.get("steps") != settings.steps
+                or cached.get("warmup") != settings.warmup):
+            cached = {}
+    missing = tuple(r for r in runners if r not in cached.get("trainers", {}))
+    if cached and not missing:
+        _log(f"{name}: measured before ({saved}); --fresh measures again")
+        return cached
+    if cached:
+        _log(f"{name}: {', '.join(sorted(cached['trainers']))} measured before ({saved})")
     exported = ensure_export(spec, folder / "export", settings.cap)
     available_gb = available_bytes() / GB
     record: dict[str, Any] = {"model": name, "label": spec.label, "spec": _spec_json(spec),
                               "steps": settings.steps, "warmup": settings.warmup,
-                              "export": exported, "builds": {}, "trainers": {}}
+                              "export": exported, "builds": dict(cached.get("builds", {})),
+                              "trainers": dict(cached.get("trainers", {}))}
+    runners = missing
     if "error" in exported:
         _log(f"{name}: {exported['error']}")
         return record
@@ -754,7 +765,7 @@ def machine_rates(settings: Settings) -> dict[str, Any]:
         child = _worker(sys.executable, "matmul", job, settings.cache, settings.cap)
         rates[runner] = (child.result()["gflops"] if child.returncode == 0
                          else {"error": _failure(child)})
-        _log(f"MatMul 2048^2 float32 in {runner}: {rates[runner]} GFLOP/s")
+        _log(f"MatMul {settings.matmul_size}^2 float32 in {runner}: {rates[runner]} GFLOP/s")
     return rates
 
 
@@ -768,7 +779,7 @@ def probe_largest(settings: Settings, layers: list[int]) -> dict[str, Any]:
                              "config": spec_of(settings.size, "llama-1b").config,
                              "batch": list(spec_of(settings.size, "llama-1b").input_shape),
                              "runs": {}, "largest": {}}
-    for runner in ("torch", "graphpass"):
+    for runner in (r for r in ("torch", "graphpass") if r in settings.runners):
         for count in layers:
             spec = spec_of(settings.size, "llama-1b", count)
             _log(f"largest: {runner} at {count} layers ...")
