@@ -99,10 +99,11 @@ def torch_sweep() -> dict[str, dict[str, float]]:
                 "build-training-graph": {"directory": str(train), "loss": recipe.loss}}
             ).run(graphpass.load(exported(name)))
             manifest = json.loads((train / "manifest.json").read_text())
-            weights = load_file(str(train / "weights.safetensors"))
+            weights = {**load_file(str(train / "weights.safetensors")),
+                       **load_file(str(train / "buffers.safetensors"))}
             feeds = {**recipe.batch(), "target": recipe.target(), **weights}
             session = onnxruntime.InferenceSession(str(train / "gradient.onnx"))
-            loss, *grads = session.run(None, feeds)
+            loss, *grads = session.run(None, feeds)[:1 + len(manifest["trainable"])]
             module = recipe.make()
             expected = torch_loss(module, recipe)
             expected.backward()
@@ -122,11 +123,11 @@ def _adamw(train: Path, recipe: object, manifest: dict[str, object]) -> float:
     import onnxruntime
     import torch
     from _training_models import torch_loss
-    from safetensors.numpy import load_file
+
+    from graphpass.training.directory import initial_values
 
     session = onnxruntime.InferenceSession(str(train / "step.onnx"))
-    values = {**load_file(str(train / "weights.safetensors")),
-              **load_file(str(train / "optimizer_state.safetensors"))}
+    values = initial_values(train)
     step = manifest["step"]
     assert isinstance(step, dict)
     for _ in range(10):
@@ -218,7 +219,9 @@ def hugging_face_sweep() -> dict[str, dict[str, float]]:
                 target = torch.randn_like(module(x)) * 0.1
             session = onnxruntime.InferenceSession(f"{folder}/t/gradient.onnx")
             loss, *grads = session.run(None, {"x": x.numpy(), "target": target.numpy(),
-                                              **load_file(f"{folder}/t/weights.safetensors")})
+                                              **load_file(f"{folder}/t/weights.safetensors"),
+                                              **load_file(f"{folder}/t/buffers.safetensors")}
+                                       )[:1 + len(manifest["trainable"])]
         module.zero_grad()
         expected = torch.nn.functional.mse_loss(module(x), target)
         expected.backward()

@@ -85,6 +85,59 @@ def test_ten_steps_equal_torch_adamw_with_batch_statistics(convnet_dir: Path) ->
     assert abs(evaluation.loss - float(np.mean((reference - recipe.target()) ** 2))) < 1e-5
 
 
+def test_accumulated_micro_batches_step_as_torch_accumulates(convnet_dir: Path) -> None:
+    """Two micro-batches a step: torch's ``(loss / 2).backward()`` twice, then one step."""
+    from torch.nn import functional
+
+    recipe = recipes()["convnet"]
+    x, target = recipe.batch()["x"], recipe.target()
+    micro = [{"x": x, "target": target}, {"x": x * 1.5, "target": target * 0.5}]
+    trainer = Trainer(convnet_dir)
+    module = batch_norms_in_train_mode(recipe.make())
+    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-2)
+    for _ in range(4):
+        optimizer.zero_grad()
+        expected = 0.0
+        for part in micro:
+            loss = functional.mse_loss(module(torch.from_numpy(part["x"])),
+                                       torch.from_numpy(part["target"])) / len(micro)
+            loss.backward()
+            expected += loss.item()
+        optimizer.step()
+        got = trainer.step(micro)
+        assert abs(got - expected) < 1e-5 * max(1.0, abs(expected))
+    assert trainer.steps == 4  # one optimizer step per list
+    state = module.state_dict()
+    for name, value in trainer.weights().items():  # running statistics: once per micro-batch
+        assert float(np.abs(value - state[name].numpy()).max()) < 1e-4, name
+    assert trainer.held_bytes()["gradients"] == 2 * trainer.held_bytes()["weights"]
+    with pytest.raises(TrainingError, match="empty list"):
+        trainer.step([])
+
+
+def test_the_in_place_optimizer_computes_what_step_onnx_computes(tmp_path: Path) -> None:
+    """The trainer's numpy update and ``step.onnx`` agree bit for bit (AdamW and SGD)."""
+    from graphpass.training.directory import initial_values
+
+    for optimizer, extra in (("adamw", {}), ("sgd", {"momentum": 0.9, "weight_decay": 0.01,
+                                                     "nesterov": True})):
+        directory = tmp_path / optimizer
+        manifest = _build(graphpass.load(exported("mlp")), directory, lr=1e-2,
+                          optimizer=optimizer, **extra)
+        trainer = Trainer(directory)
+        session = ort.InferenceSession(str(directory / "step.onnx"))
+        values = initial_values(directory)
+        for _ in range(3):
+            feeds = {**_batch("mlp"), "lr": np.array(1e-2, np.float32),
+                     **{n: values[n] for n in manifest["step"]["inputs"] if n in values}}
+            outputs = dict(zip(manifest["step"]["outputs"], session.run(None, feeds),
+                               strict=True))
+            values = {source: outputs[updated] for source, updated in manifest["step"]["carry"]}
+            trainer.step(_batch("mlp"))
+        for name, array in trainer.carried_arrays().items():
+            assert np.array_equal(array, values[name]), (optimizer, name)
+
+
 def test_save_writes_the_trained_model_and_a_torch_checkpoint(convnet_dir: Path,
                                                              tmp_path: Path) -> None:
     recipe = recipes()["convnet"]
@@ -153,38 +206,46 @@ def _wide_mlp(width: int = 256, layers: int = 3) -> graphpass.Model:
         graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9))
 
 
-def test_a_step_copies_nothing(tmp_path: Path) -> None:
+def test_the_trainer_holds_one_copy_of_what_a_step_carries(tmp_path: Path) -> None:
+    """Weights, gradients and both AdamW moments once each, as torch holds them."""
     manifest = _build(_wide_mlp(), tmp_path / "train")
-    step = onnx.load(str(tmp_path / "train" / "step.onnx"))
-    producers = {o: n.op_type for n in step.graph.node for o in n.output}
-    carried_outputs = [updated for _, updated in manifest["step"]["carry"]]
-    assert not [o for o in carried_outputs if producers[o] == "Identity"]  # computed in place
+    from safetensors.numpy import load_file
 
-    trainer = Trainer(tmp_path / "train")
+    weights = load_file(str(tmp_path / "train" / "weights.safetensors"))
+    one_copy = sum(weights[w].nbytes for w in manifest["trainable"])
+    assert one_copy == 3 * 256 * 256 * 4
     rng = np.random.default_rng(1)
     batch = {"x": rng.standard_normal((8, 256)).astype(np.float32),
              "target": rng.standard_normal((8, 256)).astype(np.float32)}
-    start = {name: value.data_ptr() for name, value in trainer.values.items()}
-    trainer.step(batch)
-    after_one = {name: value.data_ptr() for name, value in trainer.values.items()}
-    assert all(after_one[name] != start[name] for name in start)  # the other buffer
-    trainer.step(batch)
-    assert {name: value.data_ptr() for name, value in trainer.values.items()} == start
-
-    weight_bytes = sum(trainer.values[w].tensor_size_in_bytes()
-                       for w in manifest["trainable"])
-    assert weight_bytes == 3 * 256 * 256 * 4
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
+        trainer = Trainer(tmp_path / "train")
+        trainer.step(batch)
+        held = tracemalloc.get_traced_memory()[0] - before
         tracemalloc.reset_peak()
+        start = tracemalloc.get_traced_memory()[0]
         for _ in range(20):
             trainer.step(batch)
-        grown = tracemalloc.get_traced_memory()[1] - before
+        grown = tracemalloc.get_traced_memory()[1] - start
     finally:
         tracemalloc.stop()
-    assert grown < weight_bytes / 20, grown  # no host copy of any weight, in any step
-    assert {name: value.data_ptr() for name, value in trainer.values.items()} == start
+    accounted = trainer.held_bytes()
+    assert accounted["weights"] == one_copy
+    assert accounted["optimizer_state"] == 2 * one_copy  # exp_avg and exp_avg_sq
+    assert accounted["gradients"] == one_copy
+    # Everything numpy holds for the trainer (tracemalloc sees numpy's allocations): one
+    # copy of the weights, of the gradients and of each moment, the optimizer's scratch
+    # blocks, and small things; a second buffer of any weight would be a third more.
+    assert 4 * one_copy <= held - accounted["scratch"] < 4 * one_copy + one_copy / 3, held
+    assert grown < one_copy / 20, grown  # no step copies a weight
+    arrays = trainer.carried_arrays()
+    bound = trainer.values
+    for name in manifest["trainable"]:  # the session reads the trainer's own arrays
+        assert bound[name].data_ptr() == arrays[name].ctypes.data
+    trainer.step(batch)
+    assert {n: a.ctypes.data for n, a in trainer.carried_arrays().items()} == {
+        n: a.ctypes.data for n, a in arrays.items()}
 
 
 def test_the_learning_rate_can_change_between_steps(tmp_path: Path) -> None:

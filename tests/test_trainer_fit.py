@@ -135,12 +135,6 @@ def test_a_folder_with_other_files_is_not_written(directory: Path, tmp_path: Pat
 
 
 def test_accumulate_passes_groups_of_batches_to_step(directory: Path, data: Path) -> None:
-    probe = Trainer(directory)
-    batch = next(iter(open_batches(data, batch_size=4)))
-    try:
-        probe.step([batch, batch])  # type: ignore[arg-type]
-    except TrainingError:
-        pytest.skip("Trainer.step does not take a list of micro-batches yet (issue 23)")
     batches = open_batches(data, batch_size=4)
     result = Trainer(directory).fit(batches, epochs=1, accumulate=4)
     assert result.steps == 2  # 6 batches: a step of 4, then the 2 left

@@ -51,7 +51,7 @@ def test_directory_follows_the_contract(tmp_path: Path) -> None:
     train = tmp_path / "train"
     assert sorted(p.name for p in train.iterdir()) == [
         "buffers.safetensors", "eval.onnx", "gradient.onnx", "manifest.json", "model.onnx",
-        "optimizer_state.safetensors", "step.onnx", "weights.safetensors"]
+        "step.onnx", "weights.safetensors"]
     assert _io(train / "gradient.onnx") == (["x", "target", "w", "b"],
                                             ["loss", "w.grad", "b.grad"])
     assert _io(train / "step.onnx") == (
@@ -68,9 +68,10 @@ def test_directory_follows_the_contract(tmp_path: Path) -> None:
     from safetensors.numpy import load_file
 
     assert sorted(load_file(str(train / "weights.safetensors"))) == ["b", "w"]
-    state = load_file(str(train / "optimizer_state.safetensors"))
+    state = directory_module.initial_values(train)
     assert state["step"].shape == () and int(state["step"]) == 0
-    assert not np.any(state["w.exp_avg_sq"])
+    assert not np.any(state["w.exp_avg_sq"]) and state["w.exp_avg_sq"].shape == (3, 2)
+    assert np.array_equal(state["w"], np.arange(6, dtype=np.float32).reshape(3, 2) / 10)
 
 
 def test_the_forward_model_keeps_its_trainable_weights_in_the_safetensors_file(

@@ -47,11 +47,13 @@ def test_own_trainer_matches_torch(name: str, mode: str, tmp_path: Path) -> None
     directory = tmp_path / mode / "train"
     manifest = json.loads((directory / "manifest.json").read_text())
     gradient = onnx.load(str(directory / "gradient.onnx"), load_external_data=False)
-    # The contract: inputs, target, weights; outputs loss, then a gradient per weight.
+    # The contract: inputs, target, weights, running statistics; outputs loss, then a
+    # gradient per weight, then the new running statistics.
     assert [i.name for i in gradient.graph.input] == [
-        *manifest["inputs"], "target", *manifest["trainable"]]
+        *manifest["inputs"], "target", *manifest["trainable"], *manifest["buffers"]]
     assert [o.name for o in gradient.graph.output] == [
-        "loss", *(f"{w}.grad" for w in manifest["trainable"])]
+        "loss", *(f"{w}.grad" for w in manifest["trainable"]),
+        *(f"{b}.new" for b in manifest["buffers"])]
     step = onnx.load(str(directory / "step.onnx"), load_external_data=False)
     for model in (gradient, step):
         assert not model.functions

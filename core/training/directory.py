@@ -3,11 +3,12 @@
 The directory holds ``gradient.onnx``, ``step.onnx``, ``eval.onnx`` (frozen weights
 inside, or in one shared ``frozen.data`` file when they are large), the initial
 trainable weights ``weights.safetensors``, the initial running statistics of the batch
-normalizations that train with batch statistics ``buffers.safetensors``, the initial
-optimizer state ``optimizer_state.safetensors`` (zeros, and ``step`` = 0), the forward
+normalizations that train with batch statistics ``buffers.safetensors``, the forward
 model ``model.onnx`` (what a runner saves with the trained weights; its trainable
 weights and running statistics are external data inside the two safetensors files,
-so they are on disk once) and ``manifest.json``.
+so they are on disk once) and ``manifest.json``. The optimizer state starts as zeros
+and ``step`` as 0, so no file holds it (it would double the weights on disk):
+:func:`initial_values` makes it in memory, with the rest of what ``step.onnx`` carries.
 
 Everything is written into a temporary folder next to the destination, checked
 (``onnx.checker.check_model(full_check=True)`` on every model, no node outside the
@@ -35,7 +36,7 @@ from graphpass.files import load, save
 from graphpass.ir import Model, Tensor
 from graphpass.training.graphs import FORMAT, TrainingGraphs
 
-__all__ = ["MANIFEST", "read_manifest", "write_training_directory"]
+__all__ = ["MANIFEST", "initial_values", "read_manifest", "write_training_directory"]
 
 MANIFEST = "manifest.json"
 """The manifest's file name."""
@@ -52,6 +53,47 @@ def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+
+
+def initial_values(directory: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """What ``step.onnx`` carries, at step 0: the values to feed its first run.
+
+    The trainable weights (``weights.safetensors``), the running statistics
+    (``buffers.safetensors``), the optimizer state (zeros of each weight's shape and
+    type, made here: ``np.zeros`` takes no memory until written) and ``step`` (0), by
+    the input names ``step.onnx`` reads them under::
+
+        values = initial_values("train/")
+        for batch in batches:
+            outputs = dict(zip(step_outputs, session.run(None, {**batch, **values, "lr": lr})))
+            values = {source: outputs[updated] for source, updated in manifest["step"]["carry"]}
+
+    Raises:
+        ModelSaveError: ``directory`` is not a training-graph directory, or one of its
+            safetensors files is missing or unreadable.
+    """
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    manifest = read_manifest(directory)
+    if manifest is None:
+        raise ModelSaveError(f"not a graphpass training-graph directory (no valid {MANIFEST})",
+                             where=str(directory))
+    values: dict[str, np.ndarray] = {}
+    for key in ("weights", "buffers"):
+        path = Path(directory) / manifest["files"][key]
+        try:
+            values.update(load_file(str(path)))
+        except (OSError, SafetensorError) as error:
+            raise ModelSaveError(f"cannot read {path.name}: {first_line(error)}",
+                                 where=str(directory),
+                                 hint="the directory is incomplete; build it again") from None
+    for weight in manifest["trainable"]:
+        for kind in manifest["optimizer"]["state"]:
+            if weight in values:
+                values[f"{weight}.{kind}"] = np.zeros_like(values[weight])
+    values[manifest["step"]["step"]] = np.array(0, dtype=np.int64)
+    return values
 
 
 def _check_destination(directory: Path) -> None:
@@ -163,7 +205,6 @@ def _write_all(graphs: TrainingGraphs, scratch: Path, allowed: set[str]) -> list
                      scratch / files["weights"])
         _save_arrays({name: tensor.numpy() for name, tensor in graphs.buffers.items()},
                      scratch / files["buffers"])
-        _save_arrays(graphs.state, scratch / files["optimizer_state"])
         if graphs.torch_extra:
             _save_arrays(graphs.torch_extra, scratch / files["torch_extra"])
         if graphs.forward is not None:

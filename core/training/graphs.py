@@ -5,9 +5,12 @@ with respect to the trainable weights (:func:`~graphpass.training.differentiate`
 and appends the optimizer step. The three models share one forward graph:
 
 * ``gradient`` (**contract**): inputs are the model's inputs, then ``target`` (for a
-  loss that takes one), then every trainable weight under its initializer name;
-  outputs are ``loss``, then ``<weight>.grad`` for every trainable weight, in the same
-  order. Frozen weights stay initializers.
+  loss that takes one), then every trainable weight under its initializer name, then
+  the running statistics of the batch normalizations (with
+  ``batch_norm="batch-statistics"``); outputs are ``loss``, then ``<weight>.grad`` for
+  every trainable weight, in the same order, then the new running statistics
+  (``<name>.new``). Frozen weights stay initializers. This is what
+  :class:`~graphpass.training.Trainer` runs (it applies the optimizer itself).
 * ``step``: the inputs of ``gradient``, then the optimizer state (``<weight>.<kind>``,
   by kind then weight), the running statistics of the batch normalizations (with
   ``batch_norm="batch-statistics"``), ``step`` (``int64``, steps taken so far) and
@@ -33,7 +36,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from graphpass.ir import Graph, Model, Tensor, numpy_dtype
+from graphpass.ir import Graph, Model, Tensor
 from graphpass.ir._gc import paused_gc
 from graphpass.training._emit import Emitter, NameScope, names_in
 from graphpass.training.autodiff import differentiate, model_opset, prune
@@ -57,8 +60,9 @@ __all__ = ["FORMAT", "TrainingGraphs", "build_training_graphs"]
 FORMAT = "graphpass-training-graph"
 """The ``format`` of the manifest (``manifest.json``)."""
 
-FORMAT_VERSION = 2
-"""The manifest's ``version`` (2: the forward model and the running statistics)."""
+FORMAT_VERSION = 3
+"""The manifest's ``version`` (2: the forward model and the running statistics; 3: no
+file of zero optimizer state, and ``gradient.onnx`` carries the running statistics)."""
 
 
 @dataclass
@@ -70,7 +74,6 @@ class TrainingGraphs:
         step: The step model (loss, updated weights and state).
         eval: The evaluation model (loss and the model's outputs).
         weights: The initial values of the trainable weights, in order.
-        state: The initial optimizer state (zeros) and step count, by input name.
         manifest: Names, order and options, for the runner (JSON-ready).
         frozen_unreached: Trainable weights no gradient reaches (left frozen).
         forward: The model the graphs were built from (unchanged; what a runner saves
@@ -85,7 +88,6 @@ class TrainingGraphs:
     step: Model
     eval: Model
     weights: dict[str, Tensor]
-    state: dict[str, np.ndarray]
     manifest: dict[str, Any]
     frozen_unreached: list[str] = field(default_factory=list)
     forward: Model | None = None
@@ -223,14 +225,18 @@ def _build(model: Model, *, trainable: Sequence[str], frozen: Sequence[str], los
         assert grad is not None
         naming.name(grad, f"{weight}.grad")
         grad_outputs.append(_renamed(declarations[weight], f"{weight}.grad"))
-    _make_inputs(work, reached)
+    statistics_outputs: list[str | onnx.ValueInfoProto] = []
+    for found in statistics:
+        for name, value in ((found.mean, found.new_mean), (found.variance, found.new_variance)):
+            naming.name(value, f"{name}.new")
+            statistics_outputs.append(_renamed(declarations[name], f"{name}.new"))
+    _make_inputs(work, [*reached, *buffers])
 
     gradient_model = work.copy()
-    gradient_model.graph.set_outputs([added.declaration, *grad_outputs])
-    _set_inputs(gradient_model, [*inputs, *reached], declarations)
+    gradient_model.graph.set_outputs([added.declaration, *grad_outputs, *statistics_outputs])
+    _set_inputs(gradient_model, [*inputs, *reached, *buffers], declarations)
     prune(gradient_model.graph, gradient_model.graph.output_names)
 
-    _make_inputs(work, buffers)
     state_inputs = {(w, kind): f"{w}.{kind}" for kind in optimizer.state for w in reached}
     for (weight, _), name in state_inputs.items():
         declarations[name] = _renamed(declarations[weight], name)
@@ -249,10 +255,7 @@ def _build(model: Model, *, trainable: Sequence[str], frozen: Sequence[str], los
     for slot in update.state:
         naming.name(slot.output, f"{slot.input}.new")
         step_outputs.append(_renamed(declarations[slot.weight], f"{slot.input}.new"))
-    for found in statistics:
-        for name, value in ((found.mean, found.new_mean), (found.variance, found.new_variance)):
-            naming.name(value, f"{name}.new")
-            step_outputs.append(_renamed(declarations[name], f"{name}.new"))
+    step_outputs.extend(statistics_outputs)
     naming.name(update.step_output, f"{STEP}.new")
     step_outputs.append(onnx.helper.make_tensor_value_info(f"{STEP}.new",
                                                            onnx.TensorProto.INT64, []))
@@ -262,16 +265,12 @@ def _build(model: Model, *, trainable: Sequence[str], frozen: Sequence[str], los
     prune(graph, graph.output_names)
 
     weights = {w: model.graph.initializers[w] for w in reached}
-    state = {name: np.zeros(model.graph.initializers[w].shape,
-                            numpy_dtype(model.graph.initializers[w].dtype))
-             for (w, _), name in state_inputs.items()}
-    state[STEP] = np.array(0, dtype=np.int64)
     manifest = _manifest(
         inputs, added.target, loss, added.inputs, reached, list(frozen), unreached, optimizer,
         original_outputs, update, step_inputs,
         [o.name if isinstance(o, onnx.ValueInfoProto) else o for o in step_outputs],
         torch_names, options, batch_norm, statistics)
-    return TrainingGraphs(gradient_model, work, evaluation, weights, state, manifest,
+    return TrainingGraphs(gradient_model, work, evaluation, weights, manifest,
                           unreached, forward=model,
                           buffers={b: model.graph.initializers[b] for b in buffers})
 
@@ -336,7 +335,6 @@ def _manifest(inputs: list[str], target: str | None, loss: str, loss_inputs: Seq
         "version": FORMAT_VERSION,
         "files": {"gradient": "gradient.onnx", "step": "step.onnx", "eval": "eval.onnx",
                   "model": "model.onnx", "weights": "weights.safetensors",
-                  "optimizer_state": "optimizer_state.safetensors",
                   "buffers": "buffers.safetensors"},
         "inputs": inputs[:len(inputs) - (1 if target else 0)],
         "target": target,

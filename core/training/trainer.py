@@ -1,9 +1,7 @@
 """The runner: train a training-graph directory on stock onnxruntime.
 
-:class:`Trainer` loads ``step.onnx`` of a directory ``build-training-graph`` wrote into
-one onnxruntime session, and keeps every value a step carries over (the trainable
-weights, the optimizer state, the running statistics of batch normalizations, the
-step count) as ``OrtValue`` objects, bound to the session with IO binding::
+:class:`Trainer` runs ``gradient.onnx`` of a directory ``build-training-graph`` wrote in
+one onnxruntime session and applies the optimizer itself, in place::
 
     from graphpass.training import Trainer
 
@@ -13,13 +11,28 @@ step count) as ``OrtValue`` objects, bound to the session with IO binding::
     trainer.save("trained.onnx")                       # the model, trained weights inside
     trainer.save_checkpoint("trained.safetensors")     # under the torch state_dict keys
 
-**A step copies nothing.** Each carried value has two buffers: the session reads one
-and writes the other, and the next step swaps them. Two IO bindings, made once, hold
-the two arrangements, so a step binds only the batch (whose arrays the session reads
-in place) and runs; the nodes that compute the new weights write straight into the
-buffers (``step.onnx`` names their outputs ``<weight>.new`` without an ``Identity``
-in between). ``eval.onnx`` gets its own session when :meth:`Trainer.evaluate` is
-first called, bound to the same buffers.
+**Everything a step carries is held once**, as torch holds it: the trainable weights,
+their gradients, the optimizer state and the running statistics of batch
+normalizations are numpy arrays the trainer allocates once. The session reads the
+weights in place and writes the gradients straight into their buffers (one IO binding,
+made once: a step binds only the batch, whose arrays the session also reads in
+place); the optimizer then updates the weights and its state in place
+(:mod:`graphpass.training._updates`, the arithmetic of ``step.onnx`` bit for bit). The
+optimizer state starts as zeros made in memory (``np.zeros`` takes no memory until the
+first step writes it). A session that computed the new weights itself, as
+``step.onnx`` does, would need a second buffer for each of them: that doubles the
+weights and both AdamW moments. ``step.onnx`` stays in the directory, the portable
+one-run-per-step form of the same step.
+
+**Gradient accumulation**: :meth:`Trainer.step` takes a list of micro-batches and makes
+one optimizer step on the mean of their gradients (torch's ``(loss / n).backward()``
+per micro-batch), so that a batch too large for memory trains as several small ones.
+
+``eval.onnx`` gets its own session when :meth:`Trainer.evaluate` is first called,
+bound to the same arrays. ``providers`` selects onnxruntime's execution providers, for
+example ``["CUDAExecutionProvider", "CPUExecutionProvider"]`` with onnxruntime-gpu (the
+arrays stay in host memory: onnxruntime copies the weights in and the gradients out
+each step).
 
 onnxruntime is an optional dependency of graphpass (``pip install graphpass[runtime]``);
 this is the only module that imports it, when a :class:`Trainer` is made.
@@ -40,6 +53,7 @@ from graphpass.errors import ModelSaveError, first_line
 from graphpass.files import load, save
 from graphpass.ir import Tensor
 from graphpass.training._errors import TrainingError
+from graphpass.training._updates import BLOCK, apply_update
 from graphpass.training.directory import MANIFEST, read_manifest
 from graphpass.training.graphs import FORMAT_VERSION
 
@@ -52,6 +66,8 @@ __all__ = ["Evaluation", "Trainer", "TrainingError"]
 _BUILD_HINT = ("build one with `graphpass run MODEL -o READY.onnx -p train-ready "
                "--emit-training-graph DIR`, or train the model directly with "
                "`graphpass train MODEL --data BATCH.npz`")
+
+Batch = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -76,19 +92,6 @@ def _runtime() -> Any:
             hint="pip install graphpass[runtime] (stock onnxruntime; onnxruntime-training "
                  "is not needed)") from None
     return onnxruntime
-
-
-class _Carried:
-    """One value a step carries over: two buffers, the session reads one and writes the other."""
-
-    __slots__ = ("buffers", "input", "output", "values")
-
-    def __init__(self, runtime: Any, input_name: str, output_name: str, initial: np.ndarray):
-        self.input = input_name
-        self.output = output_name
-        first = np.require(initial, requirements=("C", "W"))  # the runtime writes into it
-        self.buffers = (first, np.empty_like(first))
-        self.values = tuple(runtime.OrtValue.ortvalue_from_numpy(b) for b in self.buffers)
 
 
 class Trainer:
@@ -119,25 +122,36 @@ class Trainer:
         self.manifest = _read(self.directory)
         self._providers = list(providers or ["CPUExecutionProvider"])
         self._options = session_options
-        step = self.manifest["step"]
-        self._session = self._open(self.manifest["files"]["step"])
-        _check_names(self._session, step["inputs"], step["outputs"], self.directory / "step")
-        initial = self._initial_values()
-        self._carried = [_Carried(self._ort, source, updated, initial[source])
-                         for source, updated in step["carry"]]
-        self._by_name = {c.input: c for c in self._carried}
-        self._lr = np.zeros((), dtype=np.float32)
+        manifest = self.manifest
+        self._trainable: list[str] = list(manifest["trainable"])
+        self._statistics: list[str] = list(manifest.get("buffers", []))
+        self._batch_names = [*manifest["inputs"],
+                             *([manifest["target"]] if manifest["target"] else [])]
+        self._session = self._open(manifest["files"]["gradient"])
+        _check_names(self._session,
+                     [*self._batch_names, *self._trainable, *self._statistics],
+                     [manifest["loss"]["output"], *manifest["gradients"],
+                      *(f"{name}.new" for name in self._statistics)],
+                     self.directory / manifest["files"]["gradient"])
+        self._arrays = self._initial_values()
+        self._grads = {w: np.empty_like(self._arrays[w]) for w in self._trainable}
+        self._new_statistics = {s: np.empty_like(self._arrays[s]) for s in self._statistics}
+        self._state_of = {w: {kind: self._arrays[f"{w}.{kind}"]
+                              for kind in manifest["optimizer"]["state"]}
+                          for w in self._trainable}
+        self._scratch = {array.dtype: np.empty(2 * BLOCK, array.dtype)
+                         for array in self._grads.values()}
         self._lr_given = 0.0
-        self.lr = float(self.manifest["options"].get("lr", 1e-3)) if lr is None else lr
-        self._lr_value = self._ort.OrtValue.ortvalue_from_numpy(self._lr)
+        self.lr = float(manifest["options"].get("lr", 1e-3)) if lr is None else lr
         self._loss = np.zeros((), dtype=self._type_of(self._session.get_outputs()[0].type))
-        self._loss_value = self._ort.OrtValue.ortvalue_from_numpy(self._loss)
-        self._batch_names = [*self.manifest["inputs"],
-                             *([self.manifest["target"]] if self.manifest["target"] else [])]
         self._batch_types = {i.name: i for i in self._session.get_inputs()
                              if i.name in self._batch_names}
-        self._bindings = [self._binding(phase) for phase in (0, 1)]
-        self._phase = 0
+        ortvalue = self._ort.OrtValue.ortvalue_from_numpy
+        self._bound = {name: ortvalue(self._arrays[name])
+                       for name in (*self._trainable, *self._statistics)}
+        self._binding = self._bind(self._grads)
+        self._accumulated: dict[str, np.ndarray] | None = None  # made at the first list
+        self._accumulating: Any = None
         self._eval_session: Any = None
 
     # ---------------------------------------------------------------- loading
@@ -153,34 +167,50 @@ class Trainer:
                                      + _BUILD_HINT) from None
 
     def _initial_values(self) -> dict[str, np.ndarray]:
-        from safetensors import SafetensorError
-        from safetensors.numpy import load_file
+        """Every carried value at step 0, in arrays of its own (writable, C order)."""
+        from safetensors import SafetensorError, safe_open
 
         files = self.manifest["files"]
         values: dict[str, np.ndarray] = {}
-        for key in ("weights", "optimizer_state", "buffers"):
+        for key in ("weights", "buffers"):
             path = self.directory / files[key]
             try:
-                values.update(load_file(str(path)))
+                with safe_open(str(path), framework="np") as handle:  # a tensor at a time
+                    for name in handle.keys():  # noqa: SIM118 - not a dict
+                        values[name] = np.require(handle.get_tensor(name),
+                                                  requirements=("C", "W", "O"))
             except (OSError, SafetensorError) as error:
                 raise TrainingError(f"cannot read {files[key]}: {first_line(error)}",
                                     where=str(self.directory),
                                     hint="the directory is incomplete; " + _BUILD_HINT) from None
-        missing = [source for source, _ in self.manifest["step"]["carry"]
-                   if source not in values]
+        missing = [name for name in (*self._trainable, *self._statistics) if name not in values]
         if missing:
             raise TrainingError(f"no initial value for {', '.join(map(repr, missing[:5]))} in "
                                 "the directory's safetensors files", where=str(self.directory),
                                 hint="the directory is incomplete; " + _BUILD_HINT)
-        return values
+        carried: dict[str, np.ndarray] = {}
+        step = self.manifest["step"]
+        for source, _ in step["carry"]:
+            if source == step["step"]:
+                carried[source] = np.zeros((), dtype=np.int64)
+            elif source in values:
+                carried[source] = values[source]
+            else:  # optimizer state: <weight>.<kind>, zeros until the first step
+                weight = source.rsplit(".", 1)[0]
+                carried[source] = np.zeros_like(values[weight])
+        return carried
 
-    def _binding(self, phase: int) -> Any:
+    def _bind(self, grads: Mapping[str, np.ndarray]) -> Any:
+        """An IO binding: weights and statistics in, gradients into ``grads``."""
+        ortvalue = self._ort.OrtValue.ortvalue_from_numpy
         binding = self._session.io_binding()
-        for carried in self._carried:
-            binding.bind_ortvalue_input(carried.input, carried.values[phase])
-            binding.bind_ortvalue_output(carried.output, carried.values[1 - phase])
-        binding.bind_ortvalue_input(self.manifest["step"]["lr"], self._lr_value)
-        binding.bind_ortvalue_output(self.manifest["loss"]["output"], self._loss_value)
+        for name, value in self._bound.items():
+            binding.bind_ortvalue_input(name, value)
+        for weight, grad in zip(self._trainable, self.manifest["gradients"], strict=True):
+            binding.bind_ortvalue_output(grad, ortvalue(grads[weight]))
+        for name in self._statistics:
+            binding.bind_ortvalue_output(f"{name}.new", ortvalue(self._new_statistics[name]))
+        binding.bind_ortvalue_output(self.manifest["loss"]["output"], ortvalue(self._loss))
         return binding
 
     @staticmethod
@@ -204,65 +234,125 @@ class Trainer:
         if not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
             raise TrainingError(f"the learning rate must be a positive number, not {value!r}")
         self._lr_given = float(value)
-        self._lr[...] = value  # the bound OrtValue reads this array (float32)
 
     @property
     def steps(self) -> int:
         """How many steps the weights have taken (from the directory's start)."""
-        return int(self._current(self.manifest["step"]["step"]))
+        return int(self._arrays[self.manifest["step"]["step"]])
 
     @property
     def values(self) -> Mapping[str, Any]:
         """The current value of everything a step carries, as ``OrtValue`` objects (not copied).
 
         Trainable weights, optimizer state, running statistics and ``step``, by the
-        names ``step.onnx`` reads them under. The next step writes into the other
-        buffer of each value, so read them before stepping again.
+        names ``step.onnx`` reads them under; each wraps the trainer's own array.
         """
-        return {c.input: c.values[self._phase] for c in self._carried}
-
-    def _current(self, name: str) -> np.ndarray:
-        return self._by_name[name].buffers[self._phase]
+        ortvalue = self._ort.OrtValue.ortvalue_from_numpy
+        return {name: self._bound[name] if name in self._bound else ortvalue(array)
+                for name, array in self._arrays.items()}
 
     def carried_arrays(self) -> dict[str, np.ndarray]:
         """The live arrays of every value a step carries (not copies), by input name.
 
         Trainable weights, optimizer state, running statistics and ``step``, by the
         names ``step.onnx`` reads them under. Writing into them in place changes the
-        trainer (what :meth:`load_state` does); the next step may write elsewhere,
-        so ask again after stepping.
+        trainer (what :meth:`load_state` does). The arrays stay the same across steps.
         """
-        return {c.input: c.buffers[self._phase] for c in self._carried}
+        return dict(self._arrays)
+
+    def gradients(self) -> dict[str, np.ndarray]:
+        """The gradients of the last step (the trainer's own buffers, not copies), by weight."""
+        return dict(self._grads)
+
+    def held_bytes(self) -> dict[str, int]:
+        """Bytes of the arrays the trainer holds, by kind (what :meth:`carried_arrays` has).
+
+        ``weights``, ``optimizer_state``, ``statistics`` (with their scratch for the new
+        values), ``gradients`` (with the second set that accumulation makes) and
+        ``scratch`` (the optimizer's blocks). onnxruntime's own memory (the activations
+        of a step) is not included.
+        """
+        state = [f"{w}.{kind}" for w in self._trainable for kind in self._state_of[w]]
+        return {
+            "weights": sum(self._arrays[w].nbytes for w in self._trainable),
+            "optimizer_state": sum(self._arrays[name].nbytes for name in state),
+            "statistics": sum(self._arrays[s].nbytes + self._new_statistics[s].nbytes
+                              for s in self._statistics),
+            "gradients": sum(g.nbytes for g in self._grads.values())
+            + sum(g.nbytes for g in (self._accumulated or {}).values()),
+            "scratch": sum(s.nbytes for s in self._scratch.values()),
+        }
 
     def batch_shapes(self) -> dict[str, tuple[int | str | None, ...]]:
-        """The shape ``step.onnx`` declares for each batch input (a number: fixed)."""
+        """The shape ``gradient.onnx`` declares for each batch input (a number: fixed)."""
         return {name: tuple(self._batch_types[name].shape) for name in self._batch_names}
 
-    def step(self, batch: Mapping[str, Any]) -> float:
+    def step(self, batch: Batch | Sequence[Batch]) -> float:
         """Take one optimizer step on ``batch``; return its loss (before the step).
 
         Args:
             batch: The model's inputs and ``target`` (for a loss that takes one), by
                 name, as numpy arrays (read in place when their type and layout
-                already fit).
+                already fit). A list of such batches (micro-batches) makes one step on
+                the mean of their gradients; the loss returned is the mean of theirs,
+                and batch normalizations update their running statistics once per
+                micro-batch, as in torch.
 
         Raises:
             TrainingError: A batch name is missing or unknown, an array has the
-                wrong element type or shape, or onnxruntime fails to run the step.
+                wrong element type or shape, the list is empty, or onnxruntime fails
+                to run the step.
         """
+        micro = list(batch) if isinstance(batch, Sequence) else [batch]
+        if not micro:
+            raise TrainingError("step() was given an empty list of batches",
+                                hint="give a batch, or a list of one or more micro-batches")
+        loss = 0.0
+        for index, one in enumerate(micro):
+            loss += self._run_gradient(one, first=index == 0)
+            if index:
+                for weight in self._trainable:
+                    assert self._accumulated is not None
+                    self._grads[weight] += self._accumulated[weight]
+        if len(micro) > 1:
+            scale = 1.0 / len(micro)
+            for grad in self._grads.values():
+                np.multiply(grad, grad.dtype.type(scale), out=grad)
+        self._apply_optimizer()
+        return loss / len(micro)
+
+    def _run_gradient(self, batch: Batch, *, first: bool) -> float:
+        """Run ``gradient.onnx`` on ``batch``: into the gradient buffers, or the second set."""
         arrays = self._batch(batch, self._batch_types, "step")
-        binding = self._bindings[self._phase]
+        if first:
+            binding = self._binding
+        else:
+            if self._accumulating is None:
+                self._accumulated = {w: np.empty_like(g) for w, g in self._grads.items()}
+                self._accumulating = self._bind(self._accumulated)
+            binding = self._accumulating
         bound = [self._bind_array(binding, name, array) for name, array in arrays.items()]
         try:
             self._session.run_with_iobinding(binding)
         except Exception as error:  # onnxruntime's own exception types
             raise TrainingError(f"onnxruntime could not run the step: {first_line(error)}",
-                                where=str(self.directory / self.manifest["files"]["step"]),
+                                where=str(self.directory / self.manifest["files"]["gradient"]),
                                 hint="check the batch's shapes against the model's inputs"
                                 ) from None
         del bound  # the arrays were read in place; the binding may let go of them now
-        self._phase = 1 - self._phase
+        for name in self._statistics:
+            np.copyto(self._arrays[name], self._new_statistics[name])
         return float(self._loss)
+
+    def _apply_optimizer(self) -> None:
+        step_name = self.manifest["step"]["step"]
+        taken = int(self._arrays[step_name])
+        optimizer = self.manifest["optimizer"]
+        for weight in self._trainable:
+            array = self._arrays[weight]
+            apply_update(optimizer, array, self._grads[weight], self._state_of[weight],
+                         lr=self._lr_given, step=taken, scratch=self._scratch[array.dtype])
+        self._arrays[step_name][...] = taken + 1
 
     def _bind_array(self, binding: Any, name: str, array: np.ndarray) -> Any:
         """Bind ``array`` as input ``name``: the session reads its memory (no copy)."""
@@ -270,8 +360,12 @@ class Trainer:
         binding.bind_ortvalue_input(name, value)
         return value
 
-    def _batch(self, batch: Mapping[str, Any], declared: Mapping[str, Any],
+    def _batch(self, batch: Batch, declared: Mapping[str, Any],
                action: str) -> dict[str, np.ndarray]:
+        if not isinstance(batch, Mapping):
+            raise TrainingError(f"a batch is a mapping of input names to arrays, not "
+                                f"{type(batch).__name__}",
+                                hint=f"a {action} takes {', '.join(self._batch_names)}")
         names = self._batch_names
         unknown = [name for name in batch if name not in names]
         missing = [name for name in names if name not in batch]
@@ -309,7 +403,7 @@ class Trainer:
         bound = [self._bind_array(binding, name, array) for name, array in arrays.items()]
         for name in declared:
             if name not in arrays:
-                binding.bind_ortvalue_input(name, self._by_name[name].values[self._phase])
+                binding.bind_ortvalue_input(name, self._bound[name])
         for output in session.get_outputs():
             binding.bind_output(output.name, "cpu")
         try:
@@ -329,7 +423,7 @@ class Trainer:
     def weights(self) -> dict[str, np.ndarray]:
         """Copies of the trained weights and running statistics, by initializer name."""
         names = [*self.manifest["trainable"], *self.manifest.get("buffers", [])]
-        return {name: self._current(name).copy() for name in names}
+        return {name: self._arrays[name].copy() for name in names}
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the model with the trained weights (and running statistics) inside.
@@ -343,7 +437,7 @@ class Trainer:
         """
         model = load(self.directory / self.manifest["files"]["model"])
         for name in (*self.manifest["trainable"], *self.manifest.get("buffers", [])):
-            model.graph.set_initializer(Tensor.from_array(name, self._current(name)))
+            model.graph.set_initializer(Tensor.from_array(name, self._arrays[name]))
         return save(model, path)
 
     def checkpoint(self) -> dict[str, np.ndarray]:

@@ -288,12 +288,13 @@ def _run_gradient(directory: Path, manifest: dict[str, Any], batch: dict[str, np
     from safetensors.numpy import load_file
 
     onnxruntime.set_default_logger_severity(3)
-    weights = load_file(str(directory / manifest["files"]["weights"]))
+    weights = {**load_file(str(directory / manifest["files"]["weights"])),
+               **load_file(str(directory / manifest["files"]["buffers"]))}
     session = onnxruntime.InferenceSession(str(directory / manifest["files"]["gradient"]),
                                            providers=["CPUExecutionProvider"])
     wanted = {i.name for i in session.get_inputs()}
     feeds = {name: value for name, value in {**batch, **weights}.items() if name in wanted}
-    loss, *gradients = session.run(None, feeds)
+    loss, *gradients = session.run(None, feeds)[:1 + len(manifest["trainable"])]
     return float(loss), dict(zip(manifest["trainable"], gradients, strict=True))
 
 
