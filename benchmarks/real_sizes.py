@@ -868,8 +868,11 @@ def docs_lines(record: dict[str, Any]) -> list[str]:
         "`graphpass run MODEL -o READY.onnx -p train-ready --emit-training-graph DIR`, then "
         "`graphpass.training.Trainer`; **torch**: eager, the same initial weights, "
         "`torch.optim.AdamW`; **ORT-training**: onnxruntime-training 1.19.2's "
-        "`generate_artifacts` (through `--emit-training-artifacts`) and "
-        "`onnxruntime.training.api`.", "",
+        "`generate_artifacts` (through `--emit-training-artifacts`, without its check step) "
+        "and `onnxruntime.training.api`, its `AdamWOptimizer` node set to torch's "
+        "hyperparameters (`generate_artifacts` writes eps 1e-6, weight decay 0 and Hugging "
+        "Face's variant, `adam_mode` 1: its losses drift 1e-3 from torch's by the second "
+        "step).", "",
         f"Step time: the median of {record['steps']} steps after {record['warmup']} warm-up "
         "step(s). Peak memory: the kernel's peak resident memory (`VmHWM`, reset through "
         "`/proc/self/clear_refs` after the runtime's imports) less the resident memory then. "
