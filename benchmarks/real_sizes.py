@@ -570,6 +570,7 @@ class Settings:
     notes: list[str] = field(default_factory=list)
     matmul_size: int = 2048
     timeout: float | None = 1800.0
+    rates_from: str | None = None
 
 
 def ort_training_python() -> str | None:
@@ -740,6 +741,7 @@ def measure_model(name: str, settings: Settings, spec: Spec | None = None,
     _compare(record)
     record["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     record["available_gb_before"] = available_gb
+    record["load_average_after"] = list(os.getloadavg())
     saved.write_text(json.dumps(record, indent=1))
     return record
 
@@ -769,6 +771,19 @@ def machine_rates(settings: Settings) -> dict[str, Any]:
     return rates
 
 
+def _tier_record(settings: Settings, spec: Spec, runner: str) -> dict[str, Any] | None:
+    """The tier's own ``llama-1b`` record where ``spec`` is its model and it holds
+    ``runner``'s steps (at least 2): a probe of the same size need not run again."""
+    saved = settings.cache / settings.size / "llama-1b" / "measured.json"
+    if settings.fresh or not saved.exists():
+        return None
+    record: dict[str, Any] = json.loads(saved.read_text())
+    if record["spec"]["config"] != spec.config or runner not in record["trainers"]:
+        return None
+    _log(f"largest: {runner}: the tier's llama-1b has these layers; its record is used")
+    return record
+
+
 def probe_largest(settings: Settings, layers: list[int]) -> dict[str, Any]:
     """The most Llama layers (hidden 2048, batch 1 x 128) that torch and graphpass train
     2 steps under the memory cap, probing ``layers`` in order until one does not fit."""
@@ -783,10 +798,12 @@ def probe_largest(settings: Settings, layers: list[int]) -> dict[str, Any]:
         for count in layers:
             spec = spec_of(settings.size, "llama-1b", count)
             _log(f"largest: {runner} at {count} layers ...")
-            record = measure_model(f"llama-{count}-layers", probe, spec, (runner,))
+            record = _tier_record(settings, spec, runner)
+            if record is None:
+                record = measure_model(f"llama-{count}-layers", probe, spec, (runner,))
             measured = record["trainers"].get(runner) or {"error": record["export"].get("error")}
             params = record["export"].get("parameters")
-            fits = "losses" in measured and len(measured["losses"]) == 2
+            fits = "losses" in measured and len(measured["losses"]) >= 2
             found["runs"].setdefault(runner, []).append({
                 "layers": count, "parameters": params, "fits": fits,
                 "peak_mb": measured.get("peak_mb"), "error": measured.get("error"),
@@ -812,7 +829,12 @@ def run(names: list[str], settings: Settings, largest: list[int] | None) -> dict
                     "platform": platform.platform(), "python": platform.python_version(),
                     "numpy": numpy.__version__},
         "notes": settings.notes, "models": {}}
-    record["machine"]["matmul_gflops"] = machine_rates(settings)
+    if settings.rates_from:
+        earlier = json.loads(Path(settings.rates_from).read_text())["machine"]
+        record["machine"]["matmul_gflops"] = earlier["matmul_gflops"]
+        record["machine"]["matmul_measured"] = f"{earlier.get('date')} ({settings.rates_from})"
+    else:
+        record["machine"]["matmul_gflops"] = machine_rates(settings)
     record["machine"]["matmul_size"] = settings.matmul_size
     try:
         import onnxruntime
@@ -993,6 +1015,9 @@ def main() -> int:
                         help="the layer counts --largest tries, in order")
     parser.add_argument("--export-only", action="store_true",
                         help="only export the models into the cache (for a later run)")
+    parser.add_argument("--rates-from", metavar="RECORD",
+                        help="take the MatMul rates from this record (the run that measured "
+                             "the models cached) instead of measuring them again")
     parser.add_argument("--cache", default=str(CACHE))
     parser.add_argument("--fresh", action="store_true",
                         help="measure again what the cache holds (the exports stay)")
@@ -1016,7 +1041,7 @@ def main() -> int:
         notes.append("no .venv-ort-training here (make ort-venv): ORT-training left out")
     settings = Settings(size, Path(args.cache), args.steps, args.warmup,
                         int(args.memory_cap_gb * GB), args.fresh, runners, ort_python, notes,
-                        args.matmul_size, args.timeout)
+                        args.matmul_size, args.timeout, args.rates_from)
     names = [n for n in args.models.split(",") if n]
     unknown = set(names) - set(FULL)
     if unknown:
