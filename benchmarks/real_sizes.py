@@ -632,10 +632,32 @@ def build(python: str, flag: str, folder: Path, out: Path, cap: int,
         data.unlink()
     result: dict[str, Any] = {"seconds": child.seconds, "peak_mb": child.peak_bytes / MB}
     if child.returncode != 0 or not out.is_dir():
-        result["error"] = _failure(child)
+        result["error"] = _report_errors(child.stdout) or _failure(child)
     else:
         result["directory_bytes"] = _directory_bytes(out)
     return result
+
+
+def _report_errors(stdout: str) -> str:
+    """The error findings of graphpass's JSON report (empty when there is none)."""
+    try:
+        report = json.loads(stdout)
+    except ValueError:
+        return ""
+    found: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            if value.get("severity") == "error" and "message" in value:
+                found.append(f"{value.get('code', '')} {value['message']}".strip())
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(report)
+    return " / ".join(dict.fromkeys(found))[:1500]
 
 
 def torch_adamw(path: Path) -> dict[str, Any]:
