@@ -907,7 +907,7 @@ def docs_lines(record: dict[str, Any]) -> list[str]:
         "optimize=False, external_data=True)`; MSE of the first output against a fixed "
         f"random target, AdamW (lr {record['lr']:g}, torch's defaults otherwise), "
         f"{record['threads']} threads; each trainer in its own process, one run "
-        f"({record['date']}, {record['machine']['cpus']} CPUs, "
+        f"(recorded {record['date']}, {record['machine']['cpus']} CPUs, "
         f"{record['machine']['memory_gb']:.0f} GB shared with other jobs). **graphpass**: "
         "`graphpass run MODEL -o READY.onnx -p train-ready --emit-training-graph DIR`, then "
         "`graphpass.training.Trainer`; **torch**: eager, the same initial weights, "
@@ -995,7 +995,9 @@ def docs_lines(record: dict[str, Any]) -> list[str]:
             best = largest["largest"].get(runner)
             tried = ", ".join(
                 f"{r['layers']} layers: " + (f"fits, {r['peak_mb']:,.0f} MB" if r["fits"]
-                                             else "does not fit")
+                                             else (r.get("error") or "does not fit")
+                                             .removeprefix("does not fit: ")
+                                             .replace("killed, ", "does not fit: killed, "))
                 for r in largest["runs"].get(runner, []))
             lines.append(f"- {runner}: " + (f"**{best['layers']} layers, "
                                             f"{best['parameters'] / 1e9:.2f}B parameters**"
