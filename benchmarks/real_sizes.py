@@ -621,15 +621,16 @@ def build(python: str, flag: str, folder: Path, out: Path, cap: int,
     (``train-step=false``): the build is ``generate_artifacts`` alone, as a user calls it.
     """
     shutil.rmtree(out, ignore_errors=True)
+    ready = out.parent / f"{out.name}-ready"  # the model graphpass writes (and its data)
+    shutil.rmtree(ready, ignore_errors=True)
+    ready.mkdir(parents=True)
     command = [python, "-m", "graphpass", "run", str(folder / "model.onnx"), "-o",
-               str(out.parent / f"{out.name}-ready.onnx"), "-p", "train-ready", flag,
+               str(ready / "ready.onnx"), "-p", "train-ready", flag,
                str(out), "--format", "json"]
     if flag == "--emit-training-artifacts":
         command += ["-O", "emit-training-artifacts.train-step=false"]
     child = run_child(command, cap, timeout=timeout)
-    (out.parent / f"{out.name}-ready.onnx").unlink(missing_ok=True)
-    for data in out.parent.glob(f"{out.name}-ready.onnx*"):
-        data.unlink()
+    shutil.rmtree(ready, ignore_errors=True)
     result: dict[str, Any] = {"seconds": child.seconds, "peak_mb": child.peak_bytes / MB}
     if child.returncode != 0 or not out.is_dir():
         result["error"] = _report_errors(child.stdout) or _failure(child)
@@ -830,9 +831,11 @@ def probe_largest(settings: Settings, layers: list[int]) -> dict[str, Any]:
                 "layers": count, "parameters": params, "fits": fits,
                 "peak_mb": measured.get("peak_mb"), "error": measured.get("error"),
                 "build": record["builds"].get(runner)})
-            if settings.size == "full":  # training directories are 3x the weights: drop them
-                shutil.rmtree(probe.cache / probe.size / f"llama-{count}-layers" / runner,
-                              ignore_errors=True)
+            if settings.size == "full":  # gigabytes each: the record is what is kept
+                probed = probe.cache / probe.size / f"llama-{count}-layers"
+                shutil.rmtree(probed / runner, ignore_errors=True)
+                if runner == "graphpass":  # the last to probe this size (torch runs first)
+                    shutil.rmtree(probed / "export", ignore_errors=True)
             if not fits:
                 break
             found["largest"][runner] = {"layers": count, "parameters": params}
