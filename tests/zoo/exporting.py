@@ -269,13 +269,19 @@ _BUILD_APART = ("import sys; from pathlib import Path; from zoo.exporting import
                 "_build(case(sys.argv[1]), sys.argv[2], Path(sys.argv[3]))")
 
 
+_EXPORT_TRIES = 3
+"""How often an export is tried when its process dies of a signal (torch's crash)."""
+
+
 def _build_apart(case: Case, mode: str, folder: Path) -> None:
     """:func:`_build` in a fresh process, which finds the case by its name in the zoo.
 
     torch's exporters run in the process that asked for the export otherwise, and the
     legacy one crashed there (a segfault in ``torch.onnx.export(dynamo=False)`` after
     other tests had run in the same pytest worker; alone it exports fine). In a process
-    of its own, a crash fails this export with its message instead of the session.
+    of its own, a crash fails this export with its message instead of the session. The
+    crash does not repeat (the same export succeeds when run again): an export that dies
+    of a signal is tried up to :data:`_EXPORT_TRIES` times.
 
     Raises:
         ZooError: the export process failed (its last lines are in the message).
@@ -283,8 +289,14 @@ def _build_apart(case: Case, mode: str, folder: Path) -> None:
     here = str(Path(__file__).resolve().parent.parent)
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [here, *filter(None, [os.environ.get("PYTHONPATH")])])}
-    done = subprocess.run([sys.executable, "-c", _BUILD_APART, case.name, mode, str(folder)],
-                          env=environment, capture_output=True, text=True, check=False)
+    for _ in range(_EXPORT_TRIES):
+        done = subprocess.run([sys.executable, "-c", _BUILD_APART, case.name, mode,
+                               str(folder)], env=environment, capture_output=True, text=True,
+                              check=False)
+        if done.returncode >= 0:  # an error of the export's own, or done: no second try
+            break
+        for leftover in folder.iterdir():  # a signal: torch's exporter crashed; again
+            shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-15:])
         raise ZooError(f"{case.name}/{mode}: the export process ended with exit code "
