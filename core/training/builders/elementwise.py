@@ -67,12 +67,10 @@ def _unexpanded(ctx: GradientContext, dy: str, other: str) -> str:
     node = ctx.emit.producer(dy)
     if node is None or node.op_type != "Expand":
         return dy
-    wanted = ctx.type_of(ctx.output(0)).shape
-    have = ctx.type_of(other).shape
-    static = wanted is not None and all(isinstance(d, int) for d in wanted)
+    wanted = ctx.type_of(ctx.output(0)).static_shape
     # dY is shaped like Y (every gradient is shaped like its value), so the Expand's
     # input broadcasts to Y's shape: against a factor of that shape it gives the same.
-    if not static or have is None or list(have) != list(wanted):
+    if wanted is None or ctx.type_of(other).static_shape != wanted:
         return dy
     return node.inputs[0]
 
