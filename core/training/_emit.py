@@ -98,11 +98,16 @@ class Emitter:
         self.names = names
         self.prefix = "grad"
         self.nodes: list[Node] = []
+        self._producers: dict[str, Node] = {}
         self._type_of = type_of
         self._types: dict[str, TypeInfo] = {}
         self._constants: dict[tuple[int, tuple[int, ...], bytes], str] = {}
 
     # ------------------------------------------------------------- basics
+    def producer(self, name: str) -> Node | None:
+        """The node this emitter emitted that computes ``name`` (``None``: not one of its own)."""
+        return self._producers.get(name)
+
     def fresh(self, hint: str = "") -> str:
         """A fresh value name under the current prefix."""
         return self.names.fresh(f"{self.prefix}/{hint}" if hint else self.prefix)
@@ -133,6 +138,9 @@ class Emitter:
                     name=self.names.fresh(f"{self.prefix}/{op_type}"), attributes=values)
         self.graph.append(node)
         self.nodes.append(node)
+        for name in outputs:
+            if name:
+                self._producers[name] = node
         elem_type = self._result_type(op_type, inputs, values)
         if elem_type is not None:
             for name in outputs:
@@ -366,9 +374,26 @@ class Emitter:
         return self.op("CastLike", filled, like)
 
     def add_all(self, names: Sequence[str]) -> str:
-        """The sum of ``names`` (the name itself for one)."""
+        """The sum of ``names`` (the name itself for one).
+
+        A term that scatter-adds into zeros (a ``Gather``'s gradient, as
+        ``ScatterND(zeros, indices, updates, reduction="add")``) scatters into the sum of
+        the other terms instead: a tied embedding's two gradients then need no zeros of
+        the weight's size and no third buffer for the sum (the terms of one value's
+        gradient are shaped like that value, so the sum has the zeros' shape).
+        """
         if len(names) == 1:
             return names[0]
+        for index, name in enumerate(names):
+            node = self._producers.get(name)
+            if node is None or node.op_type != "ScatterND" or \
+                    node.attribute("reduction", "none") not in ("add", b"add"):
+                continue
+            zeros = self._producers.get(node.inputs[0])
+            if zeros is None or not _zero_fill(zeros):
+                continue
+            rest = self.add_all([*names[:index], *names[index + 1:]])
+            return self.op("ScatterND", rest, node.inputs[1], node.inputs[2], reduction="add")
         if len(names) == 2:
             return self.op("Add", *names)
         return self.op("Sum", *names)
@@ -384,6 +409,18 @@ class Emitter:
         if otherwise is None:
             return self.op("Mul", grad, self.cast_like(positive, grad))
         return self.op("Where", positive, grad, otherwise)
+
+
+def _zero_fill(node: Node) -> bool:
+    """Whether ``node`` is a ``ConstantOfShape`` of zeros."""
+    if node.op_type != "ConstantOfShape":
+        return False
+    value = node.attribute("value")
+    if value is None:
+        return True  # the default fill is a float zero
+    array = numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else \
+        np.asarray(value)
+    return bool(array.size == 1 and not np.any(array))
 
 
 def _broadcast_axes(target: tuple[Any, ...], source: tuple[Any, ...]

@@ -104,9 +104,16 @@ def default_session_options() -> Any:
     computed as the backward pass reaches it, and activation recomputation
     (``build-training-graph.recompute``) frees what it should (BERT-base at 16 x 128:
     1,737 against 1,782 MiB without recomputation, 1,486 against 1,740 MiB with it).
+
+    And ``enable_mem_pattern = False``: with the memory pattern, onnxruntime allocates
+    one block of the planned size from the second run on, while its arena keeps the
+    chunks the first run freed, so every step after the first holds both (GPT-2 small at
+    4 x 64 tokens: 3,131 MB over the RSS after imports with it, 2,528 MB without, at the
+    same step time). Options you pass are used as given: set it on them too.
     """
     options = _runtime().SessionOptions()
     options.execution_order = _runtime().ExecutionOrder.PRIORITY_BASED
+    options.enable_mem_pattern = False
     return options
 
 

@@ -43,11 +43,36 @@ def _mul(ctx: GradientContext) -> BuilderResult:
     assert dy is not None
     a, b = ctx.input(0), ctx.input(1)
     grads: dict[int, str | None] = {}
+    if a == b and ctx.needs(0) and ctx.needs(1):
+        # A square: dA = 2 dY A, one product scaled (exactly dY A + dY A) instead of two
+        # products and their sum.
+        product = e.op("Mul", _unexpanded(ctx, dy, a), a)
+        grads[0] = e.sum_to(e.op("Mul", product, e.scalar(2.0, like=product)), a, y)
+        return grads
     if ctx.needs(0):
-        grads[0] = e.sum_to(e.op("Mul", dy, b), a, y)
+        grads[0] = e.sum_to(e.op("Mul", _unexpanded(ctx, dy, b), b), a, y)
     if ctx.needs(1):
-        grads[1] = e.sum_to(e.op("Mul", dy, a), b, y)
+        grads[1] = e.sum_to(e.op("Mul", _unexpanded(ctx, dy, a), a), b, y)
     return grads
+
+
+def _unexpanded(ctx: GradientContext, dy: str, other: str) -> str:
+    """``dy`` before an ``Expand`` the builders emitted, where ``other`` broadcasts it back.
+
+    A reduction's gradient is its ``dY`` expanded to the input's shape; multiplied by a
+    factor that already has the product's (static) shape, the unexpanded ``dY``
+    broadcasts to the same values, and the expanded tensor is never made (onnxruntime
+    would also fold it into a constant of the output's size, held for the session).
+    """
+    node = ctx.emit.producer(dy)
+    if node is None or node.op_type != "Expand":
+        return dy
+    wanted = ctx.type_of(ctx.output(0)).static_shape
+    # dY is shaped like Y (every gradient is shaped like its value), so the Expand's
+    # input broadcasts to Y's shape: against a factor of that shape it gives the same.
+    if wanted is None or ctx.type_of(other).static_shape != wanted:
+        return dy
+    return node.inputs[0]
 
 
 @builder("Div", None, description="dA = sum_to(dY / B), dB = -sum_to(dY * Y / B)")

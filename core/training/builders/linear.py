@@ -7,6 +7,7 @@ from typing import Any
 from graphpass.training.builder import BuilderResult, GradientContext, Refusal
 from graphpass.training.builders._common import builder, rank_known
 from graphpass.training.gradient_rules import Check, NodeSite
+from graphpass.training.value_types import TypeInfo
 
 __all__ = ["BUILDERS"]
 
@@ -56,6 +57,8 @@ def _matmul(ctx: GradientContext) -> BuilderResult:
             n = e.dims(b, 1, 2)
             flat_a = e.reshape(a, e.op("Concat", e.ints([-1]), k, axis=0))
             flat_dy = e.reshape(dy, e.op("Concat", e.ints([-1]), n, axis=0))
+            for flat, like in ((flat_a, a), (flat_dy, dy)):  # 2-D, for the Transpose's builder
+                e.note_type(flat, TypeInfo(e.elem_type(like), (None, None)))
             grads[1] = e.op("MatMul", e.transpose(flat_a, [1, 0]), flat_dy)
         else:
             grad = e.op("MatMul", _swap_last(ctx, a2, len(shape_a)), dy2)

@@ -69,7 +69,8 @@ def _sum(ctx: GradientContext, x: str, y: str, dy: str) -> str:
 def _mean(ctx: GradientContext, x: str, y: str, dy: str) -> str:
     e = ctx.emit
     count = e.op("Div", e.cast_like(e.op("Size", x), x), e.cast_like(e.op("Size", y), x))
-    return e.op("Div", _expanded(ctx, x, dy), count)
+    # Divided before it is expanded (the same values): one tensor of X's size, not two.
+    return _expanded(ctx, x, e.op("Div", dy, count))
 
 
 def _extremum(ctx: GradientContext, x: str, y: str, dy: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphpass.training._emit import Emitter
 from graphpass.training.builder import BuilderResult, GradientContext, Refusal
 from graphpass.training.builders._common import FIRST, builder, rank_known
 from graphpass.training.gradient_rules import AttributeNotIn
@@ -42,7 +43,48 @@ def _transpose(ctx: GradientContext) -> BuilderResult:
     inverse = [0] * len(perm)
     for position, axis in enumerate(perm):
         inverse[int(axis)] = position
+    if [int(p) for p in perm] == [1, 0]:
+        swapped = _transposed_product(ctx, dy)
+        if swapped is not None:
+            return [swapped]
     return [ctx.emit.transpose(dy, inverse)]
+
+
+def _transposed_product(ctx: GradientContext, dy: str) -> str | None:
+    """``(A B)^T`` as ``B^T A^T`` where ``dy`` is a 2-D product the builders emitted.
+
+    A linear layer on a transposed weight (a tied embedding's ``lm_head``: ``X W^T``)
+    gets its weight's gradient as ``(X^T dY)^T``: computed as ``dY^T X`` instead, with
+    the transposes of the operands cancelled or left to onnxruntime to fuse into the
+    product, no product of the weight's size is made and then transposed.
+    """
+    e = ctx.emit
+    node = e.producer(dy)
+    if node is None or node.op_type != "MatMul":
+        return None
+    operands = list(node.inputs)
+    if not all(_is_2d(ctx, x) for x in operands):
+        return None
+    a, b = operands
+    return e.op("MatMul", _swapped_2d(e, b) or e.transpose(b, [1, 0]),
+                _swapped_2d(e, a) or e.transpose(a, [1, 0]))
+
+
+def _swapped_2d(e: Emitter, x: str) -> str | None:
+    """The input of a ``Transpose(perm=[1, 0])`` the builders emitted for ``x``, if one."""
+    node = e.producer(x)
+    if node is not None and node.op_type == "Transpose" and \
+            [int(p) for p in (node.attribute("perm") or [])] == [1, 0]:
+        return str(node.inputs[0])
+    return None
+
+
+def _is_2d(ctx: GradientContext, x: str) -> bool:
+    rank = ctx.type_of(x).rank
+    if rank is not None:
+        return rank == 2
+    source = _swapped_2d(ctx.emit, x)
+    return source is not None and ctx.type_of(source).rank == 2
 
 
 @builder("Expand", FIRST, description="dX = sum_to(dY, shape(X))")
