@@ -409,11 +409,10 @@ def _peak_bytes() -> int:
 
 
 def _graphpass_trainer(job: dict[str, Any], batch: dict[str, Any]) -> Callable[[], float]:
-    import onnxruntime
+    from graphpass.training import Trainer, default_session_options
 
-    from graphpass.training import Trainer
-
-    options = onnxruntime.SessionOptions()
+    # The Trainer's own defaults (its execution order), with the benchmark's threads.
+    options = default_session_options()
     options.intra_op_num_threads = THREADS
     options.inter_op_num_threads = 1
     trainer = Trainer(job["directory"], lr=LR, session_options=options)

@@ -199,6 +199,7 @@ def _batch_norm(ctx: GradientContext) -> BuilderResult:
             inner = e.op("Sub", e.op("Sub", dy, mean_dy), e.op("Mul", xhat, mean_product))
             grads[0] = e.op("Mul", inner, factor)
         if ctx.needs(1):
+            assert product is not None
             grads[1] = e.reduce_sum(product, axes, keepdims=False)
     else:
         mean, variance = ctx.input(3), ctx.input(4)
