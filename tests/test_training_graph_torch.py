@@ -97,6 +97,34 @@ def test_gradient_graph_equals_torch_autograd(name: str, batch_norm: str,
         assert float(np.abs(grad - reference).max()) / scale < 1e-3, weight
 
 
+def test_backward_keeps_batch_norm_input_and_clip_mask_only(tmp_path: Path) -> None:
+    """What the backward pass reads of a batch norm and a ReLU6 (``Clip``) forward.
+
+    The batch norm's gradient reads the batch statistics the forward pass computed
+    (no reduction of its input again in the backward pass); the ``Clip``'s mask is
+    computed in the forward pass, so the ``Clip``'s input is read by no later node.
+    The gradients themselves equal torch.autograd's in
+    :func:`test_gradient_graph_equals_torch_autograd` (``convnet``).
+    """
+    _build("convnet", tmp_path / "train")
+    graph = onnx.load(str(tmp_path / "train" / "gradient.onnx")).graph
+    nodes = list(graph.node)
+    readers: dict[str, list[int]] = {}
+    for index, node in enumerate(nodes):
+        for name in node.input:
+            readers.setdefault(name, []).append(index)
+    norms = [(i, n) for i, n in enumerate(nodes) if n.op_type == "BatchNormalization"]
+    clips = [(i, n) for i, n in enumerate(nodes) if n.op_type == "Clip"]
+    assert norms and clips
+    for index, node in norms:
+        later = [nodes[i].op_type for i in readers[node.input[0]] if i > index]
+        assert later and "ReduceMean" not in later, (node.name, later)
+    for index, node in clips:
+        assert max(readers[node.input[0]]) <= index, node.name
+        masks = [nodes[i].op_type for i in readers[node.input[0]] if i < index]
+        assert {"GreaterOrEqual", "LessOrEqual"} <= set(masks), (node.name, masks)
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_every_file_is_standard_onnx(name: str, tmp_path: Path) -> None:
     _build(name, tmp_path / "train")

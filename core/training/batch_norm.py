@@ -14,6 +14,11 @@ batch with its own statistics and moving the running statistics towards them.
   batch_mean`` and ``var' = m * var + (1 - m) * batch_var * n / (n - 1)`` (the
   *unbiased* batch variance, over the ``n`` values a channel sees), with the node's
   ONNX momentum ``m`` (torch's ``momentum`` is ``1 - m``; the exporters write ``m``).
+* while the gradient is built the node reads the batch's mean and biased variance
+  computed beside it as its inputs 3 and 4 (in training mode they only feed the
+  running statistics, which the node no longer outputs), where the builder takes them
+  instead of computing them again: the backward pass keeps the node's input ``X`` and
+  two ``[C]`` vectors from the forward pass, like onnxruntime-training's kernel;
 * once the gradient is built (:func:`finish_batch_statistics`), the node goes back to
   inference mode and reads the batch's mean and biased variance computed beside it:
   the same output, without onnxruntime's training-mode kernel, which writes its
@@ -124,7 +129,7 @@ def finish_batch_statistics(graph: Graph, statistics: list[RunningStatistics]) -
     Call it once the gradient is built (the builder needed ``training_mode=1``).
     """
     for found in statistics:
-        (node,) = [n for n in graph.consumers(found.mean)  # checked: one reads it
+        (node,) = [n for n in graph.consumers(found.batch_variance)
                    if n.op_type == "BatchNormalization"]
         node.set_attribute(Attribute.from_value("training_mode", 0))
         node.set_outputs(list(node.outputs)[:1])
@@ -190,6 +195,10 @@ def _switch(graph: Graph, node: Node, emit: Emitter, readers: dict[str, int],
     flat_mean = emit.reshape(batch_mean, [-1])
     new_mean = _moving(emit, mean, flat_mean, momentum)
     new_variance = _moving(emit, variance, unbiased, momentum)
+    # While the gradient is built the node reads the batch's statistics as its inputs 3
+    # and 4 (its training-mode output does not depend on them): the builder finds them
+    # there and differentiates from them and X, instead of computing them again.
+    node.set_inputs([*inputs[:_MEAN], flat_mean, biased])
     return RunningStatistics(label, mean, variance, new_mean, new_variance, flat_mean, biased)
 
 

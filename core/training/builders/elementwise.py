@@ -323,7 +323,8 @@ def _gelu_gradient(ctx: GradientContext, x: str, dy: str, approximate: str) -> s
     return e.op("Mul", dy, e.op("Add", cdf, e.op("Mul", x, pdf)))
 
 
-@builder("Clip", FIRST, description="dX = dY where min <= X <= max, else 0")
+@builder("Clip", FIRST, description="dX = dY where min <= X <= max, else 0 (the mask is "
+         "computed in the forward pass)")
 def _clip(ctx: GradientContext) -> BuilderResult:
     x, dy, e = ctx.input(0), ctx.output_gradient(0), ctx.emit
     assert dy is not None
@@ -334,6 +335,7 @@ def _clip(ctx: GradientContext) -> BuilderResult:
         low = e.scalar(float(low_value), like=x) if low_value is not None else ""
         high = e.scalar(float(high_value), like=x) if high_value is not None else ""
     inside: str | None = None
+    start = len(e.nodes)
     if low:
         inside = e.op("GreaterOrEqual", x, low)
     if high:
@@ -341,7 +343,30 @@ def _clip(ctx: GradientContext) -> BuilderResult:
         inside = upper if inside is None else e.op("And", inside, upper)
     if inside is None:
         return [dy]
+    _compute_with_forward(ctx, start)
     return [e.op("Where", inside, dy, e.scalar(0.0, like=dy))]
+
+
+def _compute_with_forward(ctx: GradientContext, start: int) -> None:
+    """Move the nodes emitted since ``start`` next to the forward node (before it).
+
+    They read only the node's inputs: computed there, in the forward pass, their
+    (boolean) result is what the backward pass keeps instead of a full-size input the
+    forward pass no longer needs.
+    """
+    e, node = ctx.emit, ctx.node
+    graph = node.graph
+    if graph is None or graph is not e.graph:  # pragma: no cover - builders see the main graph
+        return
+    moved = e.nodes[start:]
+    available = set(node.inputs)
+    for new in moved:
+        if not set(new.inputs) <= available:
+            return  # reads a value the forward pass does not have there: leave them
+        available.update(new.outputs)
+    for new in moved:
+        graph.remove(new, safe=False)
+    graph.insert_before(node, moved)
 
 
 # ============================================================= type and copy
