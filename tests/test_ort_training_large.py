@@ -138,3 +138,15 @@ def test_the_external_data_path_builds_checks_and_trains(tmp_path: Path,
     assert losses[0] == pytest.approx(by_path["data"]["loss"], rel=1e-5)
     assert losses[0] > losses[1] > losses[2]
     assert losses == pytest.approx(_train(ort_training_python, small), rel=1e-5)
+
+
+def test_a_check_that_does_not_fit_memory_is_skipped_with_its_reason() -> None:
+    from graphpass.plugins._training_check import _memory_short
+
+    if not Path("/proc/meminfo").exists():
+        pytest.skip("no /proc/meminfo: the check always runs")
+    assert _memory_short(0) is None  # 1 GiB spare: this machine has that
+    reason = _memory_short(1 << 50)  # a PiB of weights
+    assert reason is not None
+    assert "needs about 2621441.0 GiB of memory" in reason
+    assert "1048576.0 GiB of trained weights" in reason and "GiB available" in reason
