@@ -171,12 +171,18 @@ def run_step(directory: Path, prepared: StepInputs, *, gradients: bool = True,
     if on_checking is not None:
         on_checking()
     trained = [(name, p) for name, p in state.parameters if p.requires_grad]
-    grads = {name: np.array(p.grad, dtype=np.float64) for name, p in trained}
+    short = _memory_short(sum(p.data.nbytes for _, p in trained))
+    if short:
+        return StepOutcome(loss, skipped=short)
     start = {name: np.array(p.data, copy=True) for name, p in trained}
-    module.lazy_reset_grad()
     rng = np.random.default_rng(seed + 1)
     direction = {name: _direction(rng, value) for name, value in start.items()}
-    probe = _Probe(module, state, batch, start, direction, grads)
+    # g . d a weight, in float64, one weight at a time (no float64 copy of the gradient)
+    partials = {name: float(np.dot(np.asarray(p.grad, dtype=np.float64).ravel(),
+                                   direction[name].astype(np.float64).ravel()))
+                for name, p in trained}
+    module.lazy_reset_grad()
+    probe = _Probe(module, state, batch, start, direction, partials)
     try:
         analytic, numeric = probe.along(list(start))
         outcome = StepOutcome(loss, analytic=analytic, numeric=numeric)
@@ -209,13 +215,13 @@ class _Probe:
     batch: list[Any]
     start: dict[str, Any]
     direction: dict[str, Any]
-    grads: dict[str, Any]
+    partials: dict[str, float]
     budget: int = 12
 
     def along(self, names: list[str], scale: float = 1.0) -> tuple[float, float]:
         """``g . d`` and ``(L(w + d) - L(w - d)) / 2`` with ``d`` zero outside ``names``."""
         chosen = set(names)
-        analytic = float(sum(float(np.sum(self.grads[n] * self.direction[n])) for n in names))
+        analytic = float(sum(self.partials[n] for n in names))
         losses = []
         for sign in (scale, -scale):
             for name, value in self.start.items():
@@ -241,6 +247,31 @@ class _Probe:
             analytic, numeric = self.along(names)
             error = StepOutcome(analytic=analytic, numeric=numeric).relative_error
         return (names[0] if len(names) == 1 else None), error
+
+
+def _memory_short(weight_bytes: int) -> str | None:
+    """Why the finite-difference check does not fit this machine's memory, if it does not.
+
+    The check keeps two copies of the trained weights (the weights before it and the
+    direction) beside the runtime's weights and gradients. Known only where
+    ``/proc/meminfo`` says what is available (Linux); elsewhere it is run.
+    """
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            fields = dict(line.split(":", 1) for line in meminfo if ":" in line)
+        available = int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+    needed = int(_CHECK_COPIES * weight_bytes) + _CHECK_SPARE
+    if available >= needed:
+        return None
+    return (f"the finite-difference check needs about {needed / 2**30:.1f} GiB of memory "
+            f"(two copies of {weight_bytes / 2**30:.1f} GiB of trained weights, and the "
+            f"forward runs), more than the {available / 2**30:.1f} GiB available")
+
+
+_CHECK_COPIES: Final = 2.5
+_CHECK_SPARE: Final = 1 << 30
 
 
 def _relative(a: float, b: float) -> float:

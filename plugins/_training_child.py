@@ -13,7 +13,8 @@ then ends the child only, and the parent reports it as a finding.
 The job file (JSON) names:
 
 * ``model``: the forward model (``external``: whether its weights lie in external data
-  beside it, past protobuf's 2 GB; then ``generate_artifacts`` gets the path);
+  beside it, past protobuf's 2 GB; then ``generate_artifacts`` gets the model without
+  them, read from the data file as the checkpoint is written);
 * ``artifacts``: the folder to write the artifacts into, and ``generate``: the
   ``generate_artifacts`` arguments (``loss`` and ``optimizer`` by name);
 * ``max_ir_version``: the highest IR version to leave in the artifacts;
@@ -77,16 +78,42 @@ def _generate(job: dict[str, Any]) -> None:
         with contextlib.redirect_stdout(captured):
             artifacts.generate_artifacts(proto, artifact_directory=str(directory), **options)
         return
-    # Past 2 GB it needs a path, and then writes temp.onnx(.data) into the current
-    # folder: the job's folder, which the parent removes.
+    # Past 2 GB: the model in memory without its weights, which stay in the external
+    # data file beside it (``location`` relative to the job's folder, the current
+    # folder while the artifacts are built). onnxruntime-training reads them from
+    # there into the checkpoint. Given a path instead, 1.19.2's onnxblock saves the
+    # model at every block to temp.onnx + temp.onnx.data, after which the model in
+    # memory points at temp.onnx.data, and with onnx >= 1.16 it fails: a block's
+    # next save refuses the data file that exists ("External data file exists in
+    # temp.onnx.data"), and once a throwaway block (the MSE loss's InputLike) has
+    # removed it, the check refuses the missing file ("... should be stored in
+    # .../temp.onnx.data, but it is not regular file").
+    proto = onnx.load(str(model), load_external_data=False)
+    _embed_constants(proto, model.parent,
+                     set(options["requires_grad"]) | set(options["frozen_params"]))
     previous = Path.cwd()
     os.chdir(model.parent)
     try:
         with contextlib.redirect_stdout(captured):
-            artifacts.generate_artifacts(str(model), artifact_directory=str(directory),
-                                         **options)
+            artifacts.generate_artifacts(proto, artifact_directory=str(directory), **options)
     finally:
         os.chdir(previous)
+
+
+def _embed_constants(proto: onnx.ModelProto, folder: Path, weights: set[str]) -> None:
+    """Read the external data of every initializer but the weights into the model.
+
+    The weights (trained or frozen) go into the checkpoint and leave the graph; the
+    other initializers (constants) stay in the training and eval models, which are
+    written without the data file they would otherwise point at.
+    """
+    from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
+
+    for tensor in proto.graph.initializer:
+        if tensor.name not in weights and uses_external_data(tensor):
+            load_external_data_for_tensor(tensor, str(folder))
+            tensor.data_location = onnx.TensorProto.DEFAULT
+            del tensor.external_data[:]
 
 
 def _run(job: dict[str, Any]) -> dict[str, Any]:

@@ -58,7 +58,8 @@ from graphpass.plugins._training_check import StepInputs, StepOutcome, step_inpu
 from graphpass.torch.export_record import TRAINABLE_TYPES
 from graphpass.training.gradient_rules import select_weights
 
-__all__ = ["EmitTrainingArtifacts", "graphpass_passes", "training_available"]
+__all__ = ["EXTERNAL_DATA_BYTES", "EmitTrainingArtifacts", "graphpass_passes",
+           "training_available"]
 
 WROTE_CODE = "GP700"
 FAILED_CODE = "GP701"
@@ -68,7 +69,9 @@ STEP_FAILS_CODE = "GP704"
 WRONG_GRADIENT_CODE = "GP705"
 NOT_CHECKED_CODE = "GP706"
 
-_PROTO_LIMIT = 1_800_000_000
+EXTERNAL_DATA_BYTES = 1_800_000_000
+"""Weights from which the model goes to ``generate_artifacts`` as a path with external
+data (protobuf cannot hold 2 GB); the ``external_data_bytes`` option's default."""
 _MISSING_BUILDER = re.compile(r"The gradient builder has not been registered: (\S+) for node (\S*)")
 
 
@@ -133,6 +136,10 @@ class EmitTrainingArtifacts(Pass):
                 finite differences along a random direction (two more forward runs).
             inputs: An ``.npz`` of the model's inputs (and the loss's, such as
                 ``target``) for the step (default: generated, as ``--verify`` does).
+            external_data_bytes: From this many bytes of weights on, the model goes to
+                ``generate_artifacts`` as a file with its weights in external data (a
+                path, as it needs past protobuf's 2 GB) instead of in memory; 0 takes
+                that path for any model (the default is just under 2 GB).
         """
 
         directory: str = ""
@@ -145,10 +152,13 @@ class EmitTrainingArtifacts(Pass):
         train_step: bool = True
         check_gradients: bool = True
         inputs: str = ""
+        external_data_bytes: int = EXTERNAL_DATA_BYTES
 
         def __post_init__(self) -> None:
             if not self.directory:
                 raise ValueError("give the folder for the artifacts: directory = \"...\"")
+            if self.external_data_bytes < 0:
+                raise ValueError("external_data_bytes is a number of bytes, 0 or more")
 
     def run(self, model: Model, context: PassContext) -> PassResult:
         """Generate the artifacts, rewrite their IR version, and load them once."""
@@ -258,7 +268,7 @@ def _run_child(model: Model, job_dir: Path, scratch: Path, options: Any, trainab
                frozen: list[str], prepared: StepInputs | None) -> _ChildResult:
     """Write the job into ``job_dir``, run the child on it, and read what it did."""
     path = job_dir / "model.onnx"
-    external = _weight_bytes(model) >= _PROTO_LIMIT
+    external = _weight_bytes(model) >= options.external_data_bytes
     if external:
         from graphpass.files import save
 
