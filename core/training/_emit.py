@@ -407,8 +407,17 @@ class Emitter:
         """
         positive = self.op("Greater", condition_of, self.scalar(0.0, like=condition_of))
         if otherwise is None:
-            return self.op("Mul", grad, self.cast_like(positive, grad))
+            return self.masked(grad, positive)
         return self.op("Where", positive, grad, otherwise)
+
+    def masked(self, grad: str, mask: str) -> str:
+        """``grad`` where the boolean ``mask`` holds, else zero: ``grad * Cast(mask)``.
+
+        onnxruntime's CPU ``Where`` runs on one thread, about ten times slower than
+        ``Cast`` and ``Mul`` (on MobileNetV2 its 35 ``Clip`` gradients took 14% of a
+        step as ``Where``).
+        """
+        return self.op("Mul", grad, self.cast_like(mask, grad))
 
 
 def _zero_fill(node: Node) -> bool:

@@ -48,6 +48,7 @@ from graphpass.training.batch_norm import (
     use_batch_statistics,
 )
 from graphpass.training.builder import GradientError
+from graphpass.training.conv_pads import fold_conv_pads
 from graphpass.training.gradient_rules import DIFFERENTIABLE_TYPES, normalize_domain
 from graphpass.training.losses import LOSS, TARGET, LossKind, add_loss
 from graphpass.training.optimizers import LR, STEP, Optimizer, add_update
@@ -190,6 +191,7 @@ def _build(model: Model, *, trainable: Sequence[str], frozen: Sequence[str], los
     if not graph.is_sorted():
         graph.sort()
     split_sequences(graph)
+    fold_conv_pads(graph)
     initializers = graph.initializers
     for name in trainable:
         if name not in initializers:

@@ -19,7 +19,7 @@ from graphpass.ir import Graph, Node
 from graphpass.training._emit import NameScope, names_in
 from graphpass.training.value_types import ModelTypes
 
-__all__ = ["split_sequences"]
+__all__ = ["constant_value", "split_sequences"]
 
 ShapeOf = Callable[[str], "tuple[int | str | None, ...] | None"]
 
@@ -32,7 +32,8 @@ def _shapes(graph: Graph) -> ShapeOf:
     return lambda name: types.of(graph, name).shape
 
 
-def _constant(graph: Graph, name: str) -> Any:
+def constant_value(graph: Graph, name: str) -> Any:
+    """The value of ``name`` when it is an initializer or a ``Constant``'s output, else ``None``."""
     if not name:
         return None
     if name in graph.initializers and name not in graph.input_names:
@@ -61,7 +62,7 @@ def _rewrite(graph: Graph, node: Node, names: NameScope, shape_of: ShapeOf) -> b
     if not readers or any(r.op_type != "SequenceAt" or r.domain or r.inputs[0] != sequence
                           for r in readers):
         return False
-    sizes = _constant(graph, node.inputs[1]) if len(node.inputs) > 1 else None
+    sizes = constant_value(graph, node.inputs[1]) if len(node.inputs) > 1 else None
     axis = int(node.attribute("axis", 0))
     if sizes is None or not int(node.attribute("keepdims", 1)):
         # keepdims applies only without a split input by the standard, yet onnxruntime
@@ -79,7 +80,7 @@ def _rewrite(graph: Graph, node: Node, names: NameScope, shape_of: ShapeOf) -> b
     count = int(np.size(sizes))
     positions = []
     for reader in readers:
-        position = _constant(graph, reader.inputs[1])
+        position = constant_value(graph, reader.inputs[1])
         if position is None or np.size(position) != 1:
             return False
         index = int(np.asarray(position).reshape(()))

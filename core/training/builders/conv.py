@@ -3,9 +3,11 @@
 ``Conv`` (groups, strides, dilations, pads, depthwise), ``MaxPool``, ``AveragePool``,
 ``GlobalAveragePool``, ``GlobalMaxPool``:
 
-* ``Conv``: dX is the transposed convolution of dY with the same weights; dW is a
-  convolution of X (batch and channel axes swapped, per group) with dY as the
-  kernel, strides and dilations exchanged; dB sums dY. Input positions no window
+* ``Conv``: dX is the transposed convolution of dY with the same weights; dW of an
+  ungrouped convolution (with a static weight shape) is one batched ``MatMul`` of dY
+  by X's window positions per kernel tap; of a grouped one, a convolution of X
+  (batch and channel axes swapped, per group) with dY as the kernel, strides and
+  dilations exchanged; dB sums dY. Input positions no window
   covers (the remainder of a stride) get zeros: ``output_padding`` when the shapes
   are static, a ``Pad`` computed at run time otherwise.
 * ``MaxPool``: the forward node also outputs its ``Indices`` (flat positions in X);
@@ -16,6 +18,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -127,7 +130,8 @@ def _transposed(ctx: GradientContext, dy: str, weight: str, x: str, y: str, kern
 
 
 @builder("Conv", frozenset({0, 1, 2}), refusals=(rank_known(1), _auto_pad_needs_shape(0)),
-         description="dX = ConvTranspose(dY, W); dW = Conv(X^T, dY^T) per group; dB = sum(dY)")
+         description="dX = ConvTranspose(dY, W); dW = sum_n dY X(tap)^T per tap (depthwise: "
+                     "sum(dY X(tap))), or Conv(X^T, dY^T) per group; dB = sum(dY)")
 def _conv(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
     dy = ctx.output_gradient(0)
@@ -155,6 +159,12 @@ def _weight_gradient(ctx: GradientContext, x: str, w: str, dy: str, n: int,
                      geometry: dict[str, list[int]], group: int) -> str:
     e = ctx.emit
     spatial = list(range(2, n + 2))
+    w_shape = ctx.static_shape(w)
+    if group == 1 and w_shape is not None:
+        return _weight_gradient_by_taps(ctx, x, dy, [int(d) for d in w_shape], geometry)
+    if (w_shape is not None and w_shape[0] == group and w_shape[1] == 1
+            and all(s == 1 for s in geometry["strides"])):
+        return _depthwise_weight_gradient(ctx, x, dy, [int(d) for d in w_shape], geometry)
     if group == 1:
         x_t = e.transpose(x, [1, 0, *spatial])  # [C, N, S]
     else:
@@ -170,10 +180,76 @@ def _weight_gradient(ctx: GradientContext, x: str, w: str, dy: str, n: int,
     kernel_t = e.transpose(dy, [1, 0, *spatial])  # [M, N, O]
     full = e.op("Conv", x_t, kernel_t, strides=geometry["dilations"],
                 dilations=geometry["strides"], pads=geometry["pads"], group=group)
-    w_shape = ctx.static_shape(w)
     ends = e.ints(w_shape[2:]) if w_shape is not None else e.shape(w, 2)
     cut = e.op("Slice", full, e.ints([0] * n), ends, e.ints(spatial))
     return e.transpose(cut, [1, 0, *spatial])  # [M, C/g, K]
+
+
+def _weight_gradient_by_taps(ctx: GradientContext, x: str, dy: str, w_shape: list[int],
+                             geometry: dict[str, list[int]]) -> str:
+    """DW of an ungrouped convolution as one matrix product per kernel tap.
+
+    For the tap at offset ``k``, ``dW[:, :, k] = sum_n dY_n X_n(k)^T`` where ``X_n(k)``
+    is the padded input's window positions that tap reads (a strided ``Slice``; the
+    input itself for a 1 x 1 kernel without pads or strides). Each product is a batched
+    ``MatMul`` of ``[N, M, P]`` by ``[N, P, C]``: onnxruntime runs the convolution with
+    a kernel as large as the output (the textbook formulation) as C matrix-vector
+    products, ten to forty times slower on MobileNetV2's and ResNet's layers.
+    """
+    e = ctx.emit
+    n = len(w_shape) - 2
+    kernel, strides = w_shape[2:], geometry["strides"]
+    dilations, pads = geometry["dilations"], geometry["pads"]
+    spatial = list(range(2, n + 2))
+    padded = x
+    if any(pads):
+        padded = e.op("Pad", x, e.ints([0, 0, *pads[:n], 0, 0, *pads[n:]]), mode="constant")
+    out_sizes = e.shape(dy, 2)
+    # the last window start: (out - 1) * stride; a tap at offset o reads o*d up to that + 1
+    last = e.op("Mul", e.op("Sub", out_sizes, e.ints([1] * n)), e.ints(strides))
+    grad_rows = e.reshape(dy, [0, 0, -1])  # [N, M, P]
+    plain = all(k == 1 for k in kernel) and all(s == 1 for s in strides) and not any(pads)
+    taps: list[str] = []
+    for offset in itertools.product(*(range(k) for k in kernel)):
+        window = padded
+        if not plain:
+            begin = [o * d for o, d in zip(offset, dilations, strict=True)]
+            window = e.op("Slice", padded, e.ints(begin),
+                          e.op("Add", last, e.ints([b + 1 for b in begin])),
+                          e.ints(spatial), e.ints(strides))
+        columns = e.transpose(e.reshape(window, [0, 0, -1]), [0, 2, 1])  # [N, P, C]
+        product = e.reduce_sum(e.op("MatMul", grad_rows, columns), [0], keepdims=False)
+        taps.append(product)  # [M, C]
+    if len(taps) == 1:
+        return e.reshape(taps[0], w_shape)
+    stacked = e.op("Concat", *(e.unsqueeze(t, [2]) for t in taps), axis=2)  # [M, C, K]
+    return e.reshape(stacked, w_shape)
+
+
+def _depthwise_weight_gradient(ctx: GradientContext, x: str, dy: str, w_shape: list[int],
+                               geometry: dict[str, list[int]]) -> str:
+    """DW of a stride-1 depthwise convolution: per tap, ``sum(dY * X(tap))`` over N and S.
+
+    About 1.5x faster in onnxruntime than the grouped convolution with dY as its kernel;
+    with strides the window ``Slice`` is the slower one, so those keep the convolution.
+    """
+    e = ctx.emit
+    n = len(w_shape) - 2
+    kernel, dilations, pads = w_shape[2:], geometry["dilations"], geometry["pads"]
+    spatial = list(range(2, n + 2))
+    padded = x
+    if any(pads):
+        padded = e.op("Pad", x, e.ints([0, 0, *pads[:n], 0, 0, *pads[n:]]), mode="constant")
+    out_sizes = e.shape(dy, 2)
+    taps: list[str] = []
+    for offset in itertools.product(*(range(k) for k in kernel)):
+        begin = [o * d for o, d in zip(offset, dilations, strict=True)]
+        window = e.op("Slice", padded, e.ints(begin), e.op("Add", out_sizes, e.ints(begin)),
+                      e.ints(spatial))
+        taps.append(e.reduce_sum(e.op("Mul", dy, window), [0, *spatial], keepdims=False))
+    stacked = taps[0] if len(taps) == 1 else e.op(
+        "Concat", *(e.unsqueeze(t, [1]) for t in taps), axis=1)  # [C, K]
+    return e.reshape(stacked, w_shape)
 
 
 # ==================================================================== pooling

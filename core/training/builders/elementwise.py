@@ -269,8 +269,7 @@ def _hard_sigmoid(ctx: GradientContext, x: str, y: str, dy: str) -> str:
     alpha = float(ctx.attribute("alpha", 0.2))
     inside = e.op("And", e.op("Greater", y, e.scalar(0.0, like=y)),
                   e.op("Less", y, e.scalar(1.0, like=y)))
-    return e.op("Where", inside, e.op("Mul", dy, e.scalar(alpha, like=dy)),
-                e.scalar(0.0, like=dy))
+    return e.masked(e.op("Mul", dy, e.scalar(alpha, like=dy)), inside)
 
 
 def _hard_swish(ctx: GradientContext, x: str, y: str, dy: str) -> str:
@@ -288,7 +287,7 @@ def _thresholded_relu(ctx: GradientContext, x: str, y: str, dy: str) -> str:
     e = ctx.emit
     alpha = float(ctx.attribute("alpha", 1.0))
     above = e.op("Greater", x, e.scalar(alpha, like=x))
-    return e.op("Where", above, dy, e.scalar(0.0, like=dy))
+    return e.masked(dy, above)
 
 
 @builder("Gelu", since=20, description="exact (erf) or tanh-approximate, as torch computes it")
@@ -344,7 +343,7 @@ def _clip(ctx: GradientContext) -> BuilderResult:
     if inside is None:
         return [dy]
     _compute_with_forward(ctx, start)
-    return [e.op("Where", inside, dy, e.scalar(0.0, like=dy))]
+    return [e.masked(dy, inside)]
 
 
 def _compute_with_forward(ctx: GradientContext, start: int) -> None:
