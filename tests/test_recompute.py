@@ -157,3 +157,37 @@ def test_a_bad_policy_is_refused_with_the_choices(tmp_path: Path) -> None:
         build_training_graphs(model, trainable=weights, optimizer=AdamW(),
                               recompute_policy="layers")  # type: ignore[arg-type]
     assert "elementwise" in (caught.value.hint or "")
+
+
+def _mlp_after(activation: str) -> graphpass.Model:
+    """x -> MatMul -> ``activation`` -> MatMul -> Tanh -> Sigmoid -> MatMul."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) / 8, name)
+               for name, shape in (("w1", (64, 256)), ("w2", (256, 256)), ("w3", (256, 8)))]
+    bounds = [numpy_helper.from_array(np.array(v, dtype=np.float32), n)
+              for n, v in (("low", 0.0), ("high", 6.0))]
+    first = (helper.make_node("Clip", ["h1", "low", "high"], ["a1"]) if activation == "Clip"
+             else helper.make_node("Relu", ["h1"], ["a1"]))
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h1"]), first,
+             helper.make_node("MatMul", ["a1", "w2"], ["h2"]),
+             helper.make_node("Tanh", ["h2"], ["t"]), helper.make_node("Sigmoid", ["t"], ["s"]),
+             helper.make_node("MatMul", ["s", "w3"], ["y"])]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [32, 64])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [32, 8])], [*weights, *bounds])
+    return graphpass.Model.from_proto(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9))
+
+
+def test_a_clip_mask_computed_in_the_forward_pass_does_not_end_the_forward_pass() -> None:
+    # Clip's gradient mask is moved next to the Clip (a backward node among the forward
+    # ones); the values after it are recomputed as they are after a Relu.
+    found = {}
+    for activation in ("Relu", "Clip"):
+        graphs = build_training_graphs(_mlp_after(activation), trainable=["w1", "w2", "w3"],
+                                       loss_inputs=["y"], optimizer=AdamW(),
+                                       recompute_policy="elementwise")
+        found[activation] = sorted(graphs.recomputed.values)
+    assert found["Relu"] and found["Clip"] == found["Relu"]

@@ -131,6 +131,29 @@ class _Segments:
             self.parent[rb] = ra
 
 
+def _after_forward(backward: Sequence[Node], position: Mapping[Node, int],
+                   seeds: frozenset[str]) -> set[Node]:
+    """The backward nodes that run after the forward pass.
+
+    Builders move some of their nodes next to the forward node (a ``Clip``'s mask, the
+    batch statistics): those read only forward values and run among the forward nodes,
+    so they count as forward nodes here. The rest start at the first node that reads a
+    value computed from the seeds.
+    """
+    if not seeds:
+        return set(backward)
+    reached = set(seeds)
+    late: set[Node] = set()
+    for node in sorted(backward, key=position.__getitem__):
+        if any(name in reached for name in node.inputs):
+            late.add(node)
+            reached.update(name for name in node.outputs if name)
+    if not late:
+        return set(backward)
+    start = min(position[node] for node in late)
+    return {node for node in backward if position[node] >= start}
+
+
 def recompute(graph: Graph, backward: Sequence[Node], triggers: Mapping[Node, str],
               policy: str, types: Callable[[str], TypeInfo], names: NameScope, *,
               trainable: frozenset[str] = frozenset(),
@@ -159,8 +182,8 @@ def recompute(graph: Graph, backward: Sequence[Node], triggers: Mapping[Node, st
         return done
     order = list(graph.nodes)
     position = {node: i for i, node in enumerate(order)}
-    backward_set = set(backward)
-    first_backward = min(position[node] for node in backward)
+    backward_set = _after_forward(backward, position, seeds)
+    first_backward = min(position[node] for node in backward_set)
     forward = order[:first_backward]
     producer: dict[str, Node] = {name: node for node in forward for name in node.outputs
                                  if name}
@@ -259,7 +282,7 @@ def recompute(graph: Graph, backward: Sequence[Node], triggers: Mapping[Node, st
             continue  # needed as the backward pass starts: nothing to wait for
         nodes, copies = _emit_copies(ordered, boundary, trigger, routable, names)
         graph.insert_before(anchor, nodes)
-        for node in backward:
+        for node in dict.fromkeys(consumers):  # only the backward readers: linear
             for index, name in enumerate(node.inputs):
                 if name in copies and name in released:
                     node.set_input(index, copies[name])
