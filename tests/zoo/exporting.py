@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -265,8 +266,12 @@ def _save_checkpoint(case: Case, kind: str, folder: Path) -> None:
 
 # ===================================================================== building
 _BUILD_APART = ("import sys; from pathlib import Path; from zoo.exporting import _build; "
-                "from zoo.cases import case; "
-                "_build(case(sys.argv[1]), sys.argv[2], Path(sys.argv[3]))")
+                "from zoo.cases import Case; import json; fields = json.loads(sys.argv[1]); "
+                "_build(Case(**{**fields, 'input_shape': tuple(fields['input_shape']), "
+                "'function_classes': tuple(fields['function_classes'])}), sys.argv[2], "
+                "Path(sys.argv[3]))")
+"""The child of :func:`_build_apart`: the case arrives whole, as JSON (a benchmark's
+variant of a zoo case, another batch shape say, is not in the zoo by its name)."""
 
 
 _EXPORT_TRIES = 3
@@ -274,7 +279,7 @@ _EXPORT_TRIES = 3
 
 
 def _build_apart(case: Case, mode: str, folder: Path) -> None:
-    """:func:`_build` in a fresh process, which finds the case by its name in the zoo.
+    """:func:`_build` in a fresh process, given the case as JSON.
 
     torch's exporters run in the process that asked for the export otherwise, and the
     legacy one crashed there (a segfault in ``torch.onnx.export(dynamo=False)`` after
@@ -290,7 +295,8 @@ def _build_apart(case: Case, mode: str, folder: Path) -> None:
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [here, *filter(None, [os.environ.get("PYTHONPATH")])])}
     for _ in range(_EXPORT_TRIES):
-        done = subprocess.run([sys.executable, "-c", _BUILD_APART, case.name, mode,
+        done = subprocess.run([sys.executable, "-c", _BUILD_APART,
+                               json.dumps(dataclasses.asdict(case)), mode,
                                str(folder)], env=environment, capture_output=True, text=True,
                               check=False)
         if done.returncode >= 0:  # an error of the export's own, or done: no second try
