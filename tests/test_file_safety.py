@@ -265,9 +265,12 @@ def _interrupt_mid_write(command: list[str], out: Path, sig: int) -> subprocess.
     On a loaded machine the run can create, fill and commit its files between two looks
     of this watcher (CI saw three misses in a row), so it is tried up to ten times.
     """
+    seen = []
     for _attempt in range(10):
+        # SIGINT as the default action in the child, whatever this process inherited (a
+        # background job starts with it ignored, and Python would keep it ignored)
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True)
+                                   text=True, preexec_fn=_default_sigint)
         deadline = time.monotonic() + 120
         sent = False
         while process.poll() is None and time.monotonic() < deadline:
@@ -280,7 +283,13 @@ def _interrupt_mid_write(command: list[str], out: Path, sig: int) -> subprocess.
         stdout, stderr = process.communicate(timeout=120)
         if sent and process.returncode != 0:  # exit 0: the signal came after the commit
             return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
-    raise AssertionError("the run finished before it could be interrupted ten times")
+        seen.append(f"signal {'sent' if sent else 'not sent'}, exit {process.returncode}")
+    raise AssertionError("the run finished before it could be interrupted ten times: "
+                         + "; ".join(seen))
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_sigint_mid_write_leaves_the_previous_output_and_no_temporary_files(
