@@ -270,7 +270,8 @@ def _interrupt_mid_write(command: list[str], out: Path, sig: int) -> subprocess.
         # SIGINT as the default action in the child, whatever this process inherited (a
         # background job starts with it ignored, and Python would keep it ignored)
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True, preexec_fn=_default_sigint)
+                                   text=True,
+                                   preexec_fn=_default_sigint)  # noqa: PLW1509 (one call)
         deadline = time.monotonic() + 120
         sent = False
         while process.poll() is None and time.monotonic() < deadline:
