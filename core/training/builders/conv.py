@@ -185,45 +185,57 @@ def _weight_gradient(ctx: GradientContext, x: str, w: str, dy: str, n: int,
     return e.transpose(cut, [1, 0, *spatial])  # [M, C/g, K]
 
 
+def _tap_windows(ctx: GradientContext, x: str, dy: str, kernel: list[int],
+                 geometry: dict[str, list[int]]) -> list[str]:
+    """Per kernel tap, the positions of the (padded) input that tap reads.
+
+    Each is shaped like dY's spatial axes: a strided ``Slice``, or the input itself for
+    a 1 x 1 kernel without pads or strides.
+    """
+    e = ctx.emit
+    n = len(kernel)
+    strides, dilations, pads = geometry["strides"], geometry["dilations"], geometry["pads"]
+    if all(k == 1 for k in kernel) and all(s == 1 for s in strides) and not any(pads):
+        return [x]
+    padded = x
+    if any(pads):
+        padded = e.op("Pad", x, e.ints([0, 0, *pads[:n], 0, 0, *pads[n:]]), mode="constant")
+    spatial = list(range(2, n + 2))
+    # the last window start: (out - 1) * stride; a tap at offset o reads o*d up to that + 1
+    last = e.op("Mul", e.op("Sub", e.shape(dy, 2), e.ints([1] * n)), e.ints(strides))
+    windows = []
+    for offset in itertools.product(*(range(k) for k in kernel)):
+        begin = [o * d for o, d in zip(offset, dilations, strict=True)]
+        windows.append(e.op("Slice", padded, e.ints(begin),
+                            e.op("Add", last, e.ints([b + 1 for b in begin])),
+                            e.ints(spatial), e.ints(strides)))
+    return windows
+
+
+def _stacked_taps(ctx: GradientContext, taps: list[str], axis: int, w_shape: list[int]) -> str:
+    """The per-tap gradients stacked on ``axis`` and shaped as the weight."""
+    e = ctx.emit
+    stacked = taps[0] if len(taps) == 1 else e.op(
+        "Concat", *(e.unsqueeze(t, [axis]) for t in taps), axis=axis)
+    return e.reshape(stacked, w_shape)
+
+
 def _weight_gradient_by_taps(ctx: GradientContext, x: str, dy: str, w_shape: list[int],
                              geometry: dict[str, list[int]]) -> str:
     """DW of an ungrouped convolution as one matrix product per kernel tap.
 
     For the tap at offset ``k``, ``dW[:, :, k] = sum_n dY_n X_n(k)^T`` where ``X_n(k)``
-    is the padded input's window positions that tap reads (a strided ``Slice``; the
-    input itself for a 1 x 1 kernel without pads or strides). Each product is a batched
-    ``MatMul`` of ``[N, M, P]`` by ``[N, P, C]``: onnxruntime runs the convolution with
-    a kernel as large as the output (the textbook formulation) as C matrix-vector
-    products, ten to forty times slower on MobileNetV2's and ResNet's layers.
+    is what :func:`_tap_windows` gives. Each product is a batched ``MatMul`` of
+    ``[N, M, P]`` by ``[N, P, C]``: onnxruntime runs the convolution with a kernel as large
+    as the output (the textbook formulation) as C matrix-vector products, ten to forty
+    times slower on MobileNetV2's and ResNet's layers.
     """
     e = ctx.emit
-    n = len(w_shape) - 2
-    kernel, strides = w_shape[2:], geometry["strides"]
-    dilations, pads = geometry["dilations"], geometry["pads"]
-    spatial = list(range(2, n + 2))
-    padded = x
-    if any(pads):
-        padded = e.op("Pad", x, e.ints([0, 0, *pads[:n], 0, 0, *pads[n:]]), mode="constant")
-    out_sizes = e.shape(dy, 2)
-    # the last window start: (out - 1) * stride; a tap at offset o reads o*d up to that + 1
-    last = e.op("Mul", e.op("Sub", out_sizes, e.ints([1] * n)), e.ints(strides))
     grad_rows = e.reshape(dy, [0, 0, -1])  # [N, M, P]
-    plain = all(k == 1 for k in kernel) and all(s == 1 for s in strides) and not any(pads)
-    taps: list[str] = []
-    for offset in itertools.product(*(range(k) for k in kernel)):
-        window = padded
-        if not plain:
-            begin = [o * d for o, d in zip(offset, dilations, strict=True)]
-            window = e.op("Slice", padded, e.ints(begin),
-                          e.op("Add", last, e.ints([b + 1 for b in begin])),
-                          e.ints(spatial), e.ints(strides))
-        columns = e.transpose(e.reshape(window, [0, 0, -1]), [0, 2, 1])  # [N, P, C]
-        product = e.reduce_sum(e.op("MatMul", grad_rows, columns), [0], keepdims=False)
-        taps.append(product)  # [M, C]
-    if len(taps) == 1:
-        return e.reshape(taps[0], w_shape)
-    stacked = e.op("Concat", *(e.unsqueeze(t, [2]) for t in taps), axis=2)  # [M, C, K]
-    return e.reshape(stacked, w_shape)
+    taps = [e.reduce_sum(e.op("MatMul", grad_rows, e.transpose(
+        e.reshape(window, [0, 0, -1]), [0, 2, 1])), [0], keepdims=False)  # [M, C]
+        for window in _tap_windows(ctx, x, dy, w_shape[2:], geometry)]
+    return _stacked_taps(ctx, taps, 2, w_shape)
 
 
 def _depthwise_weight_gradient(ctx: GradientContext, x: str, dy: str, w_shape: list[int],
@@ -234,22 +246,10 @@ def _depthwise_weight_gradient(ctx: GradientContext, x: str, dy: str, w_shape: l
     with strides the window ``Slice`` is the slower one, so those keep the convolution.
     """
     e = ctx.emit
-    n = len(w_shape) - 2
-    kernel, dilations, pads = w_shape[2:], geometry["dilations"], geometry["pads"]
-    spatial = list(range(2, n + 2))
-    padded = x
-    if any(pads):
-        padded = e.op("Pad", x, e.ints([0, 0, *pads[:n], 0, 0, *pads[n:]]), mode="constant")
-    out_sizes = e.shape(dy, 2)
-    taps: list[str] = []
-    for offset in itertools.product(*(range(k) for k in kernel)):
-        begin = [o * d for o, d in zip(offset, dilations, strict=True)]
-        window = e.op("Slice", padded, e.ints(begin), e.op("Add", out_sizes, e.ints(begin)),
-                      e.ints(spatial))
-        taps.append(e.reduce_sum(e.op("Mul", dy, window), [0, *spatial], keepdims=False))
-    stacked = taps[0] if len(taps) == 1 else e.op(
-        "Concat", *(e.unsqueeze(t, [1]) for t in taps), axis=1)  # [C, K]
-    return e.reshape(stacked, w_shape)
+    spatial = list(range(2, len(w_shape)))
+    taps = [e.reduce_sum(e.op("Mul", dy, window), [0, *spatial], keepdims=False)  # [C]
+            for window in _tap_windows(ctx, x, dy, w_shape[2:], geometry)]
+    return _stacked_taps(ctx, taps, 1, w_shape)
 
 
 # ==================================================================== pooling
