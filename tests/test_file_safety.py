@@ -21,8 +21,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -240,6 +242,28 @@ def test_a_failing_save_leaves_the_previous_output_as_it_was(tmp_path: Path) -> 
 
 
 # ================================================================ interrupted
+def test_an_interrupt_between_creating_a_temporary_and_recording_it_leaves_no_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The window CI hit once: SIGINT after mkstemp made the file, before the save knew it.
+    previous = _external(tmp_path / "out")
+    before = _digests(tmp_path / "out")
+    made = []
+    real_mkstemp = tempfile.mkstemp
+
+    def interrupted_mkstemp(*args: Any, **kwargs: Any) -> tuple[int, str]:
+        handle, name = real_mkstemp(*args, **kwargs)
+        os.close(handle)
+        made.append(name)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tempfile, "mkstemp", interrupted_mkstemp)
+    model = graphpass.Model.from_proto(_model())
+    with pytest.raises(KeyboardInterrupt):
+        graphpass.save(model, previous, external_data=True, size_threshold=0)
+    assert made and all(Path(name).parent == tmp_path / "out" for name in made)
+    assert _digests(tmp_path / "out") == before and not _temporaries(tmp_path / "out")
+
+
 _BIG = 48 * 2**20  # floats: 192 MiB of weights, streamed in 16 MiB chunks
 
 

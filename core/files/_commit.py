@@ -135,12 +135,25 @@ class Transaction:
 
     def __exit__(self, kind: object, error: object, traceback: object) -> None:
         try:
-            for tmp in self._temporaries:
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-            self._temporaries.clear()
+            self._remove_temporaries(look=kind is not None)
         finally:
             self._lock.release()
+
+    def _remove_temporaries(self, *, look: bool) -> None:
+        """Remove this save's temporary files: the recorded ones and, if ``look``, any other.
+
+        A ``KeyboardInterrupt`` can land between ``mkstemp`` creating a file and
+        :meth:`new_file` recording it. The file is still named after this output and
+        this process, and while the lock is held no other save of the output runs, so a
+        save that ends by an exception looks for such files in its folders.
+        """
+        owner, pid = self.out_path.name, os.getpid()
+        unrecorded = [path for folder in sorted(self._folders) for path in _temporaries(folder)
+                      if _owner(path) == owner and _pid(path) == pid] if look else []
+        for tmp in dict.fromkeys([*self._temporaries, *unrecorded]):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        self._temporaries.clear()
 
     # ------------------------------------------------------------------ preparing
     def prepare(self, destinations: Iterable[Path], reads: Iterable[Path]) -> None:
