@@ -11,7 +11,9 @@ Complements ``test_files.py`` (``..``/absolute/symlinked external data, atomic s
 * a save that fails, raises or is interrupted (SIGINT) leaves the previous output as it
   was and no temporary file; a save killed outright (SIGKILL) leaves the previous output
   intact and only hidden ``*.graphpass-tmp`` files (and the output's lock file), which
-  the next save removes.
+  the next save removes;
+* Ctrl-C as a save or a training state's write creates a temporary, before it can note
+  the name, leaves no file either.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
 from graphpass import ExternalDataError, ModelSaveError, Tensor
+from graphpass.files.snapshots import read_snapshot, write_snapshot
 
 
 def _model(size: int = 1024) -> onnx.ModelProto:
@@ -351,3 +354,26 @@ def test_temporary_files_of_running_saves_are_left_alone(tmp_path: Path) -> None
         path.write_bytes(b"in progress")
     graphpass.save(graphpass.Model.from_proto(_model()), tmp_path / "m.onnx")
     assert mine.exists() and parent.exists() and other.exists()
+
+
+@pytest.mark.parametrize("maker", ["mkdtemp", "mkstemp"])
+def test_a_state_write_interrupted_as_it_creates_a_temporary_leaves_the_previous_state(
+        maker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # mkdtemp makes the snapshot's temporary folder, mkstemp the pointer's temporary file.
+    state = tmp_path / "state"
+    write_snapshot(state, "step-1", lambda folder: (folder / "w.bin").write_bytes(b"1"))
+    before = sorted(p.name for p in state.iterdir())
+    real = getattr(tempfile, maker)
+    made = []
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        made.append(real(*args, **kwargs))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tempfile, maker, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_snapshot(state, "step-2", lambda folder: (folder / "w.bin").write_bytes(b"2"))
+    assert made
+    assert sorted(p.name for p in state.iterdir()) == before
+    found = read_snapshot(state)
+    assert found is not None and (found[0] / "w.bin").read_bytes() == b"1"

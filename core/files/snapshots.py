@@ -129,11 +129,27 @@ def write_snapshot(directory: str | os.PathLike[str], name: str,
             with contextlib.suppress(OSError):
                 _sync_folders([folder])
         return snapshot
-    except OSError as error:
-        raise ModelSaveError(f"cannot write ({error.strerror or error})",
-                             where=str(folder)) from None
+    except BaseException as error:
+        _remove_own_temporaries(folder)
+        if isinstance(error, OSError):
+            raise ModelSaveError(f"cannot write ({error.strerror or error})",
+                                 where=str(folder)) from None
+        raise
     finally:
         lock.release()
+
+
+def _remove_own_temporaries(folder: Path) -> None:
+    """Remove every temporary of this process in ``folder`` (its writer holds the lock).
+
+    Ctrl-C can land between ``mkstemp``/``mkdtemp`` creating one and the write
+    knowing its name, so a write that ends by an exception looks for them by name.
+    """
+    with contextlib.suppress(OSError):
+        for entry in list(os.scandir(folder)):
+            match = _TEMPORARY.match(entry.name)
+            if match is not None and int(match["pid"]) == os.getpid():
+                _discard(Path(entry.path))
 
 
 def _current_name(folder: Path) -> str | None:
