@@ -22,7 +22,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 
 import zoo
+from zoo.judging import rounding_spread
 from zoo.own_training import GRADIENT_RTOL, WEIGHT_ATOL, own_judge
+from zoo.reference import torch_reference
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
@@ -84,3 +86,13 @@ def test_optimum_s_position_embeddings_train_right_in_the_own_trainer(
     assert outcome.label == "trains", outcome.reason
     assert outcome.gradients is not None
     assert outcome.gradients.errors["bert.embeddings.position_embeddings.weight"] < GRADIENT_RTOL
+
+
+def test_float32_noise_in_the_weights_moves_kinked_gradients_and_not_smooth_ones() -> None:
+    # The finetuned MobileNetV2 puts a ReLU6 input within float32 rounding of its kink
+    # (its one undecided cell); ResNet's gradients hold under the same noise.
+    kinked, smooth = zoo.case("mobilenet_v2"), zoo.case("resnet")
+    assert rounding_spread(kinked, "finetuned", torch_reference(kinked, "finetuned")) > (
+        10 * GRADIENT_RTOL)
+    assert rounding_spread(smooth, "export", torch_reference(smooth, "export")) < (
+        GRADIENT_RTOL / 10)

@@ -54,7 +54,7 @@ import numpy as np
 
 from zoo.cases import Case, ZooError
 from zoo.exporting import OPTIMUM_MODES, Export, ExportFailed, export
-from zoo.reference import ADAMW, Reference, torch_reference
+from zoo.reference import ADAMW, Reference, gradient_sensitivity, torch_reference
 from zoo.training import TrainingRun, train_ready
 
 __all__ = ["ADVICE", "GRADIENT_RTOL", "TORCH_EXPORT_ADVICE", "GradientCheck", "Outcome",
@@ -208,6 +208,28 @@ class Outcome:
         if self.verdict == "refused":
             return "refused rightly" if self.right else "wrong"
         return "trains" if self.right else "wrong"
+
+
+def rounding_spread(case: Case, oracle: str, reference: Reference) -> float | None:
+    """How far float32 noise in the weights moves torch's float64 gradients, relative.
+
+    The largest change, over the seeds of :func:`zoo.reference.gradient_sensitivity` and
+    every parameter, by :func:`compare_gradients`' measure. Above :data:`GRADIENT_RTOL`,
+    float32 arithmetic cannot decide the gradients to that tolerance (a kink within
+    rounding). ``None`` for the ``optimum`` oracle (its torch model lives in another venv).
+    """
+    if oracle not in ("export", "finetuned"):
+        return None
+    largest = max((float(np.abs(g).max(initial=0.0)) for g in reference.gradients.values()),
+                  default=0.0)
+    spread = 0.0
+    for moved in gradient_sensitivity(case, oracle).values():
+        for name, expected in reference.gradients.items():
+            if name in moved:
+                scale = max(float(np.abs(expected).max(initial=0.0)),
+                            GRADIENT_FLOOR * largest, 1e-30)
+                spread = max(spread, float(np.abs(moved[name] - expected).max()) / scale)
+    return spread
 
 
 def compare_gradients(reference: Reference, run: TrainingRun) -> GradientCheck:

@@ -11,7 +11,9 @@ against torch:
   gives torch's loss (relative :data:`LOSS_RTOL`) and torch's gradient of every
   parameter (``torch.autograd`` in float64, BatchNorm with batch statistics: the
   zoo's measure, :func:`zoo.compare_gradients`, relative 1e-3), each parameter trained
-  once and nothing else trained;
+  once and nothing else trained (gradients off within :data:`ROUNDING_FACTOR` of how far
+  float32 noise in the weights moves torch's float64 ones, when that is over the
+  tolerance, are ``undecided``: a kink decides them, not graphpass);
 * :data:`~zoo.adamw_reference.OWN_STEPS` steps of ``step.onnx`` through
   :class:`graphpass.training.Trainer` give the weights of as many
   ``torch.optim.AdamW`` steps (:func:`zoo.adamw_reference.torch_adamw`) within
@@ -46,14 +48,19 @@ from zoo.judging import (
     exit_reason,
     followed_advice,
     parameters_left_out,
+    rounding_spread,
 )
-from zoo.reference import Reference, torch_reference
+from zoo.reference import SENSITIVITY_DELTA, Reference, torch_reference
 from zoo.training import TrainingRun
 
 __all__ = ["GRADIENT_RTOL", "LOSS_RTOL", "WEIGHT_ATOL", "OwnOutcome", "build_training_graph",
            "own_judge"]
 
 LOSS_RTOL = 1e-3
+ROUNDING_FACTOR = 2.0
+"""Gradients off by more than :data:`GRADIENT_RTOL` are ``undecided``, not ``wrong``, when
+torch's own float64 gradients move by at least half as much under float32 noise in the
+weights (:func:`zoo.judging.rounding_spread`); an error larger than that is wrong."""
 """Largest relative difference of the first loss from torch's."""
 WEIGHT_ATOL = 1e-4
 """Largest difference of a weight after the AdamW steps from torch's."""
@@ -69,7 +76,9 @@ class OwnOutcome:
         label: ``trains``, ``refused rightly``, ``wrong``, ``not exported`` (the
             exporter failed), or ``undecided``: the gradients equal torch's, but torch's
             own float32 training run ends further than :data:`WEIGHT_ATOL` from its
-            float64 run on most weights, so the weights after the steps decide nothing.
+            float64 run on most weights, so the weights after the steps decide nothing;
+            or the gradients are off, but torch's own float64 gradients move as much
+            under float32 noise in the weights (:data:`ROUNDING_FACTOR`).
         reason: One line: why.
         seconds: ``graphpass`` (the ``train-ready`` process), ``check`` (gradients and
             steps) and ``total``.
@@ -199,6 +208,16 @@ def _check(case: Case, mode: str, exported: Export, directory: Path) -> OwnOutco
         return wrong(f"the loss {loss:.6g} differs from torch's {reference.loss:.6g} "
                      f"({loss_error:.1e} relative)", **measured)
     if not check.ok:
+        spread = rounding_spread(case, exported.oracle, reference) if (
+            check.wrong and not (check.untrained or check.copies or check.extra)) else None
+        worst = max(check.wrong.values(), default=0.0)
+        if spread is not None and spread > GRADIENT_RTOL and worst <= ROUNDING_FACTOR * spread:
+            return OwnOutcome(
+                case.name, mode, "undecided",
+                f"{check.summary()}; torch's own float64 gradients move by up to "
+                f"{spread:.1e} when the weights move by {SENSITIVITY_DELTA:g} relative: an "
+                "input within float32 rounding of a kink (ReLU6) decides them, so no float32 "
+                "run can match them to 1e-3", **measured)
         return wrong(check.summary(), **measured)
     trained, losses = _train(directory, batch)
     expected = torch_adamw(case, exported.oracle)

@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from zoo.cases import Case
+from zoo.cases import Case, ZooError
 from zoo.cases import case as case_named
 from zoo.subjects import Subject, oracle_entry, subject
 
-__all__ = ["ADAMW", "STEPS", "Reference", "adamw_step", "compute_in_optimum_venv",
-           "torch_reference"]
+__all__ = ["ADAMW", "SENSITIVITY_DELTA", "STEPS", "Reference", "adamw_step",
+           "compute_in_optimum_venv", "gradient_sensitivity", "torch_reference"]
 
 STEPS = 3
 """AdamW steps the zoo trains (in torch and in onnxruntime-training)."""
@@ -171,12 +171,46 @@ def _compute(make: Callable[[], Subject], folder: Path) -> None:
     (folder / "reference.json").write_text(json.dumps(meta, indent=1) + "\n")
 
 
-def _gradients64(make: Callable[[], Subject]) -> dict[str, np.ndarray]:
-    """The first-step gradients, computed in float64."""
+SENSITIVITY_DELTA = 1e-6
+"""The weight changes of :func:`gradient_sensitivity`, relative: 16 float32 ulps, less
+than the rounding a float32 forward pass accumulates (about 1e-5 relative by the last
+layers of the zoo's CNNs)."""
+
+
+def gradient_sensitivity(case: Case, oracle: str, seeds: int = 2) -> dict[str, np.ndarray]:
+    """torch's float64 gradients after the weights moved by float32 noise, per seed.
+
+    Each parameter is multiplied by ``1 + SENSITIVITY_DELTA * noise`` (seeded normal
+    noise) before the float64 gradients are computed as for :func:`torch_reference`.
+    Where those move by more than a tolerance, the exact gradients at the case's
+    weights are not decided to that tolerance by float32 arithmetic: a ReLU6 or ReLU
+    input within rounding of its kink lets a gradient through in one run and not in
+    the other. Computed in this process (the ``export`` and ``finetuned`` oracles).
+
+    Returns:
+        Per seed, the gradients by canonical parameter name.
+    """
+    if oracle not in ("export", "finetuned"):
+        raise ZooError(f"the sensitivity probe runs the export and finetuned oracles, "
+                       f"not {oracle!r}")
+    return {f"seed {seed}": _gradients64(lambda: subject(case, oracle), moved=seed)
+            for seed in range(seeds)}
+
+
+def _gradients64(make: Callable[[], Subject], moved: int | None = None
+                 ) -> dict[str, np.ndarray]:
+    """The first-step gradients in float64 (at weights moved by seed ``moved``, if given)."""
     import torch
 
     model = make()
     model.module.double()
+    if moved is not None:
+        generator = torch.Generator().manual_seed(moved)
+        with torch.no_grad():
+            for parameter in model.module.parameters():
+                noise = torch.randn(parameter.shape, generator=generator,
+                                    dtype=parameter.dtype)
+                parameter.mul_(1 + SENSITIVITY_DELTA * noise)
     inputs = [torch.from_numpy(v) for v in model.inputs.values()]
     inputs = [v.double() if v.is_floating_point() else v for v in inputs]
     _batch_statistics(model.module)
