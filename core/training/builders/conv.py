@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -200,30 +201,32 @@ def _weight_gradient(ctx: GradientContext, x: str, w: str, dy: str, n: int,
 
 
 def _tap_windows(ctx: GradientContext, x: str, dy: str, kernel: list[int],
-                 geometry: dict[str, list[int]]) -> list[str]:
+                 geometry: dict[str, list[int]]) -> Iterator[str]:
     """Per kernel tap, the positions of the (padded) input that tap reads.
 
     Each is shaped like dY's spatial axes: a strided ``Slice``, or the input itself for
-    a 1 x 1 kernel without pads or strides.
+    a 1 x 1 kernel without pads or strides. A generator, so that each window's
+    ``Slice`` is emitted next to the product that reads it: emitted all first, every
+    window of a layer (each as large as its input) is held at once, 23 MB more at the
+    peak of MobileNetV2 at 224 px.
     """
     e = ctx.emit
     n = len(kernel)
     strides, dilations, pads = geometry["strides"], geometry["dilations"], geometry["pads"]
     if all(k == 1 for k in kernel) and all(s == 1 for s in strides) and not any(pads):
-        return [x]
+        yield x
+        return
     padded = x
     if any(pads):
         padded = e.op("Pad", x, e.ints([0, 0, *pads[:n], 0, 0, *pads[n:]]), mode="constant")
     spatial = list(range(2, n + 2))
     # the last window start: (out - 1) * stride; a tap at offset o reads o*d up to that + 1
     last = e.op("Mul", e.op("Sub", e.shape(dy, 2), e.ints([1] * n)), e.ints(strides))
-    windows = []
     for offset in itertools.product(*(range(k) for k in kernel)):
         begin = [o * d for o, d in zip(offset, dilations, strict=True)]
-        windows.append(e.op("Slice", padded, e.ints(begin),
-                            e.op("Add", last, e.ints([b + 1 for b in begin])),
-                            e.ints(spatial), e.ints(strides)))
-    return windows
+        yield e.op("Slice", padded, e.ints(begin),
+                   e.op("Add", last, e.ints([b + 1 for b in begin])),
+                   e.ints(spatial), e.ints(strides))
 
 
 def _stacked_taps(ctx: GradientContext, taps: list[str], axis: int, w_shape: list[int]) -> str:
