@@ -31,10 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from onnx import numpy_helper
-
 from graphpass.errors import GraphpassError
+from graphpass.training.constants import constant_value
 from graphpass.training.gradient_rules import NodeSite, Predicate, normalize_domain
 from graphpass.training.value_types import TypeInfo
 
@@ -223,21 +221,7 @@ class GradientContext:
         Constants are initializers that are not graph inputs, and ``Constant`` outputs.
         """
         graph = self.node.graph
-        if graph is None or not name:
-            return None
-        if name in graph.initializers and name not in graph.input_names:
-            return graph.initializers[name].numpy()
-        producer = graph.producer(name)
-        if producer is None or producer.op_type != "Constant" or producer.domain:
-            return None
-        tensor = producer.attribute("value")
-        if tensor is not None:
-            return numpy_helper.to_array(tensor)
-        for key in ("value_int", "value_ints", "value_float", "value_floats"):
-            value = producer.attribute(key)
-            if value is not None:
-                return np.asarray(value)
-        return None
+        return None if graph is None else constant_value(graph, name)
 
     # ------------------------------------------------------------ gradients
     def output_gradient(self, index: int) -> str | None:

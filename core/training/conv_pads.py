@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from graphpass.ir import Attribute, Graph, Node
-from graphpass.training.sequences import constant_value
+from graphpass.training.constants import constant_value
 
 __all__ = ["fold_conv_pads"]
 
@@ -66,17 +66,13 @@ def fold_conv_pads(graph: Graph) -> int:
         readers = _readers_are_convs(graph, pad.outputs[0]) if spatial is not None else None
         if spatial is None or readers is None:
             continue
-        n = len(spatial) // 2
-        for conv in readers:
-            own = [int(p) for p in conv.attribute("pads", [0] * (2 * n))]
-            if len(own) != 2 * n:
-                break
-        else:
-            for conv in readers:
-                own = [int(p) for p in conv.attribute("pads", [0] * (2 * n))]
-                conv.set_attribute(Attribute.from_value(
-                    "pads", [a + b for a, b in zip(own, spatial, strict=True)]))
-                conv.set_input(0, pad.inputs[0])
-            graph.remove(pad)
-            folded += 1
+        owns = [[int(p) for p in conv.attribute("pads", [0] * len(spatial))] for conv in readers]
+        if any(len(own) != len(spatial) for own in owns):
+            continue
+        for conv, own in zip(readers, owns, strict=True):
+            conv.set_attribute(Attribute.from_value(
+                "pads", [a + b for a, b in zip(own, spatial, strict=True)]))
+            conv.set_input(0, pad.inputs[0])
+        graph.remove(pad)
+        folded += 1
     return folded

@@ -11,15 +11,15 @@ which computes the same values and can be differentiated.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from graphpass.ir import Graph, Node
 from graphpass.training._emit import NameScope, names_in
+from graphpass.training.constants import constant_value
 from graphpass.training.value_types import ModelTypes
 
-__all__ = ["constant_value", "split_sequences"]
+__all__ = ["split_sequences"]
 
 ShapeOf = Callable[[str], "tuple[int | str | None, ...] | None"]
 
@@ -30,27 +30,6 @@ def _shapes(graph: Graph) -> ShapeOf:
         return lambda name: graph.value(name).shape if name in graph.values else None
     types = ModelTypes(model)
     return lambda name: types.of(graph, name).shape
-
-
-def constant_value(graph: Graph, name: str) -> Any:
-    """The value of ``name`` when it is an initializer or a ``Constant``'s output, else ``None``."""
-    if not name:
-        return None
-    if name in graph.initializers and name not in graph.input_names:
-        return graph.initializers[name].numpy()
-    producer = graph.producer(name)
-    if producer is None or producer.op_type != "Constant" or producer.domain:
-        return None
-    tensor = producer.attribute("value")
-    if tensor is not None:
-        from onnx import numpy_helper
-
-        return numpy_helper.to_array(tensor)
-    for key in ("value_int", "value_ints"):
-        value = producer.attribute(key)
-        if value is not None:
-            return np.asarray(value)
-    return None
 
 
 def _rewrite(graph: Graph, node: Node, names: NameScope, shape_of: ShapeOf) -> bool:
