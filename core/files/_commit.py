@@ -43,7 +43,7 @@ from google.protobuf.message import DecodeError, Message
 from graphpass.errors import ModelSaveError
 
 __all__ = ["KILL_AT_ENV", "STEPS_ENV", "Transaction", "crash_point", "is_temporary",
-           "name_variant"]
+           "name_variant", "own_temporaries"]
 
 KILL_AT_ENV: Final = "GRAPHPASS_TEST_KILL_AT"
 """Test hook: ``SIGKILL`` the process at the n-th :func:`crash_point` (or the step of that name)."""
@@ -147,9 +147,8 @@ class Transaction:
         this process, and while the lock is held no other save of the output runs, so a
         save that ends by an exception looks for such files in its folders.
         """
-        owner, pid = self.out_path.name, os.getpid()
-        unrecorded = [path for folder in sorted(self._folders) for path in _temporaries(folder)
-                      if _owner(path) == owner and _pid(path) == pid] if look else []
+        unrecorded = [path for folder in sorted(self._folders)
+                      for path in own_temporaries(folder, self.out_path.name)] if look else []
         for tmp in dict.fromkeys([*self._temporaries, *unrecorded]):
             with contextlib.suppress(OSError):
                 tmp.unlink()
@@ -566,6 +565,13 @@ def _temporaries(folder: Path) -> list[Path]:
                 if entry.name.endswith(_TEMPORARY_SUFFIX) and _TEMPORARY.match(entry.name)]
     except OSError:
         return []
+
+
+def own_temporaries(folder: Path, owner: str | None = None) -> list[Path]:
+    """This process's temporaries in ``folder`` (of the output ``owner``, if given)."""
+    pid = os.getpid()
+    return [path for path in _temporaries(folder)
+            if _pid(path) == pid and (owner is None or _owner(path) == owner)]
 
 
 def _variants_on_disk(path: Path) -> list[Path]:

@@ -44,6 +44,7 @@ from graphpass.files._commit import (
     _sync_file,
     _sync_folders,
     crash_point,
+    own_temporaries,
 )
 
 __all__ = ["MARKER", "POINTER", "read_snapshot", "write_snapshot"]
@@ -145,11 +146,8 @@ def _remove_own_temporaries(folder: Path) -> None:
     Ctrl-C can land between ``mkstemp``/``mkdtemp`` creating one and the write
     knowing its name, so a write that ends by an exception looks for them by name.
     """
-    with contextlib.suppress(OSError):
-        for entry in list(os.scandir(folder)):
-            match = _TEMPORARY.match(entry.name)
-            if match is not None and int(match["pid"]) == os.getpid():
-                _discard(Path(entry.path))
+    for path in own_temporaries(folder):
+        _discard(path)
 
 
 def _current_name(folder: Path) -> str | None:
