@@ -220,24 +220,29 @@ def rounding_spread(case: Case, oracle: str, reference: Reference) -> float | No
     """
     if oracle not in ("export", "finetuned"):
         return None
-    largest = max((float(np.abs(g).max(initial=0.0)) for g in reference.gradients.values()),
-                  default=0.0)
-    spread = 0.0
-    for moved in gradient_sensitivity(case, oracle).values():
-        for name, expected in reference.gradients.items():
-            if name in moved:
-                scale = max(float(np.abs(expected).max(initial=0.0)),
-                            GRADIENT_FLOOR * largest, 1e-30)
-                spread = max(spread, float(np.abs(moved[name] - expected).max()) / scale)
-    return spread
+    largest = _largest_gradient(reference)
+    return max((_relative_error(moved[name], expected, largest)
+                for moved in gradient_sensitivity(case, oracle).values()
+                for name, expected in reference.gradients.items() if name in moved),
+               default=0.0)
+
+
+def _largest_gradient(reference: Reference) -> float:
+    return max((float(np.abs(g).max(initial=0.0)) for g in reference.gradients.values()),
+               default=0.0)
+
+
+def _relative_error(got: np.ndarray, expected: np.ndarray, largest: float) -> float:
+    """The largest difference over the expected gradient's largest value (floored)."""
+    scale = max(float(np.abs(expected).max(initial=0.0)), GRADIENT_FLOOR * largest, 1e-30)
+    return float(np.abs(got - expected).max(initial=0.0)) / scale
 
 
 def compare_gradients(reference: Reference, run: TrainingRun) -> GradientCheck:
     """Map onnxruntime-training's trained tensors to torch parameters and compare."""
     check = GradientCheck()
     by_parameter: dict[str, list[str]] = {}
-    largest = max((float(np.abs(g).max(initial=0.0)) for g in reference.gradients.values()),
-                  default=0.0)
+    largest = _largest_gradient(reference)
     for name in run.gradients:
         canonical = reference.aliases.get(name)
         if canonical is None:
@@ -255,10 +260,9 @@ def compare_gradients(reference: Reference, run: TrainingRun) -> GradientCheck:
         if got.shape != expected.shape:
             check.errors[name] = float("inf")
             continue
-        scale = max(float(np.abs(expected).max(initial=0.0)), GRADIENT_FLOOR * largest, 1e-30)
-        check.errors[name] = float(np.abs(got - expected).max(initial=0.0)) / scale
-        own = float(np.abs(reference.gradients32[name] - expected).max(initial=0.0)) / scale
-        check.torch32 = max(check.torch32, own)
+        check.errors[name] = _relative_error(got, expected, largest)
+        check.torch32 = max(check.torch32,
+                            _relative_error(reference.gradients32[name], expected, largest))
     drifts = []
     for name, names in by_parameter.items():
         after, gradient = run.weights.get(names[0]), run.gradients[names[0]]
