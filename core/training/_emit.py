@@ -22,7 +22,7 @@ from onnx import numpy_helper
 from graphpass.ir import Graph, Node, numpy_dtype
 from graphpass.training.value_types import TypeInfo
 
-__all__ = ["MIN_OPSET", "Emitter", "NameScope"]
+__all__ = ["MIN_OPSET", "Emitter", "NameScope", "OutputNaming"]
 
 MIN_OPSET = 13
 """The lowest ai.onnx opset graphpass writes backward nodes at."""
@@ -418,6 +418,36 @@ class Emitter:
         step as ``Where``).
         """
         return self.op("Mul", grad, self.cast_like(mask, grad))
+
+
+class OutputNaming:
+    """Gives computed values the names the contract asks for (``<weight>.new`` ...).
+
+    A value is renamed when that is safe, else copied by an ``Identity``: renaming spares
+    the runtime a copy per step, since the node computing a new weight then writes
+    straight into the output buffer a runner binds.
+    """
+
+    def __init__(self, emit: Emitter):
+        self.emit = emit
+        self._renamed: dict[str, str] = {}
+
+    def name(self, value: str, name: str) -> None:
+        """Make ``name`` hold ``value``."""
+        emit = self.emit
+        graph = emit.graph
+        current = self._renamed.get(value, value)
+        found = graph.values.get(current)
+        producer = found.producer if found is not None else None
+        if (current == value and found is not None and producer is not None
+                and producer.op_type != "Constant" and not found.is_graph_output
+                and not found.is_graph_input and not found.is_initializer):
+            info = emit.type_of(value)
+            graph.rename_value(value, name)
+            emit.note_type(name, info)
+            self._renamed[value] = name
+            return
+        emit.node("Identity", [current], [name])
 
 
 def _zero_fill(node: Node) -> bool:

@@ -38,7 +38,7 @@ import onnx
 
 from graphpass.ir import Graph, Model, Tensor
 from graphpass.ir._gc import paused_gc
-from graphpass.training._emit import Emitter, NameScope, names_in
+from graphpass.training._emit import Emitter, NameScope, OutputNaming, names_in
 from graphpass.training.autodiff import differentiate, model_opset, prune
 from graphpass.training.batch_norm import (
     BATCH_NORM_MODES,
@@ -244,7 +244,7 @@ def _build(model: Model, *, trainable: Sequence[str], frozen: Sequence[str], los
     _set_inputs(evaluation, [*inputs, *reached, *buffers], declarations)
     prune(evaluation.graph, evaluation.graph.output_names)
     emit.prefix = "grad"
-    naming = _Naming(emit)
+    naming = OutputNaming(emit)
     grad_outputs = []
     for weight in reached:
         grad = gradients.values[weight]
@@ -305,36 +305,6 @@ def _running_statistics(graph: Graph) -> list[str]:
     """The inputs batch normalizations read their running statistics from (reserved names)."""
     return [name for node in graph if node.op_type == "BatchNormalization"
             and not normalize_domain(node.domain) for name in node.inputs[3:5] if name]
-
-
-class _Naming:
-    """Gives computed values the names the contract asks for (``<weight>.new`` ...).
-
-    A value is renamed when that is safe, else copied by an ``Identity``: renaming spares
-    the runtime a copy per step, since the node computing a new weight then writes
-    straight into the output buffer a runner binds.
-    """
-
-    def __init__(self, emit: Emitter):
-        self.emit = emit
-        self._renamed: dict[str, str] = {}
-
-    def name(self, value: str, name: str) -> None:
-        """Make ``name`` hold ``value``."""
-        emit = self.emit
-        graph = emit.graph
-        current = self._renamed.get(value, value)
-        found = graph.values.get(current)
-        producer = found.producer if found is not None else None
-        if (current == value and found is not None and producer is not None
-                and producer.op_type != "Constant" and not found.is_graph_output
-                and not found.is_graph_input and not found.is_initializer):
-            info = emit.type_of(value)
-            graph.rename_value(value, name)
-            emit.note_type(name, info)
-            self._renamed[value] = name
-            return
-        emit.node("Identity", [current], [name])
 
 
 def _make_inputs(model: Model, weights: Sequence[str]) -> None:

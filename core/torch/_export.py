@@ -1,0 +1,200 @@
+"""Exporting a torch module for :class:`graphpass.torch.Module`: once per input signature.
+
+A call's inputs are flattened with torch's pytree: tensors become the ONNX model's
+inputs, in order; anything else (an ``int``, a ``bool``, a string) is part of the
+signature, since the exporter bakes it into the graph. Every dimension of every tensor
+is exported dynamic (``torch.export.Dim.AUTO`` with the dynamo exporter, named
+``dynamic_axes`` with the legacy one), so a new batch or sequence size runs the same
+graphs; a dimension the exporter fixes anyway (a size the model's code depends on) is
+part of the signature, and a call with another size exports again.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+import torch
+from torch.utils import _pytree as pytree
+
+from graphpass.errors import GraphpassError
+
+__all__ = ["ExportError", "Exported", "Signature", "export", "signature_of"]
+
+
+class ExportError(GraphpassError):
+    """torch's exporter failed, or the module's inputs or outputs cannot be run as ONNX."""
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a call looks like to the exporter: structure, dtypes, ranks and constants.
+
+    Attributes:
+        spec: The pytree structure of ``(args, kwargs)``.
+        tensors: ``(dtype, rank)`` of each tensor leaf, in order.
+        constants: The leaves that are not tensors (baked into the export), by position.
+        training: Whether the module was in ``train()`` mode.
+    """
+
+    spec: Any
+    tensors: tuple[tuple[torch.dtype, int], ...]
+    constants: tuple[tuple[int, str], ...]
+    training: bool
+
+
+def signature_of(args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                 training: bool) -> tuple[Signature, list[torch.Tensor]]:
+    """The signature of a call, and its tensor leaves in order."""
+    leaves, spec = pytree.tree_flatten((args, dict(kwargs)))
+    tensors: list[torch.Tensor] = []
+    shapes = []
+    constants = []
+    for position, leaf in enumerate(leaves):
+        if isinstance(leaf, torch.Tensor):
+            tensors.append(leaf)
+            shapes.append((leaf.dtype, leaf.dim()))
+        else:
+            constants.append((position, f"{type(leaf).__name__}:{leaf!r}"))
+    return Signature(spec, tuple(shapes), tuple(constants), training), tensors
+
+
+@dataclass
+class Exported:
+    """A module exported for one signature.
+
+    Attributes:
+        model: The ONNX model, with its weights (initializers named by ``state_dict`` keys).
+        inputs: The ONNX input of each tensor leaf, in order.
+        fixed: For each tensor leaf, the dimensions the export fixed (position, size).
+        out_spec: The pytree structure of the module's output.
+    """
+
+    model: onnx.ModelProto
+    inputs: list[str]
+    fixed: list[tuple[tuple[int, int], ...]]
+    out_spec: Any
+
+    def accepts(self, tensors: list[torch.Tensor]) -> bool:
+        """Whether tensors of these sizes fit the fixed dimensions of the export."""
+        return all(tensor.shape[axis] == size for tensor, fixed in zip(tensors, self.fixed,
+                                                                        strict=True)
+                   for axis, size in fixed)
+
+
+def export(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+           options: Mapping[str, Any]) -> Exported:
+    """Export ``module`` for a call with ``args`` and ``kwargs``.
+
+    Args:
+        module: The module (exported in the mode it is in).
+        args: The positional arguments of the call.
+        kwargs: The keyword arguments.
+        options: Keyword arguments for ``torch.onnx.export`` (``dynamo``, ``opset_version``,
+            ``export_modules_as_functions`` ...), over graphpass's defaults (the dynamo
+            exporter without its optimizer, which folds parameters into constants).
+
+    Raises:
+        ExportError: torch's exporter failed, or the module returns something that is not
+            a tensor.
+    """
+    settings: dict[str, Any] = {"dynamo": True, "optimize": False, **options}
+    outputs: list[Any] = []
+
+    def record(_module: torch.nn.Module, _args: Any, output: Any) -> None:
+        outputs.append(pytree.tree_flatten(output))
+
+    handle = module.register_forward_hook(record)
+    try:
+        with torch.no_grad():
+            if settings.get("dynamo", True):
+                proto = _dynamo(module, args, kwargs, settings)
+            else:
+                proto = _legacy(module, args, kwargs, settings)
+    except ExportError:
+        raise
+    except Exception as error:
+        name = type(module).__name__
+        raise ExportError(
+            f"torch.onnx.export failed on {name}: {type(error).__name__}: "
+            f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}",
+            hint="run torch.onnx.export on the module yourself to see the whole error; "
+                 "pass other exporter settings with export={...} (e.g. {'dynamo': False}), "
+                 "or fallback=True to run the module in torch") from error
+    finally:
+        handle.remove()
+    if not outputs:
+        raise ExportError(f"exporting {type(module).__name__} never called its forward")
+    leaves, out_spec = outputs[-1]
+    for position, leaf in enumerate(leaves):
+        if not isinstance(leaf, torch.Tensor):
+            raise ExportError(
+                f"{type(module).__name__}.forward returns a {type(leaf).__name__} "
+                f"(output leaf {position}: {leaf!r}); an ONNX model returns tensors only",
+                hint="return it as a tensor (torch.tensor(value)), or compute it outside the "
+                     "wrapped module")
+    graph = proto.graph
+    initializers = {tensor.name for tensor in graph.initializer}
+    inputs = [value.name for value in graph.input if value.name not in initializers]
+    if len(graph.output) != len(leaves):
+        raise ExportError(
+            f"the export has {len(graph.output)} outputs but {type(module).__name__}.forward "
+            f"returns {len(leaves)} tensors", hint="return tensors (not None) from forward")
+    fixed = [_fixed_dims(value) for value in graph.input if value.name in set(inputs)]
+    return Exported(proto, inputs, fixed, out_spec)
+
+
+def _fixed_dims(value: onnx.ValueInfoProto) -> tuple[tuple[int, int], ...]:
+    dims = value.type.tensor_type.shape.dim
+    return tuple((axis, dim.dim_value) for axis, dim in enumerate(dims)
+                 if dim.HasField("dim_value"))
+
+
+def _dynamo(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+            settings: dict[str, Any]) -> onnx.ModelProto:
+    settings = dict(settings)
+    settings.pop("dynamo", None)
+    if "dynamic_shapes" not in settings:
+        settings["dynamic_shapes"] = _dynamic_shapes(module, args, kwargs)
+    program = torch.onnx.export(module, args, kwargs=dict(kwargs), dynamo=True, verbose=False,
+                                **settings)
+    if program is None:
+        raise ExportError("torch.onnx.export returned nothing")
+    return program.model_proto
+
+
+def _dynamic_shapes(module: torch.nn.Module, args: tuple[Any, ...],
+                    kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Every dimension of every tensor dynamic, keyed by the forward's parameter names."""
+    bound = inspect.signature(module.forward).bind(*args, **kwargs)
+
+    def spec(leaf: Any) -> Any:
+        if isinstance(leaf, torch.Tensor):
+            return {axis: torch.export.Dim.AUTO for axis in range(leaf.dim())}
+        return None
+
+    shapes: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        shapes[name] = pytree.tree_map(spec, value)
+    return shapes
+
+
+def _legacy(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+            settings: dict[str, Any]) -> onnx.ModelProto:
+    settings = dict(settings)
+    settings.pop("dynamo", None)
+    leaves = [leaf for leaf in pytree.tree_leaves((args, dict(kwargs)))
+              if isinstance(leaf, torch.Tensor)]
+    names = settings.pop("input_names", None) or [f"input_{i}" for i in range(len(leaves))]
+    axes = settings.pop("dynamic_axes", None) or {
+        name: {axis: f"{name}_dim{axis}" for axis in range(leaf.dim())}
+        for name, leaf in zip(names, leaves, strict=False)}
+    buffer = io.BytesIO()
+    torch.onnx.export(module, args, buffer,  # type: ignore[arg-type]
+                      kwargs=dict(kwargs) or None, dynamo=False,
+                      input_names=names, dynamic_axes=axes, **settings)
+    return onnx.load_from_string(buffer.getvalue())

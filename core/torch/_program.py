@@ -1,0 +1,143 @@
+"""An exported module made trainable and ready to run: sessions for forward and backward.
+
+:func:`prepare` runs the ``train-ready`` pipeline (plus the caller's passes) on an
+export, then builds the forward and backward graphs
+(:func:`graphpass.training.vjp.build_forward_backward`) with respect to the
+parameters that require a gradient and the inputs that do. Weights and buffers stay
+torch's: they are inputs of both graphs, bound by address at every run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from graphpass.errors import GraphpassError
+from graphpass.findings import Severity
+from graphpass.framework.manager import PassManager
+from graphpass.ir import Model
+from graphpass.ir.proto import model_to_bytes
+from graphpass.torch._export import Exported
+from graphpass.training.autodiff import prune
+from graphpass.training.builder import GradientError
+from graphpass.training.trainer import default_session_options
+from graphpass.training.vjp import ForwardBackward, build_forward_backward
+
+__all__ = ["PreparationError", "Program", "prepare"]
+
+
+class PreparationError(GraphpassError):
+    """The exported module cannot be made trainable.
+
+    A pass found an error, or a node on a gradient path has no gradient builder.
+    """
+
+
+@dataclass
+class Program:
+    """The sessions and names for one export and one set of gradients.
+
+    Attributes:
+        graphs: The forward and backward models and their names.
+        inputs: The ONNX input of each tensor leaf of the call.
+        weights: The torch tensors the graphs read, by ONNX name.
+        trainable: The parameters the backward graph gives gradients of, in order.
+        wanted_inputs: The positions of the input leaves the backward graph gives
+            gradients of.
+        forward: The forward session.
+        backward: The backward session (``None`` when nothing needs a gradient).
+        inference: The session for calls without gradients: outputs and statistics only.
+    """
+
+    graphs: ForwardBackward
+    inputs: list[str]
+    weights: dict[str, torch.Tensor]
+    trainable: list[str]
+    wanted_inputs: list[int]
+    forward: Any
+    backward: Any
+    inference: Any
+    statistics: dict[str, str] = field(default_factory=dict)
+
+
+def torch_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer of ``module`` by its ``state_dict`` name (ties included)."""
+    found: dict[str, torch.Tensor] = {}
+    found.update(module.named_buffers(remove_duplicate=False))
+    found.update(module.named_parameters(remove_duplicate=False))
+    return found
+
+
+def ready_model(exported: Exported, module: torch.nn.Module, *, passes: Sequence[Any],
+                options: Mapping[str, Any]) -> Model:
+    """The export after ``train-ready`` and the caller's passes.
+
+    Raises:
+        PreparationError: A pass reported an error (its message and hint are kept).
+    """
+    trainable = [name for name, tensor in module.named_parameters(remove_duplicate=False)
+                 if tensor.requires_grad]
+    merged: dict[str, Any] = {"lint-gradients": {"rules": "graphpass",
+                                                 "trainable": trainable}}
+    for name, value in options.items():
+        merged[name] = {**merged.get(name, {}), **dict(value)}
+    model = Model.from_proto(exported.model)
+    result = PassManager(["train-ready", *passes], options=merged).run(model, copy=False)
+    errors = [f for f in result.findings if f.severity is Severity.ERROR]
+    if errors:
+        first = errors[0]
+        where = first.node or first.value or first.function
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise PreparationError(
+            f"{first.code} {first.message}{more}",
+            where=f"{type(module).__name__}: node {where!r}" if where else type(module).__name__,
+            hint=first.hint)
+    return result.model
+
+
+def prepare(model: Model, exported: Exported, module: torch.nn.Module, *, training: bool,
+            wanted_inputs: Sequence[int], session_options: Any = None) -> Program:
+    """Build the graphs and sessions for one export and the gradients a call needs.
+
+    Raises:
+        PreparationError: A node on a gradient path cannot be differentiated.
+    """
+    import onnxruntime
+
+    tensors = torch_tensors(module)
+    initializers = model.graph.initializers
+    bound = [name for name in initializers if name in tensors]
+    trainable = [name for name in bound if tensors[name].requires_grad
+                 and isinstance(tensors[name], torch.nn.Parameter)]
+    wrt = [*trainable, *(exported.inputs[i] for i in wanted_inputs)]
+    try:
+        graphs = build_forward_backward(
+            model, wrt=wrt, bound=bound,
+            batch_norm="batch-statistics" if training else "running-statistics")
+    except GradientError as error:
+        raise PreparationError(
+            error.message, where=f"{type(module).__name__}: node {error.node!r}"
+            if getattr(error, "node", None) else type(module).__name__,
+            hint=error.hint) from error
+    options = session_options if session_options is not None else default_session_options()
+
+    def session(forward_model: Model) -> Any:
+        return onnxruntime.InferenceSession(model_to_bytes(forward_model), options,
+                                            providers=["CPUExecutionProvider"])
+
+    inference_model = graphs.forward.copy()
+    keep = [*graphs.outputs, *graphs.statistics.values()]
+    inference_model.graph.set_outputs(
+        [value for value in inference_model.graph.outputs if value.name in keep])
+    prune(inference_model.graph, inference_model.graph.output_names)
+    needs_backward = any(g is not None for g in graphs.gradients.values())
+    return Program(
+        graphs=graphs, inputs=list(exported.inputs),
+        weights={name: tensors[name] for name in bound}, trainable=trainable,
+        wanted_inputs=list(wanted_inputs),
+        forward=session(graphs.forward) if needs_backward else None,
+        backward=session(graphs.backward) if needs_backward else None,
+        inference=session(inference_model), statistics=dict(graphs.statistics))
