@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -118,10 +119,8 @@ def export(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
     except ExportError:
         raise
     except Exception as error:
-        name = type(module).__name__
         raise ExportError(
-            f"torch.onnx.export failed on {name}: {type(error).__name__}: "
-            f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}",
+            f"torch.onnx.export failed on {type(module).__name__}: {_root_cause(error)}",
             hint="run torch.onnx.export on the module yourself to see the whole error; "
                  "pass other exporter settings with export={...} (e.g. {'dynamo': False}), "
                  "or fallback=True to run the module in torch") from error
@@ -146,6 +145,15 @@ def export(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
             f"returns {len(leaves)} tensors", hint="return tensors (not None) from forward")
     fixed = [_fixed_dims(value) for value in graph.input if value.name in set(inputs)]
     return Exported(proto, inputs, fixed, out_spec)
+
+
+def _root_cause(error: BaseException) -> str:
+    """The first line of the innermost exception's message, without terminal colours."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    text = re.sub(r"\x1b\[[0-9;]*m", "", lines[0] if lines else "")
+    return f"{type(error).__name__}: {text}"
 
 
 def _fixed_dims(value: onnx.ValueInfoProto) -> tuple[tuple[int, int], ...]:
@@ -193,6 +201,10 @@ def _legacy(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
     axes = settings.pop("dynamic_axes", None) or {
         name: {axis: f"{name}_dim{axis}" for axis in range(leaf.dim())}
         for name, leaf in zip(names, leaves, strict=False)}
+    # Keeping initializers as inputs stops the exporter from merging parameters that hold
+    # equal values (two fresh LayerNorms); without folding, no parameter becomes a constant.
+    settings.setdefault("keep_initializers_as_inputs", True)
+    settings.setdefault("do_constant_folding", False)
     buffer = io.BytesIO()
     torch.onnx.export(module, args, buffer,  # type: ignore[arg-type]
                       kwargs=dict(kwargs) or None, dynamo=False,

@@ -98,6 +98,29 @@ def ready_model(exported: Exported, module: torch.nn.Module, *, passes: Sequence
     return result.model
 
 
+def _check_parameters_bound(model: Model, module: torch.nn.Module,
+                            bound: Sequence[str]) -> None:
+    """Refuse when a parameter torch trains is a value of the graph but not a weight.
+
+    Such a parameter was merged into another (the legacy exporter's deduplication of
+    equal values) or computed by the graph: the graphs would train it as something
+    else, or not at all.
+    """
+    values = model.graph.values
+    merged = [name for name, tensor in module.named_parameters(remove_duplicate=False)
+              if tensor.requires_grad and name not in bound and name in values]
+    if merged:
+        raise PreparationError(
+            f"{len(merged)} parameter{'s' * (len(merged) != 1)} that torch trains "
+            f"{'are' if len(merged) != 1 else 'is'} computed in the exported graph instead "
+            f"of read from a weight: {', '.join(repr(n) for n in merged[:4])}"
+            f"{' ...' if len(merged) > 4 else ''}",
+            where=type(module).__name__,
+            hint="the exporter merged or folded them: export with the dynamo exporter "
+                 "(the default), or leave the legacy exporter's keep_initializers_as_inputs "
+                 "and do_constant_folding as graphpass sets them (True, False)")
+
+
 def prepare(model: Model, exported: Exported, module: torch.nn.Module, *, training: bool,
             wanted_inputs: Sequence[int], session_options: Any = None) -> Program:
     """Build the graphs and sessions for one export and the gradients a call needs.
@@ -112,6 +135,7 @@ def prepare(model: Model, exported: Exported, module: torch.nn.Module, *, traini
     bound = [name for name in initializers if name in tensors]
     trainable = [name for name in bound if tensors[name].requires_grad
                  and isinstance(tensors[name], torch.nn.Parameter)]
+    _check_parameters_bound(model, module, bound)
     wrt = [*trainable, *(exported.inputs[i] for i in wanted_inputs)]
     try:
         graphs = build_forward_backward(

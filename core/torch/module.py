@@ -184,7 +184,8 @@ def _strip_prefix(module: torch.nn.Module, state: dict[str, Any], prefix: str,
 
 
 def _add_prefix(module: torch.nn.Module, state: dict[str, Any], prefix: str,
-                local_metadata: Any, strict: bool, missing: list[str], unexpected: list[str], errors: list[str]) -> None:
+                local_metadata: Any, strict: bool, missing: list[str],
+                unexpected: list[str], errors: list[str]) -> None:
     """``load_state_dict()`` takes the wrapped module's own keys."""
     for key in [k for k in state if k.startswith(prefix)
                 and not k.startswith(prefix + _PREFIX)]:
@@ -232,7 +233,7 @@ class _Function(torch.autograd.Function):
                 for name, tensor in zip(program.inputs, inputs, strict=True)]
         names = {i.name for i in session.get_inputs()}
         held += _bind_weights(binding, program, [n for n in program.weights if n in names])
-        outputs = [*graphs.outputs, *graphs.statistics.values(), *graphs.saved]
+        outputs = graphs.forward_outputs
         for name in outputs:
             binding.bind_output(name, "cpu")
         session.run_with_iobinding(binding)

@@ -61,7 +61,7 @@ class ForwardBackward:
             the name of its cotangent input of ``backward``.
         statistics: For each running statistic (an input of ``forward``), the output of
             ``forward`` that holds its new value.
-        saved: The values ``forward`` outputs after the statistics, for ``backward``.
+        saved: The forward values ``backward`` reads (outputs of ``forward``).
         backward_inputs: The inputs of ``backward`` that are model inputs or bound
             weights (fed again by the caller).
         gradients: For each ``wrt`` value, the output of ``backward`` holding its
@@ -76,6 +76,12 @@ class ForwardBackward:
     saved: list[str] = field(default_factory=list)
     backward_inputs: list[str] = field(default_factory=list)
     gradients: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def forward_outputs(self) -> list[str]:
+        """The outputs of ``forward``: model outputs, new statistics, then the other saved
+        values (a saved value that is also an output is listed once)."""
+        return list(dict.fromkeys([*self.outputs, *self.statistics.values(), *self.saved]))
 
 
 def build_forward_backward(model: Model, *, wrt: Sequence[str], bound: Sequence[str] = (),
@@ -224,7 +230,7 @@ def _split(work: Model, *, model_inputs: list[str], bound: list[str], outputs: l
     forward = work.copy()
     _keep_nodes(forward.graph, {position[node] for node in forward_nodes})
     forward.graph.set_outputs([declarations[name] for name in
-                               [*outputs, *statistics.values(), *saved]])
+                               dict.fromkeys([*outputs, *statistics.values(), *saved])])
     forward_used = _used_names(forward.graph)
     _set_inputs(forward.graph, [declarations[name] for name in
                                 [*model_inputs, *(w for w in bound if w in forward_used)]],
