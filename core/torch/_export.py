@@ -116,9 +116,9 @@ def export(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
                 proto = _dynamo(module, args, kwargs, settings)
             else:
                 proto = _legacy(module, args, kwargs, settings)
-    except ExportError:
-        raise
     except Exception as error:
+        if outputs:  # a forward that ran but returned what ONNX cannot: say that instead
+            _check_tensors(module, outputs[-1][0])
         raise ExportError(
             f"torch.onnx.export failed on {type(module).__name__}: {_root_cause(error)}",
             hint="run torch.onnx.export on the module yourself to see the whole error; "
@@ -129,13 +129,7 @@ def export(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
     if not outputs:
         raise ExportError(f"exporting {type(module).__name__} never called its forward")
     leaves, out_spec = outputs[-1]
-    for position, leaf in enumerate(leaves):
-        if not isinstance(leaf, torch.Tensor):
-            raise ExportError(
-                f"{type(module).__name__}.forward returns a {type(leaf).__name__} "
-                f"(output leaf {position}: {leaf!r}); an ONNX model returns tensors only",
-                hint="return it as a tensor (torch.tensor(value)), or compute it outside the "
-                     "wrapped module")
+    _check_tensors(module, leaves)
     graph = proto.graph
     initializers = {tensor.name for tensor in graph.initializer}
     inputs = [value.name for value in graph.input if value.name not in initializers]
@@ -145,6 +139,16 @@ def export(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
             f"returns {len(leaves)} tensors", hint="return tensors (not None) from forward")
     fixed = [_fixed_dims(value) for value in graph.input if value.name in set(inputs)]
     return Exported(proto, inputs, fixed, out_spec)
+
+
+def _check_tensors(module: torch.nn.Module, leaves: list[Any]) -> None:
+    for position, leaf in enumerate(leaves):
+        if not isinstance(leaf, torch.Tensor):
+            raise ExportError(
+                f"{type(module).__name__}.forward returns a {type(leaf).__name__} "
+                f"(output leaf {position}: {leaf!r}); an ONNX model returns tensors only",
+                hint="return it as a tensor (torch.tensor(value)), or compute it outside the "
+                     "wrapped module")
 
 
 def _root_cause(error: BaseException) -> str:

@@ -80,7 +80,8 @@ class ForwardBackward:
     @property
     def forward_outputs(self) -> list[str]:
         """The outputs of ``forward``: model outputs, new statistics, then the other saved
-        values (a saved value that is also an output is listed once)."""
+        values (a saved value that is also an output is listed once).
+        """
         return list(dict.fromkeys([*self.outputs, *self.statistics.values(), *self.saved]))
 
 

@@ -1,0 +1,237 @@
+"""graphpass.torch.Module: a torch module trained through onnxruntime in torch's own loop.
+
+Every check compares with the same module run by torch eager (a deep copy, same seed):
+outputs, ``torch.autograd``'s gradients, the losses and weights of AdamW steps with
+gradient clipping, running statistics.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+
+import graphpass.torch  # noqa: E402
+from graphpass.torch.module import ExportError, PreparationError  # noqa: E402
+
+nn = torch.nn
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore")]
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(6, 16, bias=False)
+        self.bn = nn.BatchNorm1d(16)
+        self.fc2 = nn.Linear(16, 16)
+        self.frozen = nn.Linear(16, 16)
+        self.frozen.requires_grad_(False)
+        self.out = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.bn(self.fc1(x)))
+        return self.out(torch.tanh(self.frozen(torch.nn.functional.gelu(self.fc2(h)))))
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.ln = nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ln(torch.relu(self.fc(x)))
+
+
+class Seed(nn.Module):
+    """The seed user's model: a block used twice, exported as a function."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block1 = Block()
+        self.block2 = Block()
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block2(self.block1(x)))
+
+
+def _pair(factory, **options):
+    torch.manual_seed(0)
+    reference = factory()
+    model = copy.deepcopy(reference)
+    return reference, model, graphpass.torch.Module(model, **options)
+
+
+def _largest_difference(first: nn.Module, second: nn.Module) -> float:
+    return max((a - b).abs().max().item() for a, b in zip(
+        first.parameters(), second.parameters(), strict=True))
+
+
+def test_a_torch_loop_trains_as_torch_does_with_a_head_frozen_weights_and_batch_norm():
+    reference, model, wrapped = _pair(Net)
+    stem_ref = nn.Linear(5, 6, bias=False)  # a bias before batch norm has no gradient: AdamW
+    # would move it by its rounding noise
+    stem = copy.deepcopy(stem_ref)  # a torch module before the wrapped one: input gradients
+    head_ref = nn.Linear(4, 2)
+    head = copy.deepcopy(head_ref)  # and one after it
+    frozen_before = model.frozen.weight.clone()
+    params_ref = [*stem_ref.parameters(), *reference.parameters(), *head_ref.parameters()]
+    params = [*stem.parameters(), *wrapped.parameters(), *head.parameters()]
+    opt_ref = torch.optim.AdamW(params_ref, lr=1e-2)
+    opt = torch.optim.AdamW(params, lr=1e-2)
+    generator = torch.Generator().manual_seed(1)
+    for step in range(10):
+        batch = 4 + step % 3  # new batch sizes: no new export
+        x = torch.randn(batch, 5, generator=generator)
+        y = torch.randn(batch, 2, generator=generator)
+        out_ref, out = reference(stem_ref(x)), wrapped(stem(x))
+        assert torch.allclose(out, out_ref, atol=1e-5), step
+        loss_ref = ((head_ref(out_ref) - y) ** 2).mean()
+        loss = ((head(out) - y) ** 2).mean()
+        loss_ref.backward()
+        loss.backward()
+        if step == 0:
+            for (name, a), b in zip(reference.named_parameters(), model.parameters(),
+                                    strict=True):
+                if a.grad is None:
+                    assert b.grad is None, name
+                else:
+                    assert torch.allclose(a.grad, b.grad, atol=1e-5), name
+            assert torch.allclose(stem_ref.weight.grad, stem.weight.grad, atol=1e-5)
+        for group in (params_ref, params):
+            torch.nn.utils.clip_grad_norm_(group, 0.5)
+        opt_ref.step()
+        opt.step()
+        opt_ref.zero_grad()
+        opt.zero_grad()
+        assert loss.item() == pytest.approx(loss_ref.item(), rel=1e-5, abs=1e-6), step
+    assert wrapped.exports == 1
+    assert _largest_difference(reference, model) < 1e-4
+    assert torch.equal(model.frozen.weight, frozen_before)
+    assert model.frozen.weight.grad is None
+    assert torch.allclose(model.bn.running_mean, reference.bn.running_mean, atol=1e-5)
+    assert torch.allclose(model.bn.running_var, reference.bn.running_var, atol=1e-5)
+    assert int(model.bn.num_batches_tracked) == int(reference.bn.num_batches_tracked) == 10
+    reference.eval()
+    wrapped.eval()
+    x = torch.randn(3, 6)
+    with torch.no_grad():
+        assert torch.allclose(wrapped(x), reference(x), atol=1e-5)
+
+
+def test_the_seeds_module_exported_with_functions_trains_four_layer_norm_tensors():
+    reference, model, wrapped = _pair(
+        Seed, export={"dynamo": False, "export_modules_as_functions": {Block}})
+    opt_ref = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-2)
+    for _ in range(20):
+        x, y = torch.randn(4, 8), torch.randn(4, 3)
+        for net, opt_ in ((reference, opt_ref), (wrapped, opt)):
+            loss = ((net(x) - y) ** 2).mean()
+            loss.backward()
+            opt_.step()
+            opt_.zero_grad()
+    assert _largest_difference(reference, model) < 1e-4
+    assert not torch.equal(model.block1.ln.weight, model.block2.ln.weight)
+
+
+def test_parameters_and_state_dict_are_the_models_own():
+    _, model, wrapped = _pair(Seed)
+    assert [id(p) for p in wrapped.parameters()] == [id(p) for p in model.parameters()]
+    state = wrapped.state_dict()
+    assert list(state) == list(model.state_dict())
+    bare = Seed()
+    bare.load_state_dict(state, strict=True)
+    wrapped.load_state_dict(Seed().state_dict(), strict=True)
+
+
+def test_onnxruntime_reads_the_parameters_in_place():
+    """Changing a weight in place changes the next output: nothing holds a copy."""
+    _, model, wrapped = _pair(Seed)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        before = wrapped(x).clone()
+        model.head.bias.add_(1.0)
+        assert torch.allclose(wrapped(x), before + 1.0, atol=1e-6)
+    assert wrapped.exports == 1
+
+
+def test_a_new_rank_exports_again_and_keyword_only_inputs_work():
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor, *, scale: torch.Tensor) -> torch.Tensor:
+            return self.fc(x) * scale
+
+    reference, _, wrapped = _pair(Scaled)
+    scale = torch.tensor(2.0)
+    for shape in ((3, 4), (2, 5, 4), (6, 4)):
+        x = torch.randn(*shape)
+        assert torch.allclose(wrapped(x, scale=scale), reference(x, scale=scale), atol=1e-6)
+    assert wrapped.exports == 2  # rank 2, rank 3; the second rank-2 size reuses the first
+
+
+def test_a_forward_that_returns_a_python_number_is_refused_clearly():
+    class Counting(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor):
+            return self.fc(x), 3.0
+
+    wrapped = graphpass.torch.Module(Counting())
+    with pytest.raises(ExportError, match=r"returns a float .*tensors only"):
+        wrapped(torch.randn(2, 4))
+
+
+class Upsample(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(2, 2, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.interpolate(self.conv(x), scale_factor=2.0, mode="bilinear")
+
+
+def test_an_op_without_gradient_builder_is_named_and_the_fallback_runs_torch():
+    x = torch.randn(1, 2, 4, 4)
+    with pytest.raises(PreparationError, match=r"Resize") as caught:
+        graphpass.torch.Module(Upsample())(x)
+    assert caught.value.hint
+    reference, _, wrapped = _pair(Upsample, fallback=True)
+    with pytest.warns(RuntimeWarning, match="runs Upsample in torch"):
+        out = wrapped(x)
+    assert torch.allclose(out, reference(x))
+    out.sum().backward()  # torch's own autograd, on the model's parameters
+    assert next(wrapped.parameters()).grad is not None
+
+
+def test_dropout_in_train_mode_draws_its_own_mask_with_torchs_statistics():
+    """onnxruntime's random stream is not torch's: the masks differ, their law does not."""
+    class Dropping(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(4096))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.dropout(x * self.scale, p=0.25, training=self.training)
+
+    wrapped = graphpass.torch.Module(Dropping())
+    out = wrapped(torch.ones(8, 4096))
+    kept = out != 0
+    assert 0.73 < kept.float().mean().item() < 0.77
+    assert torch.allclose(out[kept], torch.full_like(out[kept], 1 / 0.75))
+    out.sum().backward()
+    # Each element's gradient is its mask over the batch, scaled as torch scales it.
+    expected = kept.float().sum(0) / 0.75
+    assert torch.allclose(wrapped.module.scale.grad, expected, atol=1e-4)
+    wrapped.eval()
+    assert torch.equal(wrapped(torch.ones(2, 4096)), torch.ones(2, 4096))
