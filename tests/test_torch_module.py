@@ -235,3 +235,84 @@ def test_dropout_in_train_mode_draws_its_own_mask_with_torchs_statistics():
     assert torch.allclose(wrapped.module.scale.grad, expected, atol=1e-4)
     wrapped.eval()
     assert torch.equal(wrapped(torch.ones(2, 4096)), torch.ones(2, 4096))
+
+
+def test_distributed_data_parallel_over_two_processes_equals_one_process(tmp_path):
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    try:
+        import _ddp_worker as worker
+    finally:
+        sys.path.pop(0)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    out = tmp_path / "ddp.pt"
+    run = subprocess.run([sys.executable, worker.__file__, str(out), port],
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    found = torch.load(out)
+    reference = worker.model()
+    optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    for x, y in worker.batches():
+        loss = ((reference(x) - y) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    for key, value in reference.state_dict().items():
+        assert torch.allclose(found["state"][key], value, atol=1e-5), key
+
+
+def _tiny_bert():
+    import transformers
+
+    config = transformers.BertConfig(
+        vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return transformers.BertForSequenceClassification(config)
+
+
+def _tiny_gpt2():
+    import transformers
+
+    config = transformers.GPT2Config(vocab_size=97, n_embd=32, n_layer=2, n_head=4,
+                                     n_positions=32, resid_pdrop=0.0, embd_pdrop=0.0,
+                                     attn_pdrop=0.0, use_cache=False)
+    return transformers.GPT2LMHeadModel(config)
+
+
+@pytest.mark.parametrize("factory", [_tiny_bert, _tiny_gpt2], ids=["bert", "gpt2-tied"])
+def test_hugging_face_models_train_in_torchs_loop_with_their_own_outputs(factory):
+    pytest.importorskip("transformers")
+    reference, model, wrapped = _pair(factory)
+    opt_ref = torch.optim.AdamW(reference.parameters(), lr=1e-3)
+    opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(2)
+    for step in range(3):
+        ids = torch.randint(0, 97, (2 + step, 5 + step), generator=generator)
+        labels = (torch.randint(0, 2, (2 + step,), generator=generator)
+                  if factory is _tiny_bert else ids)
+        out_ref = reference(input_ids=ids, labels=labels)
+        out = wrapped(input_ids=ids, labels=labels)
+        assert type(out) is type(out_ref)
+        assert torch.allclose(out.logits, out_ref.logits, atol=1e-5)
+        out_ref.loss.backward()
+        out.loss.backward()
+        if step == 0:
+            for (name, a), b in zip(reference.named_parameters(), model.parameters(),
+                                    strict=True):
+                assert (a.grad is None) == (b.grad is None), name
+                if a.grad is not None:
+                    assert torch.allclose(a.grad, b.grad, atol=1e-5), name
+        for net in (reference, wrapped):
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt_ref.step()
+        opt.step()
+        opt_ref.zero_grad()
+        opt.zero_grad()
+        assert out.loss.item() == pytest.approx(out_ref.loss.item(), rel=1e-5)
+    assert wrapped.exports == 1  # batch and sequence sizes stay dynamic
