@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("checkpoint", ("graphpass.checkpoint",)),
     ("training", ("graphpass.training",)),
     ("api", ("graphpass", "graphpass._moved")),
+    ("torch-module", ("graphpass.torch.module",)),
     ("passes", ("graphpass.passes",)),
     ("plugins", ("graphpass.plugins",)),
     ("batch", ("graphpass.batch",)),
@@ -65,8 +66,16 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 
 def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement, outside ``if TYPE_CHECKING:`` blocks."""
+    """Every import statement, outside ``if TYPE_CHECKING:`` blocks and lazy re-exports.
+
+    A package's module-level ``__getattr__`` (PEP 562) imports a name only when a user
+    asks the package for it, once everything below is loaded: it is the package's public
+    facade (``graphpass.torch.Module``), like the root package's imports.
+    """
     for node in ast.iter_child_nodes(tree):
+        if (isinstance(tree, ast.Module) and isinstance(node, ast.FunctionDef)
+                and node.name == "__getattr__"):
+            continue
         if isinstance(node, ast.If) and _is_type_checking(node.test):
             for child in node.orelse:
                 yield from _imports(ast.Module(body=[child], type_ignores=[]))

@@ -20,7 +20,7 @@ from graphpass.findings import Severity
 from graphpass.framework.manager import PassManager
 from graphpass.ir import Model
 from graphpass.ir.proto import model_to_bytes
-from graphpass.torch._export import Exported
+from graphpass.torch.module._export import Exported
 from graphpass.training.autodiff import prune
 from graphpass.training.builder import GradientError
 from graphpass.training.trainer import default_session_options

@@ -1,25 +1,4 @@
-"""Train a torch module through graphpass inside the user's own torch loop.
-
-```python
-import torch
-import graphpass.torch
-
-wrapped = graphpass.torch.Module(model)              # exports on the first call
-optimizer = torch.optim.AdamW(wrapped.parameters())  # the model's own Parameter objects
-loss = loss_fn(wrapped(x), y)                        # forward in onnxruntime
-loss.backward()                                      # backward in onnxruntime
-optimizer.step()
-```
-
-On the first call, and again when the input signature changes (see
-:mod:`graphpass.torch._export`), the module is exported with ``torch.onnx.export``,
-made trainable by the ``train-ready`` pipeline (and any passes the caller names), and
-split into a forward and a backward graph in standard ONNX
-(:func:`graphpass.training.vjp.build_forward_backward`), which stock onnxruntime
-runs inside a ``torch.autograd.Function``. Everything else stays torch's: the
-parameters and buffers (onnxruntime reads them in place), ``.grad`` accumulation,
-optimizers, schedulers, hooks, ``no_grad``, ``train()``/``eval()``, ``state_dict()``.
-"""
+"""The :class:`Module` class and the autograd function that runs its sessions."""
 
 from __future__ import annotations
 
@@ -33,11 +12,11 @@ import torch
 from torch.utils import _pytree as pytree
 
 from graphpass.errors import GraphpassError
-from graphpass.torch._binding import bind_input, bind_output_into, to_torch
-from graphpass.torch._export import Exported, ExportError, Signature, export, signature_of
-from graphpass.torch._program import PreparationError, Program, prepare, ready_model
+from graphpass.torch.module._binding import bind_input, bind_output_into, to_torch
+from graphpass.torch.module._export import Exported, ExportError, Signature, export, signature_of
+from graphpass.torch.module._program import PreparationError, Program, prepare, ready_model
 
-__all__ = ["ExportError", "Module", "PreparationError"]
+__all__ = ["Module"]
 
 _PREFIX = "module."
 
