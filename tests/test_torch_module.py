@@ -8,7 +8,6 @@ gradient clipping, running statistics.
 from __future__ import annotations
 
 import copy
-import warnings
 
 import pytest
 

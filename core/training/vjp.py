@@ -79,8 +79,9 @@ class ForwardBackward:
 
     @property
     def forward_outputs(self) -> list[str]:
-        """The outputs of ``forward``: model outputs, new statistics, then the other saved
-        values (a saved value that is also an output is listed once).
+        """The outputs of ``forward``: model outputs, new statistics, then saved values.
+
+        A saved value that is also an output is listed once.
         """
         return list(dict.fromkeys([*self.outputs, *self.statistics.values(), *self.saved]))
 

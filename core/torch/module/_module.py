@@ -13,8 +13,8 @@ from torch.utils import _pytree as pytree
 
 from graphpass.errors import GraphpassError
 from graphpass.torch.module._binding import bind_input, bind_output_into, to_torch
-from graphpass.torch.module._export import Exported, ExportError, Signature, export, signature_of
-from graphpass.torch.module._program import PreparationError, Program, prepare, ready_model
+from graphpass.torch.module._export import Exported, Signature, export, signature_of
+from graphpass.torch.module._program import Program, prepare, ready_model
 
 __all__ = ["Module"]
 
