@@ -649,6 +649,7 @@ def _train_directory(args: argparse.Namespace, directory: Path, *, kept: bool,
     report.seconds = result.seconds
     report.error = result.error
     report.resumed_from = result.resumed_from
+    report.notes.extend(result.notes)
     report.epochs = result.epochs
     if report.error is None:
         if args.save:
