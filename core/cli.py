@@ -387,8 +387,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--save-every", type=int, metavar="N",
                        help="save the state every N steps")
     train.add_argument("--resume", metavar="DIR",
-                       help="continue the run saved in DIR (the same command otherwise); "
-                            "from the beginning when DIR holds no state yet")
+                       help="continue the run saved in DIR (the same command otherwise, "
+                            "or a larger --steps/--epochs to extend it); from the beginning "
+                            "when DIR holds no state yet")
     train.add_argument("--save", metavar="OUT.onnx",
                        help="write the model with the trained weights (atomic)")
     train.add_argument("--checkpoint-out", metavar="CK.safetensors",
