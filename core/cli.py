@@ -387,8 +387,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--save-every", type=int, metavar="N",
                        help="save the state every N steps")
     train.add_argument("--resume", metavar="DIR",
-                       help="continue the run saved in DIR (the same command otherwise); "
-                            "from the beginning when DIR holds no state yet")
+                       help="continue the run saved in DIR (the same command otherwise, "
+                            "or a larger --steps/--epochs to extend it); from the beginning "
+                            "when DIR holds no state yet")
     train.add_argument("--save", metavar="OUT.onnx",
                        help="write the model with the trained weights (atomic)")
     train.add_argument("--checkpoint-out", metavar="CK.safetensors",
@@ -649,6 +650,7 @@ def _train_directory(args: argparse.Namespace, directory: Path, *, kept: bool,
     report.seconds = result.seconds
     report.error = result.error
     report.resumed_from = result.resumed_from
+    report.notes.extend(result.notes)
     report.epochs = result.epochs
     if report.error is None:
         if args.save:

@@ -11,16 +11,21 @@ is a forked child of this process calling ``graphpass.cli.main``
   files written and synced, each rename, the pointer, removing the old snapshot), for
   the writes chosen;
 * ``random``: from outside after a random delay within the run (steps, evaluations and
-  state writes alike), then the resumed run killed again at random, then resumed.
+  state writes alike), then the resumed run killed again at random, then resumed;
+* ``extend`` (with ``--extend``): both again on an extended run: each state folder
+  starts as a copy of a finished run of 1 epoch, which the 3-epoch command extends
+  (``--resume`` with a larger ``--epochs``), killed at every step of its state writes
+  chosen and at random.
 
 After each kill the state folder is classified: ``none`` (no state yet), ``whole``
 (the pointer names a snapshot whose files load, with every value its record lists)
 or ``torn: why``. The last run must exit 0 with the final state bit-identical to an
-uninterrupted run's and the folder holding the pointer and one snapshot.
+uninterrupted run's (of 3 epochs straight, for an extended run too) and the folder
+holding the pointer and one snapshot.
 
 Run as a script (a fresh process, so forking is safe)::
 
-    python tests/_crash_training.py [--saves 2] [--random N] [--seed S] [--json FILE]
+    python tests/_crash_training.py [--saves 2] [--random N] [--extend 1] [--seed S] [--json FILE]
 
 It prints the counts as JSON on the last line of standard output.
 """
@@ -31,6 +36,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -77,6 +83,18 @@ def build(root: Path) -> list[str]:
 
 def command(base: list[str], state: Path) -> list[str]:
     return [*base, "--state-dir", str(state), "--resume", str(state)]
+
+
+def with_epochs(base: list[str], epochs: int) -> list[str]:
+    """``base`` training ``epochs`` epochs instead."""
+    at = base.index("--epochs")
+    return [*base[:at + 1], str(epochs), *base[at + 2:]]
+
+
+def fresh(state: Path, start_from: Path | None) -> None:
+    """A trial's state folder: none yet, or a copy of ``start_from`` (a shorter run's)."""
+    if start_from is not None:
+        shutil.copytree(start_from, state)
 
 
 def final_arrays(state: Path) -> dict[str, np.ndarray]:
@@ -152,20 +170,27 @@ def _finish(tally: Tally, base: list[str], state: Path, scratch: Path,
         tally.failures.append(f"{what}: the resumed run exited {code}: "
                               f"{(scratch / 'log.txt').read_text()[-500:]}")
         return
-    arrays = final_arrays(state)
     extra = leftovers(state)
-    if arrays.keys() == reference.keys() and all(
-            np.array_equal(arrays[k], reference[k]) for k in reference) and not extra:
+    if same(final_arrays(state), reference) and not extra:
         tally.equal += 1
     else:
         tally.failures.append(f"{what}: the final state differs from the uninterrupted run's"
                               f" (files off: {extra})")
 
 
-def points(base: list[str], scratch: Path) -> tuple[list[str], float, dict[str, np.ndarray]]:
+def same(arrays: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> bool:
+    """Whether ``arrays`` are ``reference``, bit for bit."""
+    return arrays.keys() == reference.keys() and all(
+        np.array_equal(arrays[k], reference[k]) for k in reference)
+
+
+def points(base: list[str], scratch: Path, start_from: Path | None = None,
+           ) -> tuple[list[str], float, dict[str, np.ndarray]]:
     """The crash points of an uninterrupted run, its seconds, and its final state."""
-    state = scratch / "reference"
+    state = scratch / ("reference" if start_from is None else "extended-reference")
+    fresh(state, start_from)
     trace = scratch / "steps.txt"
+    trace.unlink(missing_ok=True)
     started = time.monotonic()
     code = run(command(base, state), scratch / "log.txt", GRAPHPASS_TEST_STEPS=str(trace))
     seconds = time.monotonic() - started
@@ -176,8 +201,11 @@ def points(base: list[str], scratch: Path) -> tuple[list[str], float, dict[str, 
 
 
 def sweep(base: list[str], scratch: Path, names: list[str], saves: list[int],
-          reference: dict[str, np.ndarray]) -> Tally:
-    """A kill at every crash point of the chosen state writes (1 = the first), then resume."""
+          reference: dict[str, np.ndarray], start_from: Path | None = None) -> Tally:
+    """A kill at every crash point of the chosen state writes (1 = the first), then resume.
+
+    With ``start_from``, each run starts from a copy of that state folder.
+    """
     tally = Tally()
     starts = [i for i, name in enumerate(names) if name == "state locked"]
     chosen = []
@@ -186,7 +214,8 @@ def sweep(base: list[str], scratch: Path, names: list[str], saves: list[int],
         end = starts[index + 1] if index + 1 < len(starts) else len(names)
         chosen.extend(range(starts[index], end))
     for point in chosen:
-        state = scratch / f"sweep-{point}"
+        state = scratch / f"sweep-{point}{'-extended' * (start_from is not None)}"
+        fresh(state, start_from)
         code = run(command(base, state), scratch / "log.txt",
                    GRAPHPASS_TEST_KILL_AT=str(point + 1))
         tally.reached[names[point]] += 1
@@ -196,12 +225,17 @@ def sweep(base: list[str], scratch: Path, names: list[str], saves: list[int],
 
 
 def random_kills(base: list[str], scratch: Path, trials: int, seconds: float,
-                 reference: dict[str, np.ndarray], seed: int) -> Tally:
-    """Kill a run at a random moment, then its resumed run too, then resume to the end."""
+                 reference: dict[str, np.ndarray], seed: int,
+                 start_from: Path | None = None) -> Tally:
+    """Kill a run at a random moment, then its resumed run too, then resume to the end.
+
+    With ``start_from``, each trial starts from a copy of that state folder.
+    """
     chooser = random.Random(seed)
     tally = Tally()
     for trial in range(trials):
-        state = scratch / f"random-{trial}"
+        state = scratch / f"random-{trial}{'-extended' * (start_from is not None)}"
+        fresh(state, start_from)
         for attempt in range(2):
             trace = scratch / "random-steps.txt"
             trace.unlink(missing_ok=True)
@@ -232,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the state writes to kill at every step of (1 = the first, -1 = "
                              "the last; comma-separated, or 'all')")
     parser.add_argument("--random", type=int, default=0, help="random-kill trials")
+    parser.add_argument("--extend", metavar="SAVES",
+                        help="also extend a finished run of 1 epoch to 3, killed at every step "
+                             "of these state writes of the extension (as --saves) and at "
+                             "random (--random trials)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -246,19 +284,43 @@ def main(argv: list[str] | None = None) -> int:
         base = build(scratch)
         names, seconds, reference = points(base, scratch)
         writes = names.count("state locked")
-        saves = (list(range(1, writes + 1)) if args.saves == "all"
-                 else [int(s) for s in args.saves.split(",")])
+        saves = _saves(args.saves, writes)
         results["run"] = {"seconds": round(seconds, 3), "state writes": writes,
                           "crash points": len(names), "steps": int(reference["step"])}
         results["sweep"] = sweep(base, scratch, names, saves, reference).as_dict()
         if args.random:
             results["random"] = random_kills(base, scratch, args.random, seconds, reference,
                                              args.seed).as_dict()
+        if args.extend:
+            results["extend"] = extend(base, scratch, args.extend, args.random, reference,
+                                       args.seed)
     results["seconds"] = round(time.perf_counter() - started, 1)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     print(json.dumps(results))
     return 0
+
+
+def extend(base: list[str], scratch: Path, saves: str, trials: int,
+           reference: dict[str, np.ndarray], seed: int) -> dict[str, object]:
+    """The sweep and random kills of a finished 1-epoch run extended to the 3 epochs."""
+    short = scratch / "one-epoch"
+    code = run(command(with_epochs(base, 1), short), scratch / "log.txt")
+    if code != 0:
+        raise AssertionError(f"the 1-epoch run failed: {(scratch / 'log.txt').read_text()}")
+    names, seconds, final = points(base, scratch, start_from=short)
+    writes = names.count("state locked")
+    return {"run": {"seconds": round(seconds, 3), "state writes": writes,
+                    "crash points": len(names), "from step": int(final_arrays(short)["step"]),
+                    "steps": int(final["step"]), "equal": same(final, reference)},
+            "sweep": sweep(base, scratch, names, _saves(saves, writes), reference,
+                           start_from=short).as_dict(),
+            "random": random_kills(base, scratch, trials, seconds, reference, seed + 1,
+                                   start_from=short).as_dict()}
+
+
+def _saves(spec: str, writes: int) -> list[int]:
+    return list(range(1, writes + 1)) if spec == "all" else [int(s) for s in spec.split(",")]
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ state saved every 15: once straight, once killed (``SIGKILL``, the test hook of 
 commit protocol) the moment its state at step 15 is committed, then resumed with
 ``--resume`` and the same command. The weights, the optimizer's moments, the running
 statistics and the step count end bit-identical, and so do the metrics logs (bar the
-timings) and the checkpoints.
+timings) and the checkpoints. A finished run of 1 epoch extended with ``--epochs 3
+--resume`` ends as the 3 epochs straight in the same way (a constant schedule after the
+warmup: no learning rate depends on the run's length).
 """
 
 from __future__ import annotations
@@ -125,6 +127,36 @@ def test_killed_and_resumed_equals_straight(name: str, tmp_path: Path) -> None:
     # the state folder holds the pointer and one snapshot, nothing else
     assert sorted(p.name for p in (tmp_path / "resumed").iterdir()) == ["pointer.json",
                                                                          "step-30"]
+
+
+def test_a_finished_run_extended_equals_the_longer_run_straight(tmp_path: Path) -> None:
+    case = zoo.case("resnet")  # BatchNorm statistics carried
+    directory = _training_graphs(case, tmp_path)
+    data, held_out = _data(case, tmp_path, 0, SAMPLES), _data(case, tmp_path, 1, 4)
+    constant = ("--schedule", "constant")
+    runs = {run: (tmp_path / run, tmp_path / f"{run}.jsonl") for run in ("straight", "extended")}
+    straight = _train(directory, data, held_out, *runs["straight"], *constant)
+    assert straight.returncode == 0, straight.stderr[-2000:]
+    short = _train(directory, data, held_out, *runs["extended"], *constant, "--epochs", "1")
+    assert short.returncode == 0, short.stderr[-2000:]
+    extended = _train(directory, data, held_out, *runs["extended"], *constant, "--resume",
+                      str(tmp_path / "extended"))
+    assert extended.returncode == 0, extended.stderr[-2000:]
+    report = json.loads(extended.stdout)
+    assert report["resumed_from"] == 10 and len(report["losses"]) == 20
+    assert report["notes"] == ["extended the saved run of 1 epoch (10 steps) to 3 epochs "
+                               "(30 steps)"]
+    final = {}
+    for run, (state, _) in runs.items():
+        found = read_snapshot(state)
+        assert found is not None and found[0].name == "step-30"
+        final[run] = load_file(str(found[0] / "arrays.safetensors"))
+    assert final["straight"].keys() == final["extended"].keys()
+    for key, value in final["straight"].items():
+        assert np.array_equal(value, final["extended"][key]), key  # bit for bit
+    assert _timeless(runs["straight"][1]) == _timeless(runs["extended"][1])
+    checkpoints = [load_file(str(tmp_path / f"{run}.safetensors")) for run in runs]
+    assert all(np.array_equal(checkpoints[0][k], checkpoints[1][k]) for k in checkpoints[0])
 
 
 def test_a_resume_with_other_settings_is_refused(tmp_path: Path) -> None:

@@ -45,7 +45,8 @@ class TrainingReport:
         state: The state folder, if the state was saved.
         log: The metrics file, if one was written.
         plot: The loss plot, if one was drawn.
-        notes: Lines worth saying (a ``--resume`` folder that held no state yet).
+        notes: Lines worth saying (a ``--resume`` folder that held no state yet, a
+            resumed run extended and how its schedule was recomputed).
     """
 
     model: str
@@ -149,5 +150,6 @@ def training_dict(report: TrainingReport) -> dict[str, Any]:
         "checkpoint": report.checkpoint,
         "seconds": round(report.seconds, 4),
         "error": report.error,
+        "notes": report.notes,
         "build": report.build,
     }

@@ -12,6 +12,16 @@ when due (every ``save_every`` steps and at the end of the run), with the positi
 in the data after this step. A run resumed from that state (``resume=True``) starts
 from there and takes the steps, learning rates, batches and evaluations the
 uninterrupted run would have.
+
+**Extending a run.** ``epochs`` and ``steps`` count the whole run, and they are the
+only settings a resumed run may change: a larger one extends the saved run (a smaller
+one, that the saved run has not passed, shortens it). The steps, batches and
+evaluations are then those of a run started with the new length, so a schedule that
+does not depend on the length (``constant``, after any warmup) gives bit for bit the
+straight run of the new length. ``linear`` and ``cosine`` are recomputed over the new
+length, as Hugging Face's ``Trainer`` does when resumed with a new ``max_steps``: the
+steps still to come take the learning rates of a straight run of the new length, and
+:attr:`FitResult.notes` says so in one line.
 """
 
 from __future__ import annotations
@@ -58,6 +68,8 @@ class FitResult:
         resumed_from: The step of the saved state the run resumed from, if it did.
         error: Why the run stopped early (a loss that is not finite), if it did.
         stopped: Whether the callback stopped the run.
+        notes: Lines worth saying: a resumed run extended (or shortened), and how its
+            schedule was recomputed.
     """
 
     steps: int
@@ -68,6 +80,7 @@ class FitResult:
     resumed_from: int | None = None
     error: str | None = None
     stopped: bool = False
+    notes: list[str] = field(default_factory=list)
 
 
 def fit(trainer: Trainer, batches: Any, *, epochs: int | None = None,
@@ -83,7 +96,7 @@ def fit(trainer: Trainer, batches: Any, *, epochs: int | None = None,
         trainer: The trainer.
         batches: A :data:`BatchSource`.
         epochs: Epochs to train (counted from the run's start; a resumed run goes on
-            to the same end).
+            to this end, which extends the saved run when it is larger).
         steps: Optimizer steps to train instead (likewise).
         eval_batches: Evaluation data (a :data:`BatchSource`; its epoch 0), evaluated
             with ``eval.onnx`` every ``eval_every`` steps, at the end of each epoch and
@@ -106,8 +119,9 @@ def fit(trainer: Trainer, batches: Any, *, epochs: int | None = None,
             resume (``graphpass train`` records its data paths).
 
     Raises:
-        TrainingError: Bad arguments, a resumed run whose settings differ from the
-            saved one's, a static model given batches of another size, or whatever
+        TrainingError: Bad arguments, a resumed run whose settings (but its length)
+            differ from the saved one's or that has passed the new end, a static
+            model given batches of another size, or whatever
             :meth:`~graphpass.training.Trainer.step` raises.
     """
     started = time.perf_counter()
@@ -132,10 +146,15 @@ def fit(trainer: Trainer, batches: Any, *, epochs: int | None = None,
     if source is not None:
         saved = load_state(trainer, source, missing_ok=True)
         if saved is not None:
-            _check_same_run(saved.run.get("settings", {}), recorded, source)
+            settings = saved.run.get("settings", {})
+            _check_same_run(settings, recorded, source)
             first_step = int(saved.run["first_step"])
             epoch, index = (int(v) for v in saved.run["position"])
             result.resumed_from = saved.steps
+            if _length_of(settings) != _length_of(recorded):
+                result.notes.append(_resized(settings, recorded, plan, saved.lr,
+                                             trainer.steps - first_step, (epoch, index),
+                                             first_step, source))
     loop = _Loop(trainer, plan, accumulate, eval_batches, eval_every, save_every, state_dir,
                  callback, recorded, first_step, total, epochs)
     metrics = MetricsLog(log, after_step=trainer.steps if result.resumed_from is not None
@@ -355,6 +374,8 @@ def _check_static_sizes(trainer: Trainer, batches: Any, what: str) -> None:
 
 def _check_same_run(saved: Mapping[str, Any], now: Mapping[str, Any],
                     state_dir: str | os.PathLike[str]) -> None:
+    """Refuse a resume whose settings differ from the saved run's, but for its length."""
+    saved, now = _lengthless(saved), _lengthless(now)
     changed = [key for key in sorted({*saved, *now}) if _plain(saved.get(key))
                != _plain(now.get(key))]
     if changed:
@@ -363,7 +384,70 @@ def _check_same_run(saved: Mapping[str, Any], now: Mapping[str, Any],
         raise TrainingError(f"the saved run was made with other settings ({shown})",
                             where=str(Path(state_dir)),
                             hint="resume with the command (or arguments) of the run that "
-                                 "saved the state; --steps and --epochs count the whole run")
+                                 "saved the state; only --steps or --epochs may change (they "
+                                 "count the whole run: a larger one extends it)")
+
+
+def _length_of(settings: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """The settings that give a run's length: epochs, steps, and the steps in all."""
+    schedule = settings.get("schedule")
+    total = schedule.get("total") if isinstance(schedule, Mapping) else None
+    return settings.get("epochs"), settings.get("steps"), total
+
+
+def _lengthless(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` without the run's length (what a resumed run may change)."""
+    kept = {key: value for key, value in settings.items() if key not in ("epochs", "steps")}
+    if isinstance(kept.get("schedule"), Mapping):
+        kept["schedule"] = {k: v for k, v in kept["schedule"].items() if k != "total"}
+    return kept
+
+
+def _resized(saved: Mapping[str, Any], now: Mapping[str, Any], plan: Schedule,
+             saved_lr: float, done: int, position: tuple[int, int], first_step: int,
+             state_dir: str | os.PathLike[str]) -> str:
+    """The note on a resumed run given another length; refuses one the saved run passed."""
+    epochs, steps, total = _length_of(now)
+    epoch, index = position
+    if steps is not None and done > steps:
+        raise TrainingError(f"the saved run has taken {_count(done, 'step')}, past the end "
+                            f"of a run of {_describe(now)}", where=str(Path(state_dir)),
+                            hint=f"give --steps {done} or more (--steps and --epochs count "
+                                 "the whole run), or start a new run in another --state-dir")
+    if steps is None and (epoch > epochs or (epoch == epochs and index > 0)):
+        reached = f", into epoch {epoch + 1}" if index else f" ({_count(epoch, 'epoch')})"
+        raise TrainingError(f"the saved run has taken {_count(done, 'step')}{reached}, past "
+                            f"the end of a run of {_describe(now)}",
+                            where=str(Path(state_dir)),
+                            hint=f"give --epochs {epoch + (index > 0)} or more (--steps and "
+                                 "--epochs count the whole run), or start a new run in "
+                                 "another --state-dir")
+    _, _, before = _length_of(saved)
+    shorter = (total < before if total is not None and before is not None
+               else (epochs or 0) < (saved.get("epochs") or 0))
+    note = (f"{'shortened' if shorter else 'extended'} the saved run of {_describe(saved)} "
+            f"to {_describe(now)}")
+    if plan.kind != "constant" and plan.total != before and plan.total is not None \
+            and done < plan.total:
+        note += (f": the {plan.kind} schedule was recomputed over the {plan.total} steps, "
+                 f"and steps {first_step + done + 1} to {first_step + plan.total} take the "
+                 f"learning rates of a straight run of {plan.total} (step "
+                 f"{first_step + done + 1}: {plan.at(done):.6g}; the saved run's last step "
+                 f"had {saved_lr:.6g})")
+    return note
+
+
+def _describe(settings: Mapping[str, Any]) -> str:
+    """A run's length in words: ``8 steps``, ``2 epochs (32 steps)``."""
+    epochs, steps, total = _length_of(settings)
+    if steps is not None:
+        return _count(steps, "step")
+    return _count(epochs, "epoch") + (f" ({_count(total, 'step')})" if total is not None
+                                      else "")
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' * (number != 1)}"
 
 
 def _plain(value: Any) -> Any:

@@ -2,7 +2,9 @@
 
 A schedule is a pure function of the step's position in the run, so that a resumed
 run takes exactly the learning rates the uninterrupted one would: the position is
-the optimizer steps taken since the run began (what the saved state records).
+the optimizer steps taken since the run began (what the saved state records). A run
+resumed with another length (:mod:`graphpass.training.fit`) takes the schedule of the
+new length: ``linear`` and ``cosine`` are recomputed over the new ``T``.
 
 For step ``t`` (0 for the run's first step) of a run of ``T`` steps, with base rate
 ``lr`` and ``W`` warmup steps:

@@ -29,8 +29,11 @@ one optimizer step on the mean of their gradients (torch's ``(loss / n).backward
 per micro-batch), so that a batch too large for memory trains as several small ones.
 
 ``eval.onnx`` gets its own session when :meth:`Trainer.evaluate` is first called,
-bound to the same arrays. ``providers`` selects onnxruntime's execution providers, for
-example ``["CUDAExecutionProvider", "CPUExecutionProvider"]`` with onnxruntime-gpu (the
+bound to the same arrays. Both sessions take graphpass's memory settings
+(:func:`default_session_options`), also when given ``session_options`` of one's own
+wherever those leave onnxruntime's default; ``threads`` sets onnxruntime's thread
+count. ``providers`` selects onnxruntime's execution providers, for example
+``["CUDAExecutionProvider", "CPUExecutionProvider"]`` with onnxruntime-gpu (the
 arrays stay in host memory: onnxruntime copies the weights in and the gradients out
 each step).
 
@@ -42,7 +45,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -109,12 +113,44 @@ def default_session_options() -> Any:
     one block of the planned size from the second run on, while its arena keeps the
     chunks the first run freed, so every step after the first holds both (GPT-2 small at
     4 x 64 tokens: 3,131 MB over the RSS after imports with it, 2,528 MB without, at the
-    same step time). Options you pass are used as given: set it on them too.
+    same step time).
+
+    ``SessionOptions`` given to :class:`Trainer` get both wherever they hold
+    onnxruntime's default value (see :class:`Trainer`).
     """
     options = _runtime().SessionOptions()
-    options.execution_order = _runtime().ExecutionOrder.PRIORITY_BASED
-    options.enable_mem_pattern = False
+    for name, value in _memory_settings().items():
+        setattr(options, name, value)
     return options
+
+
+def _memory_settings() -> dict[str, Any]:
+    """The session options :func:`default_session_options` changes, with their values."""
+    return {"execution_order": _runtime().ExecutionOrder.PRIORITY_BASED,
+            "enable_mem_pattern": False}
+
+
+@contextmanager
+def _effective(options: Any, *, memory_settings: bool, threads: int | None) -> Iterator[Any]:
+    """``options`` as a session takes them, while it is made.
+
+    With ``memory_settings``, graphpass's memory settings where ``options`` hold
+    onnxruntime's defaults; and ``threads``. The changes last while the session is made
+    (onnxruntime copies the options into it), so that the caller's object ends as it was.
+    """
+    stock = _runtime().SessionOptions()
+    changes = {name: value for name, value in _memory_settings().items()
+               if memory_settings and getattr(options, name) == getattr(stock, name)}
+    if threads is not None:
+        changes["intra_op_num_threads"] = threads
+    before = {name: getattr(options, name) for name in changes}
+    try:
+        for name, value in changes.items():
+            setattr(options, name, value)
+        yield options
+    finally:
+        for name, value in before.items():
+            setattr(options, name, value)
 
 
 class Trainer:
@@ -126,7 +162,8 @@ class Trainer:
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, lr: float | None = None,
-                 providers: Sequence[str] | None = None, session_options: Any = None):
+                 providers: Sequence[str] | None = None, session_options: Any = None,
+                 threads: int | None = None, memory_settings: bool = True):
         """Load ``directory`` (written by ``build-training-graph``).
 
         Args:
@@ -134,19 +171,33 @@ class Trainer:
             lr: The learning rate (default: the one the directory was built with).
             providers: onnxruntime execution providers (default: the CPU).
             session_options: ``onnxruntime.SessionOptions`` for both sessions (default:
-                :func:`default_session_options`).
+                :func:`default_session_options`). Where they hold onnxruntime's default
+                ``execution_order`` or ``enable_mem_pattern``, the sessions take
+                graphpass's instead (unless ``memory_settings`` is false); the object
+                itself is not changed.
+            threads: onnxruntime's thread count (``intra_op_num_threads``; default:
+                what ``session_options`` say, else onnxruntime's choice).
+            memory_settings: Give the sessions graphpass's memory settings where
+                ``session_options`` leave onnxruntime's defaults (``False``: use them
+                exactly as given).
 
         Raises:
             TrainingError: onnxruntime is not installed, the folder is not a
                 training-graph directory (or one of its files is missing or does not
-                load), or the learning rate is not positive.
+                load), the learning rate is not positive, or ``threads`` is not a
+                whole number of at least 1.
         """
         self._ort = _runtime()
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                    or threads < 1):
+            raise TrainingError(f"threads must be a whole number of at least 1, not {threads!r}")
         self.directory = Path(directory)
         self.manifest = _read(self.directory)
         self._providers = list(providers or ["CPUExecutionProvider"])
         self._options = session_options if session_options is not None else \
             default_session_options()
+        self._memory_settings = memory_settings
+        self._threads = threads
         manifest = self.manifest
         self._trainable: list[str] = list(manifest["trainable"])
         self._statistics: list[str] = list(manifest.get("buffers", []))
@@ -183,8 +234,10 @@ class Trainer:
     def _open(self, file: str) -> Any:
         path = self.directory / file
         try:
-            return self._ort.InferenceSession(str(path), self._options,
-                                              providers=self._providers)
+            with _effective(self._options, memory_settings=self._memory_settings,
+                            threads=self._threads) as options:
+                return self._ort.InferenceSession(str(path), options,
+                                                  providers=self._providers)
         except Exception as error:  # onnxruntime's own exception types
             raise TrainingError(f"onnxruntime cannot load {file}: {first_line(error)}",
                                 where=str(self.directory),
@@ -259,6 +312,11 @@ class Trainer:
         if not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
             raise TrainingError(f"the learning rate must be a positive number, not {value!r}")
         self._lr_given = float(value)
+
+    @property
+    def session_options(self) -> Any:
+        """The ``onnxruntime.SessionOptions`` the step's session runs with (its own copy)."""
+        return self._session.get_session_options()
 
     @property
     def steps(self) -> int:
