@@ -57,6 +57,7 @@ class Module(torch.nn.Module):
                  fallback: bool = False, session_options: Any = None):
         super().__init__()
         self.module = module
+        self.training = module.training  # the wrapped module's mode, as it was given
         self._export_options = dict(export or {})
         self._passes = list(passes)
         self._options = dict(options or {})
@@ -90,7 +91,8 @@ class Module(torch.nn.Module):
         if self._fell_back is not None:
             return self.module(*args, **kwargs)
         try:
-            signature, tensors = signature_of(args, kwargs, self.training)
+            training = self.module.training  # train() and eval() on the wrapper reach it
+            signature, tensors = signature_of(args, kwargs, training)
             entry = self._entry(signature, tensors, args, kwargs)
             grad = torch.is_grad_enabled()
             wanted = tuple(i for i, t in enumerate(tensors)
@@ -106,11 +108,11 @@ class Module(torch.nn.Module):
                           f"from now on: {error}", RuntimeWarning, stacklevel=3)
             return self.module(*args, **kwargs)
         if program.backward is None:
-            flat = _infer(program, tensors, self.training)
+            flat = _infer(program, tensors)
         else:
             params = [program.weights[name] for name in program.trainable]
             flat = _Function.apply(  # type: ignore[no-untyped-call]
-                program, self.training, len(tensors), *tensors, *params)
+                program, len(tensors), *tensors, *params)
         self._track_batches(program)
         return pytree.tree_unflatten(list(flat), entry.exported.out_spec)
 
@@ -133,7 +135,7 @@ class Module(torch.nn.Module):
         key = (wanted, trainable)
         if key not in entry.programs:
             entry.programs[key] = prepare(entry.model, entry.exported, self.module,
-                                          training=self.training, wanted_inputs=wanted,
+                                          training=self.module.training, wanted_inputs=wanted,
                                           session_options=self._session_options)
         return entry.programs[key]
 
@@ -175,7 +177,7 @@ def _bind_weights(binding: Any, program: Program, names: Sequence[str]) -> list[
     return [bind_input(binding, name, program.weights[name]) for name in names]
 
 
-def _infer(program: Program, tensors: Sequence[torch.Tensor], training: bool) -> list[Any]:
+def _infer(program: Program, tensors: Sequence[torch.Tensor]) -> list[Any]:
     """Run the inference session: outputs only, statistics updated (no gradient)."""
     session = program.inference
     binding = session.io_binding()
@@ -202,7 +204,7 @@ class _Function(torch.autograd.Function):
     """The forward session, and the backward session as its gradient."""
 
     @staticmethod
-    def forward(ctx: Any, program: Program, training: bool, count: int,
+    def forward(ctx: Any, program: Program, count: int,
                 *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         inputs = tensors[:count]
         graphs = program.graphs
@@ -271,4 +273,4 @@ class _Function(torch.autograd.Function):
         for name in program.trainable:
             output = graphs.gradients.get(name)
             results.append(targets[output] if output is not None else None)
-        return (None, None, None, *results)
+        return (None, None, *results)

@@ -1,0 +1,148 @@
+"""The zoo through ``graphpass.torch.Module``, in torch's own loop, against torch eager.
+
+Each case's model (inside its ``ZooWrapper``) is wrapped by ``graphpass.torch.Module``
+(the dynamo exporter, graphpass's defaults) and trained beside a deep copy run by torch
+eager, on the same batches, with ``torch.optim.AdamW`` and gradient clipping:
+
+* the outputs of the first call equal torch's (relative :data:`OUTPUT_RTOL`);
+* the first step's parameter gradients equal ``torch.autograd``'s (each tensor's largest
+  error relative to its largest gradient, below :data:`GRADIENT_RTOL`), and the
+  parameters without a gradient are the same on both sides;
+* ten steps give torch's losses (relative :data:`LOSS_RTOL`).
+
+Modes: ``eval`` (the model in ``eval()`` mode: no dropout, batch norms with running
+statistics) for every case, and ``train`` (``train()`` mode: batch statistics, running
+statistics updated and compared) for the convolutional ones, whose configs hold no
+dropout.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from zoo.cases import Case
+
+__all__ = ["GRADIENT_RTOL", "LOSS_RTOL", "MODES", "OUTPUT_RTOL", "ModuleOutcome",
+           "judge_module", "modes_of"]
+
+OUTPUT_RTOL = 1e-4
+GRADIENT_RTOL = 1e-3
+LOSS_RTOL = 1e-4
+STEPS = 10
+MODES = ("eval", "train")
+
+
+def modes_of(case: Case) -> tuple[str, ...]:
+    """The modes a case runs in."""
+    return MODES if case.family == "cnn" else ("eval",)
+
+
+@dataclass
+class ModuleOutcome:
+    """A verdict: ``trains``, ``wrong`` (with what differs) or ``refused`` (with the error)."""
+
+    case: str
+    mode: str
+    label: str
+    reason: str = ""
+    output_error: float | None = None
+    gradient_error: float | None = None
+    loss_error: float | None = None
+    statistics_error: float | None = None
+    exports: int = 0
+    seconds: float = 0.0
+    losses: list[float] = field(default_factory=list)
+
+
+def _relative(a: Any, b: Any) -> float:
+    scale = max(float(b.abs().max()), 1e-12)
+    return float((a - b).abs().max()) / scale
+
+
+def _gradient_error(reference: Any, model: Any, outcome: ModuleOutcome) -> float:
+    """Each tensor's largest gradient error, relative to its largest gradient (at least a
+    thousandth of the model's largest: a bias whose gradient is rounding noise, 1e-10,
+    is judged against the gradients that move the model)."""
+    pairs = list(zip(reference.named_parameters(), model.parameters(), strict=True))
+    largest = max((float(a.grad.abs().max()) for (_, a), _ in pairs if a.grad is not None),
+                  default=0.0)
+    errors = []
+    for (name, a), b in pairs:
+        if (a.grad is None) != (b.grad is None):
+            outcome.label, outcome.reason = "wrong", f"{name}: a gradient on one side only"
+        elif a.grad is not None and largest > 0:
+            scale = max(float(a.grad.abs().max()), 1e-3 * largest)
+            errors.append(float((b.grad - a.grad).abs().max()) / scale)
+    return max(errors, default=0.0)
+
+
+def judge_module(case: Case, mode: str) -> ModuleOutcome:
+    """Train ``case`` through ``graphpass.torch.Module`` and torch eager side by side."""
+    import torch
+
+    import graphpass
+    import graphpass.torch
+
+    warnings.filterwarnings("ignore")
+    start = time.perf_counter()
+    reference = case.wrapped()
+    reference.train(mode == "train")
+    model = copy.deepcopy(reference)
+    wrapped = graphpass.torch.Module(model)
+    inputs = [torch.from_numpy(value) for value in case.inputs().values()]
+    outcome = ModuleOutcome(case.name, mode, "trains")
+    try:
+        out = wrapped(*inputs)
+    except graphpass.GraphpassError as error:
+        outcome.label, outcome.reason = "refused", str(error).splitlines()[0]
+        return outcome
+    except Exception:  # noqa: BLE001 - a crash is a verdict, with its traceback
+        outcome.label, outcome.reason = "crash", traceback.format_exc(limit=3)[-600:]
+        return outcome
+    out_ref = reference(*inputs)
+    outcome.output_error = _relative(out.detach(), out_ref.detach())
+    target = torch.from_numpy(case.target(tuple(out_ref.shape)))
+    opt_ref = torch.optim.AdamW(reference.parameters(), lr=1e-3)
+    opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-3)
+    losses_ref: list[float] = []
+    for step in range(STEPS):
+        if step:
+            out, out_ref = wrapped(*inputs), reference(*inputs)
+        loss_ref = torch.nn.functional.mse_loss(out_ref, target)
+        loss = torch.nn.functional.mse_loss(out, target)
+        loss_ref.backward()
+        loss.backward()
+        if step == 0:
+            outcome.gradient_error = _gradient_error(reference, model, outcome)
+        for net in (reference, wrapped):
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt_ref.step()
+        opt.step()
+        opt_ref.zero_grad()
+        opt.zero_grad()
+        losses_ref.append(loss_ref.item())
+        outcome.losses.append(loss.item())
+    outcome.loss_error = max(abs(a - b) / max(abs(b), 1e-12)
+                             for a, b in zip(outcome.losses, losses_ref, strict=True))
+    buffers = [(a, b) for (name, a), b in zip(reference.named_buffers(), model.buffers(),
+                                              strict=True)
+               if "running" in name]
+    if buffers:
+        outcome.statistics_error = max(_relative(b, a) for a, b in buffers)
+    outcome.exports = wrapped.exports
+    outcome.seconds = time.perf_counter() - start
+    failed = [what for what, value, limit in (
+        ("outputs", outcome.output_error, OUTPUT_RTOL),
+        ("gradients", outcome.gradient_error, GRADIENT_RTOL),
+        ("losses", outcome.loss_error, LOSS_RTOL),
+        ("running statistics", outcome.statistics_error, LOSS_RTOL * 10))
+        if value is not None and value > limit]
+    if failed and outcome.label == "trains":
+        outcome.label = "wrong"
+        outcome.reason = "differs from torch: " + ", ".join(failed)
+    return outcome
