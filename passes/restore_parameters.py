@@ -391,8 +391,9 @@ class _Restorer:
             pairs = [f"{name} = Identity({source})" for name, source in self.split.items()]
             found.append(Finding(
                 SPLIT_CODE, Severity.INFO,
-                f"split {len(pairs)} parameter{'s' * (len(pairs) != 1)} the legacy exporter "
-                f"had merged because their values were equal: {shortened_list(pairs, _SHOWN)} "
+                f"split {len(pairs)} torch tensor{'s' * (len(pairs) != 1)} (parameters, "
+                f"running statistics) the legacy exporter had merged because their values were "
+                f"equal: {shortened_list(pairs, _SHOWN)} "
                 "became initializers of their own (exported in eval mode, it writes distinct "
                 "tensors of equal values, such as fresh LayerNorm weights (all ones), as "
                 "Identity of one; a tie, one Parameter, is exported once), so each trains "
