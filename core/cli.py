@@ -606,6 +606,10 @@ def _train_directory(args: argparse.Namespace, directory: Path, *, kept: bool,
     from graphpass.training.fit import fit
 
     trainer = Trainer(directory, lr=args.lr)
+    if args.checkpoint_out:  # before the first step: a key it cannot write is an error now
+        from graphpass.training.torch_checkpoint import check_checkpoint
+
+        check_checkpoint(trainer.manifest)
     columns = list(trainer.batch_shapes())
     batches = _open_data(args.data, args, columns, training=True)
     evaluation = (_open_data(args.eval_data, args, columns, training=False)

@@ -46,7 +46,7 @@ Finding codes (stable):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -112,6 +112,7 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
     used = plan.used_keys()
     tied = {k: next(a for a in checkpoint.aliases(k) if a in used) for k in checkpoint
             if k not in used and any(a in used for a in checkpoint.aliases(k))}
+    tied.update(_tied_keys(plan, checkpoint, ties or {}, keys or {}, used, tied))
     unused = NameList(k for k in checkpoint if k not in used and k not in tied)
     unmatched = NameList(t.name for t in plan.unmatched if t.required)
     left_inputs = _probable_weight_inputs(plan, input_names)
@@ -123,7 +124,8 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
                  f"saved under several names)" if tied else "")
     findings.append(Finding(
         "GP200", Severity.INFO,
-        f"filled {len(table)} initializers from {len(used)} checkpoint keys ({summary or 'none'})"
+        f"filled {_count(len(table), 'initializer', 'initializers')} from "
+        f"{_count(len(used), 'checkpoint key', 'checkpoint keys')} ({summary or 'none'})"
         f"{prefix_text}{tied_text}",
         PASS_NAME, data={"matched_by": dict(counts), "table": dict(table),
                          "same_data_as": dict(tied),
@@ -145,7 +147,8 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
     if unused:
         findings.append(Finding(
             "GP202", Severity.INFO,
-            f"{len(unused)} checkpoint keys were not used: {_listing(unused)}",
+            f"{_count(len(unused), 'checkpoint key was', 'checkpoint keys were')} not used: "
+            f"{_listing(unused)}",
             PASS_NAME, data={"keys": list(unused)}))
 
     if matching.base_prefix_ties:
@@ -266,6 +269,32 @@ def _run_note(verification: Verification | None) -> str:
         return "; the recomputations were not run in onnxruntime (it is not installed)"
     return (f"; onnxruntime ran {verification.checked} of the recomputations (all but plain "
             "transposes) and each gave what it must")
+
+
+def _tied_keys(plan: Plan, checkpoint: Checkpoint, ties: Mapping[str, Sequence[str]],
+               keys: Mapping[str, str], used: Iterable[str], known: Mapping[str, str]
+               ) -> dict[str, str]:
+    """Keys of a tied weight's other names that give the filled key's values: used, as the tie.
+
+    GPT-2's ``transformer.wte.weight`` is ``lm_head.weight`` (:func:`find_ties`): a
+    checkpoint saved without shared storage gives both names, equal. The values are the
+    tensor the model trains; a key of different values is ``GP215``'s, and not used.
+    """
+    filled = {fill.name: fill.key for fill in plan.fills}
+    used = set(used)
+    found: dict[str, str] = {}
+    for name, aliases in ties.items():
+        key = filled.get(name)
+        for alias in aliases:
+            other = keys.get(alias)
+            if key is None or other is None or other == key or other in used or \
+                    other in known or other not in checkpoint:
+                continue
+            if checkpoint[other].storage == checkpoint[key].storage or (
+                    checkpoint[other].shape == checkpoint[key].shape and np.array_equal(
+                        checkpoint[other].numpy(), checkpoint[key].numpy())):
+                found[other] = key
+    return found
 
 
 def _untied_findings(plan: Plan, checkpoint: Checkpoint, ties: Mapping[str, Sequence[str]],

@@ -5,13 +5,15 @@
 ``model.load_state_dict(..., strict=True)`` asks for:
 
 * every initializer that is torch state (a parameter or a persistent buffer, by the
-  export record, or one ``reconcile-initializers`` filled from the checkpoint), under
+  export record, or one ``reconcile-initializers`` filled from the checkpoint; without
+  a record, as from the legacy exporter, every weight it would train by default and
+  every running statistic, trained or frozen), under
   its checkpoint key, and under every other name of the same tensor (``aliases``:
   tied weights);
 * with a checkpoint: every other key it has (``num_batches_tracked``, buffers the
   export dropped), passed through as it was, keys spelled as it spells them;
   without one: the ``num_batches_tracked`` of each BatchNorm the export record lists
-  (from 0), since the export drops them;
+  (from 0), since the export drops them (without a record: of each ``running_mean``);
 * never a non-persistent buffer or a tensor constant (``state_dict()`` has neither).
 
 ``num_batches_tracked`` keys of batch normalizations that train with batch statistics
@@ -34,6 +36,7 @@ from graphpass.torch.export_record import (
     INPUT_PERSISTENT,
     LEGACY_CONSTANT_NAME,
     SIGNATURE,
+    default_trainable,
     records_state,
     state_kinds,
 )
@@ -111,6 +114,10 @@ def torch_state(graph: Graph, *, torch_names: Mapping[str, str],
     recorded = records_state(graph)
     kinds = state_kinds(graph)
     chosen = set(trainable) | set(carried_statistics)
+    if not recorded:  # frozen weights and running statistics are state_dict() keys too
+        weights, left_out = default_trainable(graph)
+        chosen.update(weights)
+        chosen.update(name for name, kind in left_out.items() if kind == "buffer")
     state = TorchState()
     for name in graph.initializers:
         value = graph.values.get(name)
@@ -152,6 +159,12 @@ def torch_state(graph: Graph, *, torch_names: Mapping[str, str],
                 state.extra[key] = np.array(0, dtype=np.int64)
             else:
                 state.missing.append(key)
+        if not recorded:  # the legacy exporter drops the counters too: from 0, as above
+            for key in [k for k in state.keys if k.endswith(".running_mean")]:
+                counter = key[:-len("running_mean")] + COUNTER
+                if counter not in state.keys:
+                    state.keys[counter] = None
+                    state.extra[counter] = np.array(0, dtype=np.int64)
     by_key = {key: name for key, name in state.keys.items() if name is not None}
     carried = set(carried_statistics)
     for key in state.keys:

@@ -199,7 +199,7 @@ class ReconcileInitializers(Pass):
         parts = [open_checkpoint(path, registry_loaders) for path in paths]
         if len(parts) == 1:
             return parts[0]
-        return Checkpoint.combine(parts, path=paths[0])
+        return Checkpoint.combine(parts, path=paths[0], overlap=True)
 
 
 def _vanished_names(graph: Graph, targets: list[Target], signature: dict[str, str]) -> list[str]:

@@ -30,7 +30,13 @@ The pass restores what it can exactly and names what it cannot:
   transpose equals an initializer is replaced by ``Transpose`` of it (tied weights);
   any other float ``onnx::`` initializer read as a layer's weight (``MatMul``,
   ``Gemm``, ``Conv``) is an error (``GP252``, one per node) with the advice to
-  re-export with ``do_constant_folding=False``.
+  re-export with ``do_constant_folding=False``;
+* exporting in eval mode, the legacy exporter merges distinct tensors of equal values
+  (fresh LayerNorm weights: all ones) into one initializer, writing the others as
+  ``block2.ln.weight = Identity(block1.ln.weight)``; a tie (one ``Parameter``) is
+  exported once and never looks so. Each merged parameter gets its own initializer
+  again, a copy of the values (``GP256``, info), and trains apart, as in torch; with
+  ``merges = false`` they are reported instead (``GP254``, warning).
 
 Parameters no node's FX record mentions any more (torch's forward never used them, or
 their only use was dead code) are listed in an info (``GP253``): PyTorch gives them no
@@ -56,7 +62,16 @@ from graphpass.torch.export_record import (
     records_state,
     signature_parameters,
 )
-from graphpass.torch.folding import Fold, Folding, find_folds, mark_state, mark_ties, recompute
+from graphpass.torch.folding import (
+    Fold,
+    Folding,
+    find_folds,
+    find_merges,
+    mark_state,
+    mark_ties,
+    recompute,
+    split_merges,
+)
 from graphpass.torch.producers import unfolded_export_advice
 
 __all__ = ["RestoreParameters"]
@@ -67,11 +82,12 @@ LEGACY_COPY_CODE: Final = "GP252"
 UNUSED_CODE: Final = "GP253"
 MERGED_CODE: Final = "GP254"
 TIED_CODE: Final = "GP255"
+SPLIT_CODE: Final = "GP256"
 
 MERGED_ADVICE: Final = (
-    "if they are distinct parameters in torch, re-export with torch.onnx.export(..., "
-    "dynamo=True, optimize=False) (or from weights that differ, as after training); tied "
-    "weights (one tensor in torch) are right as they are")
+    "run restore-parameters with merges = true (its default) to give each its own "
+    "initializer, or pass the model's initial weights with --checkpoint (a "
+    "graphpass.torch.save_state file): reconcile-initializers fills each from its own key")
 _TAG: Final = "graphpass.restore-parameters"
 _LINEAR: Final = "aten.linear.default"
 _WEIGHT_SLOTS: Final = {"MatMul": (1,), "Gemm": (1, 2), "Conv": (1, 2), "ConvTranspose": (1, 2)}
@@ -95,6 +111,7 @@ class RestoreParameters(Pass):
         UNUSED_CODE: "parameters no node uses any more",
         MERGED_CODE: "the legacy exporter merged parameters into one initializer",
         TIED_CODE: "tied parameters: one tensor under several torch names",
+        SPLIT_CODE: "parameters the legacy exporter merged by value, split again",
     }
 
     @dataclass
@@ -103,9 +120,13 @@ class RestoreParameters(Pass):
 
         Attributes:
             transposes: Restore parameters from folded transposes (else only report).
+            merges: Give parameters the legacy exporter merged because their values were
+                equal (``b = Identity(a)``) their own initializers again (else only
+                report them, ``GP254``).
         """
 
         transposes: bool = True
+        merges: bool = True
 
     def run(self, model: Model, context: PassContext) -> PassResult:
         """Restore folded parameters of the main graph and report the others."""
@@ -117,14 +138,16 @@ class RestoreParameters(Pass):
             work.find_lost()
         elif not parameters and not records_state(graph):
             work = _Restorer(graph, {}, self.options.transposes, find_folds(graph))
+            work.split_merges = self.options.merges
             work.legacy_copies()
         else:
             return PassResult()
         work.mark_ties()
-        return PassResult(changed=bool(work.restored) or bool(work.folding.ties),
+        return PassResult(changed=bool(work.restored) or bool(work.folding.ties)
+                          or bool(work.split),
                           findings=[f.with_pass(self.name) for f in work.findings()],
                           stats={"restored": len(work.restored),
-                                 "unrecoverable": len(work.lost)})
+                                 "unrecoverable": len(work.lost), "split": len(work.split)})
 
 
 @dataclass
@@ -150,6 +173,8 @@ class _Restorer:
         self.lost: list[_Lost] = []
         self.legacy: list[tuple[str, str]] = []  # (copy, consumer)
         self.merged: dict[str, str] = {}  # parameter name -> the initializer it reads
+        self.split: dict[str, str] = {}  # parameter name -> the initializer it was split from
+        self.split_merges = True
         self.unused: list[str] = []
 
     # ----------------------------------------------------------- dynamo exports
@@ -298,25 +323,18 @@ class _Restorer:
         self._merged_parameters()
 
     def _merged_parameters(self) -> None:
-        """Parameters the legacy exporter wrote as ``Identity`` of another initializer.
+        """Split the parameters the legacy exporter merged because their values were equal.
 
-        Its ``DeduplicateInitializers`` keeps one initializer for parameters that are one
-        tensor (tied weights) and, exporting in eval mode, for parameters of equal values
-        (fresh LayerNorms: all ones); the others become ``Identity`` nodes named as the
-        parameter. Both look the same in the file, and both train as one tensor.
+        :func:`~graphpass.torch.folding.find_merges` says why such an ``Identity`` is
+        never a tie; each gets its own initializer again (``GP256``), or, with
+        ``merges = false``, is reported as training as one tensor (``GP254``).
         """
-        graph = self.graph
-        for node in graph:
-            if node.op_type != "Identity" or node.domain not in ("", "ai.onnx") or \
-                    len(node.inputs) != 1 or len(node.outputs) != 1:
-                continue
-            source, name = node.inputs[0], node.outputs[0]
-            tensor = graph.initializers.get(source)
-            if tensor is None or tensor.dtype not in TRAINABLE_TYPES or \
-                    name in graph.initializers or name.startswith("/") or \
-                    LEGACY_CONSTANT_NAME.fullmatch(name) or "." not in name:
-                continue
-            self.merged[name] = source
+        merges = find_merges(self.graph)
+        if self.split_merges:
+            split = split_merges(self.graph, merges)
+            self.split = {name: merges[name] for name in split}
+            merges = {name: source for name, source in merges.items() if name not in split}
+        self.merged = merges
 
     # -------------------------------------------------------------------- ties
     def mark_ties(self) -> None:
@@ -369,15 +387,27 @@ class _Restorer:
                 node=consumer, value=copy,
                 hint=self.advice + " (or fill the model from a checkpoint that holds the "
                      "parameters: reconcile-initializers computes the copies from them)"))
+        if self.split:
+            pairs = [f"{name} = Identity({source})" for name, source in self.split.items()]
+            found.append(Finding(
+                SPLIT_CODE, Severity.INFO,
+                f"split {len(pairs)} torch tensor{'s' * (len(pairs) != 1)} (parameters, "
+                f"running statistics) the legacy exporter had merged because their values were "
+                f"equal: {shortened_list(pairs, _SHOWN)} "
+                "became initializers of their own (exported in eval mode, it writes distinct "
+                "tensors of equal values, such as fresh LayerNorm weights (all ones), as "
+                "Identity of one; a tie, one Parameter, is exported once), so each trains "
+                "apart, as in torch",
+                value=next(iter(self.split)), data={"split": dict(self.split)}))
         if self.merged:
             pairs = [f"{name} = Identity({source})" for name, source in self.merged.items()]
             found.append(Finding(
                 MERGED_CODE, Severity.WARNING,
                 f"{len(pairs)} parameter{'s' * (len(pairs) != 1)} of the legacy export read "
                 "another parameter's initializer, so training updates them as one tensor: "
-                f"{shortened_list(pairs, _SHOWN)}. The exporter merges parameters that are one "
-                "tensor (tied weights) and, in eval mode, parameters of equal values (fresh "
-                "LayerNorm weights are all ones, biases all zeros)",
+                f"{shortened_list(pairs, _SHOWN)}. In eval mode the exporter merges distinct "
+                "tensors of equal values (fresh LayerNorm weights are all ones, biases all "
+                "zeros); torch trains them apart",
                 value=next(iter(self.merged)), hint=MERGED_ADVICE,
                 data={"merged": dict(self.merged)}))
         if self.unused:

@@ -279,9 +279,19 @@ def test_npz_checkpoint_with_underscore_keys(tmp_path):
     assert model.graph.initializers["encoder.weight"].external_path == checkpoint
 
 
-def test_a_key_in_two_checkpoints_is_an_error(tmp_path):
+def test_a_key_in_two_checkpoints_with_equal_values_is_no_conflict(tmp_path):
     model_path = _model(tmp_path)
     first = _checkpoint(tmp_path, {"encoder.weight": W, "encoder.bias": B}, "a.safetensors")
     second = _checkpoint(tmp_path, {"encoder.bias": B}, "b.safetensors")
-    with pytest.raises(graphpass.CheckpointError, match=r"'encoder\.bias' appears twice"):
+    model, _ = _run_pass(model_path, checkpoints=[str(first), str(second)])
+    np.testing.assert_array_equal(model.graph.initializers["encoder.bias"].numpy(), B)
+
+
+def test_a_key_in_two_checkpoints_with_different_values_is_an_error(tmp_path):
+    model_path = _model(tmp_path)
+    first = _checkpoint(tmp_path, {"encoder.weight": W, "encoder.bias": B}, "a.safetensors")
+    second = _checkpoint(tmp_path, {"encoder.bias": B + 1}, "b.safetensors")
+    with pytest.raises(graphpass.CheckpointError,
+                       match=r"different values under the same key: 'encoder\.bias' .*"
+                             r"a\.safetensors.*b\.safetensors"):
         _run_pass(model_path, checkpoints=[str(first), str(second)])

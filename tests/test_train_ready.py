@@ -288,8 +288,7 @@ def test_graphpass_installs_beside_onnxruntime_training(ort_training_python: str
     assert not [r for r in found["requires"] if r.startswith("onnxruntime") and "extra" not in r]
 
 
-def test_parameters_the_legacy_exporter_merged_by_value_are_warned_about(tmp_path: Path,
-                                                                         cli) -> None:
+def test_parameters_the_legacy_exporter_merged_by_value_are_split(tmp_path: Path, cli) -> None:
     torch = pytest.importorskip("torch")
 
     class Block(torch.nn.Module):
@@ -310,8 +309,16 @@ def test_parameters_the_legacy_exporter_merged_by_value_are_warned_about(tmp_pat
     code, out, _ = cli("run", path, "-p", "train-ready", "-o", tmp_path / "ready.onnx",
                        "--format", "json")
     assert code == 0
+    findings = json.loads(out)["findings"]
+    assert "GP254" not in {f["code"] for f in findings}
+    [split] = [f for f in findings if f["code"] == "GP256"]
+    assert split["severity"] == "info"
+    assert split["data"]["split"] == {"1.norm.weight": "0.norm.weight",
+                                      "1.norm.bias": "0.norm.bias"}
+    code, out, _ = cli("run", path, "-p", "train-ready", "-o", tmp_path / "kept.onnx",
+                       "--format", "json", "-O", "restore-parameters.merges=false")
+    assert code == 0
     [merged] = [f for f in json.loads(out)["findings"] if f["code"] == "GP254"]
     assert merged["severity"] == "warning"
-    assert merged["data"]["merged"] == {"1.norm.weight": "0.norm.weight",
-                                        "1.norm.bias": "0.norm.bias"}
-    assert "dynamo=True, optimize=False" in merged["hint"]
+    assert merged["data"]["merged"] == split["data"]["split"]
+    assert "--checkpoint" in merged["hint"]

@@ -279,17 +279,29 @@ def _emit(model: Path, directory: Path, *checkpoint: str) -> list[dict[str, obje
     return found
 
 
-def test_merged_fresh_running_statistics_are_named_and_the_checkpoint_is_the_advice(
+def test_merged_fresh_running_statistics_are_split_and_train_like_torch(
         fresh_resnet: tuple[Path, Path], tmp_path: Path) -> None:
     model, _ = fresh_resnet
     proto = onnx.load(str(model))
     identities = [n for n in proto.graph.node if n.op_type == "Identity"]
     assert identities  # the exporter merged equal tensors, read through Identity copies
-    [refused] = [f for f in _emit(model, tmp_path / "train") if f["code"] == "GP851"]
-    message, hint = str(refused["message"]), str(refused["hint"])
-    assert "running_mean" in message and "Identity copy of initializer" in message
-    assert "merged equal tensors" in message
-    assert "--checkpoint" in hint and "re-export" not in hint
+    findings = _emit(model, tmp_path / "train")
+    assert [f["code"] for f in findings if f["severity"] == "error"] == []
+    [split] = [f for f in findings if f["code"] == "GP256"]  # restore-parameters split them
+    assert any(name.endswith("running_mean") for name in split["data"]["split"])
+    _trains_like_torch(tmp_path)
+
+
+def test_without_restore_parameters_the_merged_statistics_are_named(
+        fresh_resnet: tuple[Path, Path], tmp_path: Path) -> None:
+    model, _ = fresh_resnet
+    result = graphpass.PassManager(["inline-functions", "build-training-graph"], options={
+        "build-training-graph": {"directory": str(tmp_path / "train")}}).run(
+            graphpass.load(model))
+    [refused] = [f for f in result.findings if f.code == "GP851"]
+    assert "running_mean" in refused.message and "Identity copy of initializer" in \
+        refused.message
+    assert "restore-parameters" in (refused.hint or "") and "--checkpoint" in (refused.hint or "")
     assert not (tmp_path / "train").exists()
 
 
@@ -298,6 +310,10 @@ def test_filled_from_its_checkpoint_it_trains_with_batch_statistics_like_torch(
     model, checkpoint = fresh_resnet
     findings = _emit(model, tmp_path / "train", "--checkpoint", str(checkpoint))
     assert [f["code"] for f in findings if f["severity"] == "error"] == []
+    _trains_like_torch(tmp_path)
+
+
+def _trains_like_torch(tmp_path: Path) -> None:
     directory = tmp_path / "train"
     manifest = json.loads((directory / "manifest.json").read_text())
     assert manifest["batch_norm"] == "batch-statistics"

@@ -215,11 +215,21 @@ class Checkpoint(Mapping[str, CheckpointEntry]):
 
     @classmethod
     def combine(cls, parts: Iterable[Checkpoint], *, path: str | os.PathLike[str],
-                format: str | None = None) -> Checkpoint:
+                format: str | None = None, overlap: bool = False) -> Checkpoint:
         """Join several checkpoints (shards, or checkpoints given together) into one.
 
+        Args:
+            parts: The checkpoints, in the order given.
+            path: The combined checkpoint's path (for messages).
+            format: Its format's name (default: the parts' formats joined by ``+``).
+            overlap: Whether the parts may give the same key (checkpoints a user gives
+                together, such as the original checkpoint and the module's full state):
+                the same key with equal dtype, shape and bytes is no conflict, and the
+                first part's entry is kept. Shards (``False``) give every key once.
+
         Raises:
-            CheckpointError: A key appears in more than one part.
+            CheckpointError: A key appears in more than one part (with ``overlap``: with
+                different values in two parts, naming the key and both files).
         """
         parts = list(parts)
         metadata: dict[str, str] = {}
@@ -230,9 +240,35 @@ class Checkpoint(Mapping[str, CheckpointEntry]):
             skipped.update(part.skipped)
             files.extend(f for f in part.files if f not in files)
         formats = sorted({part.format for part in parts})
-        return cls((entry for part in parts for entry in part.values()), path=path,
-                   format=format or "+".join(formats), files=files, metadata=metadata,
-                   skipped=skipped)
+        entries: list[CheckpointEntry] = []
+        if overlap:
+            kept: dict[str, tuple[Checkpoint, CheckpointEntry]] = {}
+            conflicts: list[str] = []
+            for part in parts:
+                for entry in part.values():
+                    first = kept.get(entry.key)
+                    if first is None:
+                        kept[entry.key] = (part, entry)
+                        entries.append(entry)
+                    elif not _same_values(first[1], entry):
+                        conflicts.append(f"{entry.key!r} ({first[1].dtype_name}"
+                                         f"{list(first[1].shape)} in {str(first[0].path)!r}, "
+                                         f"{entry.dtype_name}{list(entry.shape)} in "
+                                         f"{str(part.path)!r})")
+            if conflicts:
+                shown = "; ".join(conflicts[:4]) + (
+                    f"; and {len(conflicts) - 4} more" if len(conflicts) > 4 else "")
+                raise CheckpointError(
+                    f"the checkpoints given together hold different values under the same "
+                    f"key{'s' * (len(conflicts) != 1)}: {shown}",
+                    where=str(path),
+                    hint="give each key's values once: pass one of the two files alone (a "
+                         "graphpass.torch.save_state file holds every parameter and buffer "
+                         "already), or save both from the same module")
+        else:
+            entries = [entry for part in parts for entry in part.values()]
+        return cls(entries, path=path, format=format or "+".join(formats), files=files,
+                   metadata=metadata, skipped=skipped)
 
     def __getitem__(self, key: str) -> CheckpointEntry:
         return self._entries[key]
@@ -358,3 +394,13 @@ def check_member_count(path: Path) -> None:
         raise CheckpointError(f"the archive has {count} members, more than graphpass accepts "
                               f"in one checkpoint file ({MAX_TENSORS} tensors)", where=str(path),
                               hint="split the checkpoint into shards with an index")
+
+
+def _same_values(first: CheckpointEntry, second: CheckpointEntry) -> bool:
+    """Whether two entries hold the same tensor: dtype, shape and bytes."""
+    if first.storage == second.storage:
+        return True
+    if first.dtype != second.dtype or first.shape != second.shape:
+        return False
+    return bool(np.ascontiguousarray(first.numpy()).tobytes()
+                == np.ascontiguousarray(second.numpy()).tobytes())

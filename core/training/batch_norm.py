@@ -152,9 +152,10 @@ def _switch(graph: Graph, node: Node, emit: Emitter, readers: dict[str, int],
                 "running statistics are all zeros and ones, like its BatchNorm weights and "
                 "biases) into one initializer and Identity copies of it, so the nodes "
                 "cannot each carry their own from step to step",
-                hint="fill the model from its checkpoint (reconcile-initializers, "
-                     "--checkpoint): it gives every copy an initializer of its own; or train "
-                     "with batch-norm = \"running-statistics\"", node=label)
+                hint="run restore-parameters first (train-ready does), or fill the model from "
+                     "its checkpoint (reconcile-initializers, --checkpoint): each gives every "
+                     "copy an initializer of its own; or train with batch-norm = "
+                     "\"running-statistics\"", node=label)
         if not name or name not in graph.initializers or name in graph.input_names:
             raise GradientError(
                 f"batch normalization {label!r} reads its running statistics from {name!r}, "

@@ -12,6 +12,12 @@ user's checkpoint that no initializer holds, ``num_batches_tracked``):
   statistics advanced by the steps taken (one forward pass in ``train()`` mode each,
   as torch counts them).
 
+Such a checkpoint never silently lacks a key of the model's ``state_dict()``: a key
+torch's export record lists that nothing holds (a persistent buffer the exporter's
+optimizer folded into a constant, with no checkpoint given to carry its value) is an
+error naming it (:func:`check_checkpoint`), raised before anything is written, and by
+``graphpass train --checkpoint-out`` before the first step.
+
 A directory written before ``torch_state`` existed gives the trained weights and
 running statistics under the manifest's ``torch_names``, as before.
 """
@@ -28,12 +34,40 @@ from graphpass.training._errors import TrainingError
 if TYPE_CHECKING:
     from graphpass.training.trainer import Trainer
 
-__all__ = ["checkpoint_arrays"]
+__all__ = ["check_checkpoint", "checkpoint_arrays"]
+
+
+def check_checkpoint(manifest: dict[str, Any]) -> None:
+    """Raise unless a torch checkpoint of this directory can hold every ``state_dict()`` key.
+
+    Raises:
+        TrainingError: Keys torch's export record lists that no initializer and no
+            checkpoint holds, named.
+    """
+    state = manifest.get("torch_state") or {}
+    missing = list(state.get("missing", []))
+    if missing:
+        shown = ", ".join(repr(key) for key in missing[:8])
+        more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        raise TrainingError(
+            f"cannot write a checkpoint that load_state_dict(strict=True) accepts: the "
+            f"model's state_dict() has {shown}{more}, which torch's export record lists but "
+            "the model does not hold (the exporter computed constants from "
+            f"{'them' if len(missing) != 1 else 'it'}) and no checkpoint gave",
+            hint="build the training graphs with the model's state as --checkpoint (a "
+                 "graphpass.torch.save_state file, or torch's state_dict() saved as "
+                 "safetensors): its values are carried through; or write the trained "
+                 "model with --save instead")
 
 
 def checkpoint_arrays(trainer: Trainer) -> dict[str, np.ndarray]:
-    """The checkpoint's arrays by key (copies), in the manifest's order."""
+    """The checkpoint's arrays by key (copies), in the manifest's order.
+
+    Raises:
+        TrainingError: A key cannot be written (:func:`check_checkpoint`).
+    """
     manifest = trainer.manifest
+    check_checkpoint(manifest)
     state: dict[str, Any] | None = manifest.get("torch_state")
     carried = trainer.carried_arrays()
     if state is None:

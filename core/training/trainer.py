@@ -529,6 +529,9 @@ class Trainer:
         Every key the manifest's ``torch_state`` lists (tied weights under each of
         their names, buffers the export dropped from the user's checkpoint, keys as
         that checkpoint spelled them): see :mod:`graphpass.training.torch_checkpoint`.
+
+        Raises:
+            TrainingError: A key of the model's ``state_dict()`` cannot be written (named).
         """
         from graphpass.training.torch_checkpoint import checkpoint_arrays
 
@@ -541,6 +544,7 @@ class Trainer:
         safetensors.torch.load_file(path), strict=True)``.
 
         Raises:
+            TrainingError: A key of the model's ``state_dict()`` cannot be written (named).
             ModelSaveError: The file cannot be written (nothing is changed on disk).
         """
         from safetensors.numpy import save_file

@@ -24,7 +24,10 @@ a checkpoint's, and returns a :class:`Folding`: for every folded initializer its
 :class:`Fold` (the one state tensor it came from, and the :class:`Recipe` that computes
 it again, when one is known) and every fused convolution (:class:`FusedBatchNorm`).
 :func:`recompute` and :func:`unfuse` put the computation back into the graph, so that
-the parameter itself is an initializer and trains as torch trains it.
+the parameter itself is an initializer and trains as torch trains it. The legacy
+exporter also merges distinct tensors that held equal values into one initializer
+(``block2.ln.weight = Identity(block1.ln.weight)``): :func:`find_merges` finds them and
+:func:`split_merges` gives each its own initializer again.
 
 How a recipe is established, most certain first (:attr:`Fold.evidence` says which):
 
@@ -42,10 +45,16 @@ Staleness is decided, not assumed: a fold is stale when the checkpoint gives its
 values from which the recipe computes something else (:meth:`Fold.stale`).
 """
 
-from graphpass.torch.folding.finder import find_folds, find_ties
+from graphpass.torch.folding.finder import find_folds, find_merges, find_ties
 from graphpass.torch.folding.folds import Fold, Folding, FusedBatchNorm
 from graphpass.torch.folding.recipes import Broadcast, Copy, Recipe, Rows, Scale, Transpose
-from graphpass.torch.folding.rewrite import mark_state, mark_ties, recompute, unfuse
+from graphpass.torch.folding.rewrite import (
+    mark_state,
+    mark_ties,
+    recompute,
+    split_merges,
+    unfuse,
+)
 from graphpass.torch.folding.values import StateValues
 
 __all__ = [
@@ -60,9 +69,11 @@ __all__ = [
     "StateValues",
     "Transpose",
     "find_folds",
+    "find_merges",
     "find_ties",
     "mark_state",
     "mark_ties",
     "recompute",
+    "split_merges",
     "unfuse",
 ]

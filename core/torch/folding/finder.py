@@ -1,7 +1,8 @@
 """Finding what the exporter folded: torch's records first, then values, then the constants.
 
 :func:`find_folds` is the analysis (see :mod:`graphpass.torch.folding` for the order of
-evidence); :func:`find_ties` runs only its tie step.
+evidence); :func:`find_ties` runs only its tie step; :func:`find_merges` finds the legacy
+exporter's merges of distinct parameters that held equal values.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from graphpass.torch.export_record import (
     fx_target,
     graph_signature,
     module_scope,
+    records_state,
     signature_kinds,
 )
 from graphpass.torch.folding.folds import Fold, Folding, FusedBatchNorm
@@ -42,7 +44,7 @@ from graphpass.torch.folding.recipes import (
 )
 from graphpass.torch.folding.values import StateValues
 
-__all__ = ["find_folds", "find_ties", "listed_names"]
+__all__ = ["find_folds", "find_merges", "find_ties", "listed_names"]
 
 _LINEAR: Final = "aten.linear.default"
 _BATCH_NORM: Final = re.compile(r"aten\.(_native_batch_norm_legit_no_training|batch_norm|"
@@ -64,6 +66,41 @@ def find_ties(graph: Graph) -> dict[str, list[str]]:
             for alias in listed_names(graph.values[name].metadata.get(TIED_NAMES)):
                 finder._tie(name, alias)
     return finder.folding.ties
+
+
+def find_merges(graph: Graph) -> dict[str, str]:
+    """Distinct torch state the legacy exporter merged because it held equal values.
+
+    Exporting in eval mode (its default), the legacy exporter (``dynamo=False``)
+    deduplicates initializers *by value*: one initializer stays, and every other state
+    tensor of equal values is written as ``Identity`` of it under its own ``state_dict()``
+    key (a fresh model's LayerNorm weights are all ones and its biases all zeros, so
+    ``block2.ln.weight = Identity(block1.ln.weight)``). A real tie never looks so: one
+    ``Parameter`` object is exported once, under one name, and every use reads that
+    initializer (a head tied to an embedding: no ``Identity``; exported in training mode
+    the exporter deduplicates by storage, which gives no ``Identity`` either). So a named
+    ``Identity`` from one torch name to another in a model without torch's record is
+    two tensors torch trains apart.
+
+    Returns:
+        Each merged name (the ``Identity``'s output) -> the initializer it reads, in graph
+        order; empty for a model with torch's record (:func:`records_state`).
+    """
+    if records_state(graph):
+        return {}
+    merges: dict[str, str] = {}
+    for node in graph:
+        if node.op_type != "Identity" or node.domain not in ("", "ai.onnx") or \
+                len(node.inputs) != 1 or len(node.outputs) != 1:
+            continue
+        source, name = node.inputs[0], node.outputs[0]
+        tensor = graph.initializers.get(source)
+        if tensor is None or tensor.dtype not in TRAINABLE_TYPES or \
+                name in graph.initializers or name.startswith("/") or "." not in name or \
+                LEGACY_CONSTANT_NAME.fullmatch(name) or LEGACY_CONSTANT_NAME.fullmatch(source):
+            continue
+        merges[name] = source
+    return merges
 
 
 def find_folds(graph: Graph, *, checkpoint: StateValues | None = None) -> Folding:

@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from graphpass.ir import Graph, Node
+from graphpass.ir import Graph, Node, Tensor
 from graphpass.torch.export_record import (
     FOLDED_FROM,
     INPUT_KIND,
@@ -16,7 +16,7 @@ from graphpass.torch.export_record import (
 )
 from graphpass.torch.folding.folds import Fold, FusedBatchNorm
 
-__all__ = ["mark_state", "mark_ties", "recompute", "unfuse"]
+__all__ = ["mark_state", "mark_ties", "recompute", "split_merges", "unfuse"]
 
 _TAG: Final = "graphpass.folding"
 
@@ -26,6 +26,32 @@ def mark_ties(graph: Graph, ties: Mapping[str, Sequence[str]]) -> None:
     for name, aliases in ties.items():
         if name in graph.values:
             graph.values[name].set_metadata(TIED_NAMES, repr(sorted(aliases)))
+
+
+def split_merges(graph: Graph, merges: Mapping[str, str]) -> list[str]:
+    """Give each merged name (:func:`~graphpass.torch.folding.find_merges`) its own initializer.
+
+    ``name = Identity(source)`` becomes an initializer ``name`` holding a copy of
+    ``source``'s values (the values both held at export time), so that the two train
+    apart, as torch trains them.
+
+    Returns:
+        The names split, in order.
+    """
+    split: list[str] = []
+    for name, source in merges.items():
+        producer = graph.producer(name)
+        tensor = graph.initializers.get(source)
+        if producer is None or producer.op_type != "Identity" or tensor is None or \
+                list(producer.inputs) != [source]:
+            continue
+        graph.remove(producer, safe=False)
+        graph.set_initializer(Tensor.from_array(name, tensor.numpy().copy(), tensor.dtype))
+        graph.values[name].set_metadata(
+            _TAG, f"split from {source!r}: the legacy exporter had merged the two because "
+                  "they held equal values")
+        split.append(name)
+    return split
 
 
 def recompute(graph: Graph, fold: Fold, source: str | None = None) -> list[Node]:
