@@ -87,6 +87,8 @@ bench: $(STAMP) ort-venv optimum-venv
 # Exports are cached under $(GRAPHPASS_ZOO_CACHE) (default tests/.cache/zoo).
 zoo: $(STAMP) ort-venv optimum-venv
 	$(BIN)/python benchmarks/zoo.py --jobs 2
+	$(BIN)/python benchmarks/zoo_own_trainer.py --jobs 2
+	$(BIN)/python benchmarks/zoo_torch_module.py
 
 clean:
 	rm -rf $(VENV) $(ORT_VENV) $(OPTIMUM_VENV) build site .pytest_cache .mypy_cache .ruff_cache demo-output

@@ -1,0 +1,80 @@
+"""The model zoo through ``graphpass.torch.Module``, in torch's own loop, against torch eager.
+
+Each case of the zoo (``tests/zoo``) is wrapped by ``graphpass.torch.Module`` (dynamo
+export, graphpass's defaults) and trained beside torch eager by
+``zoo.torch_module.judge_module``: outputs, the first step's gradients and ten AdamW steps
+with gradient clipping against torch (``eval`` mode for every case, ``train`` mode with
+batch statistics for the convolutional ones). The table goes into the
+``zoo-torch-module`` section of ``docs/benchmarks.md``.
+
+Usage::
+
+    .venv/bin/python benchmarks/zoo_torch_module.py [--cases bert,vit] [--no-docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import zoo  # noqa: E402
+from _bench import write_docs_section  # noqa: E402
+from zoo.torch_module import judge_module, modes_of  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results" / "zoo_torch_module.json"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cases", default=",".join(c.name for c in zoo.CASES))
+    parser.add_argument("--no-docs", action="store_true")
+    args = parser.parse_args()
+    records = []
+    for name in args.cases.split(","):
+        case = zoo.case(name)
+        for mode in modes_of(case):
+            outcome = judge_module(case, mode)
+            records.append(asdict(outcome))
+            print(f"{name:13} {mode:5} {outcome.label:8} outputs {outcome.output_error} "
+                  f"gradients {outcome.gradient_error} losses {outcome.loss_error} "
+                  f"{outcome.reason}", flush=True)
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(records, indent=1))
+    counts = {label: sum(r["label"] == label for r in records)
+              for label in ("trains", "wrong", "refused", "crash")}
+    print(", ".join(f"{n} {label}" for label, n in counts.items()), f"of {len(records)}")
+    if not args.no_docs:
+        write_docs_section("zoo-torch-module", _table(records, counts))
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0e}"
+
+
+def _table(records: list[dict], counts: dict[str, int]) -> list[str]:
+    lines = [
+        "| architecture | mode | verdict | outputs | first-step gradients | 10 AdamW losses "
+        "| running statistics | exports |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        verdict = r["label"] + (f" ({r['reason']})" if r["reason"] else "")
+        lines.append(f"| {r['case']} | {r['mode']} | {verdict} | {_cell(r['output_error'])} | "
+                     f"{_cell(r['gradient_error'])} | {_cell(r['loss_error'])} | "
+                     f"{_cell(r['statistics_error'])} | {r['exports']} |")
+    lines.append("")
+    lines.append("Counts: " + ", ".join(f"{n} {label}" for label, n in counts.items())
+                 + f" of {len(records)} (relative errors against torch eager in float32).")
+    return lines
+
+
+if __name__ == "__main__":
+    main()
