@@ -49,7 +49,7 @@ def main() -> None:
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(records, indent=1))
     counts = {label: sum(r["label"] == label for r in records)
-              for label in ("trains", "wrong", "refused", "crash")}
+              for label in ("trains", "undecided", "wrong", "refused", "crash")}
     print(", ".join(f"{n} {label}" for label, n in counts.items()), f"of {len(records)}")
     if not args.no_docs:
         write_docs_section("zoo-torch-module", _table(records, counts))

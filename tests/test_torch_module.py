@@ -315,3 +315,55 @@ def test_hugging_face_models_train_in_torchs_loop_with_their_own_outputs(factory
         opt.zero_grad()
         assert out.loss.item() == pytest.approx(out_ref.loss.item(), rel=1e-5)
     assert wrapped.exports == 1  # batch and sequence sizes stay dynamic
+
+
+def test_hugging_faces_trainer_gives_the_unwrapped_runs_losses(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    torch.manual_seed(0)
+    base = _tiny_bert()
+    generator = torch.Generator().manual_seed(1)
+    data = [{"input_ids": torch.randint(0, 97, (8,), generator=generator),
+             "labels": torch.randint(0, 2, (), generator=generator)} for _ in range(16)]
+
+    def losses(model, folder):
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / folder), per_device_train_batch_size=4, max_steps=4,
+            learning_rate=1e-3, logging_steps=1, report_to=[], use_cpu=True, seed=0,
+            save_strategy="no", disable_tqdm=True)
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
+        trainer.train()
+        return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+
+    bare = losses(copy.deepcopy(base), "bare")
+    wrapped = losses(graphpass.torch.Module(copy.deepcopy(base)), "wrapped")
+    assert len(bare) == 4
+    assert wrapped == pytest.approx(bare, rel=1e-5)
+
+
+def test_a_training_step_copies_no_weight():
+    """The parameters are bound where torch keeps them: a step allocates far less than the
+    weights' size on the Python side (tracemalloc sees numpy's and Python's allocations)."""
+    import tracemalloc
+
+    class Wide(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(1024, 1024)  # 4 MiB of weights
+            self.out = nn.Linear(1024, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.out(torch.relu(self.fc(x)))
+
+    wrapped = graphpass.torch.Module(Wide())
+    x = torch.randn(2, 1024)
+    wrapped(x).sum().backward()  # export and sessions
+    tracemalloc.start()
+    try:
+        for _ in range(3):
+            wrapped(x).sum().backward()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    weights = sum(p.numel() * p.element_size() for p in wrapped.parameters())
+    assert peak < weights / 20, (peak, weights)

@@ -8,12 +8,15 @@ eager, on the same batches, with ``torch.optim.AdamW`` and gradient clipping:
 * the first step's parameter gradients equal ``torch.autograd``'s (each tensor's largest
   error relative to its largest gradient, below :data:`GRADIENT_RTOL`), and the
   parameters without a gradient are the same on both sides;
-* ten steps give torch's losses (relative :data:`LOSS_RTOL`).
+* ten steps give torch's losses (relative :data:`LOSS_RTOL`); where they do not but stay
+  within twice the distance of torch's own float32 losses from its float64 ones, the
+  case is ``undecided``: float32 cannot follow the trajectory (MobileNetV2's batch
+  statistics over two images, through ReLU6 kinks).
 
 Modes: ``eval`` (the model in ``eval()`` mode: no dropout, batch norms with running
 statistics) for every case, and ``train`` (``train()`` mode: batch statistics, running
-statistics updated and compared) for the convolutional ones, whose configs hold no
-dropout.
+statistics updated and compared) for the convolutional ones, their dropout modules in
+``eval()`` mode (onnxruntime's random stream is not torch's).
 """
 
 from __future__ import annotations
@@ -92,7 +95,11 @@ def judge_module(case: Case, mode: str) -> ModuleOutcome:
     start = time.perf_counter()
     reference = case.wrapped()
     reference.train(mode == "train")
+    for module in reference.modules():  # MobileNetV2's classifier dropout: random streams
+        if isinstance(module, torch.nn.Dropout):  # differ (tests/test_torch_module.py
+            module.eval()  # checks dropout by its statistics)
     model = copy.deepcopy(reference)
+    exact = copy.deepcopy(reference).double()  # torch in float64: the trajectory itself
     wrapped = graphpass.torch.Module(model)
     inputs = [torch.from_numpy(value) for value in case.inputs().values()]
     outcome = ModuleOutcome(case.name, mode, "trains")
@@ -109,14 +116,23 @@ def judge_module(case: Case, mode: str) -> ModuleOutcome:
     target = torch.from_numpy(case.target(tuple(out_ref.shape)))
     opt_ref = torch.optim.AdamW(reference.parameters(), lr=1e-3)
     opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-3)
+    opt_exact = torch.optim.AdamW(exact.parameters(), lr=1e-3)
+    exact_inputs = [t.double() if t.is_floating_point() else t for t in inputs]
     losses_ref: list[float] = []
+    losses_exact: list[float] = []
     for step in range(STEPS):
         if step:
             out, out_ref = wrapped(*inputs), reference(*inputs)
         loss_ref = torch.nn.functional.mse_loss(out_ref, target)
         loss = torch.nn.functional.mse_loss(out, target)
+        loss_exact = torch.nn.functional.mse_loss(exact(*exact_inputs), target.double())
         loss_ref.backward()
         loss.backward()
+        loss_exact.backward()
+        torch.nn.utils.clip_grad_norm_(exact.parameters(), 1.0)
+        opt_exact.step()
+        opt_exact.zero_grad()
+        losses_exact.append(loss_exact.item())
         if step == 0:
             outcome.gradient_error = _gradient_error(reference, model, outcome)
         for net in (reference, wrapped):
@@ -127,8 +143,9 @@ def judge_module(case: Case, mode: str) -> ModuleOutcome:
         opt.zero_grad()
         losses_ref.append(loss_ref.item())
         outcome.losses.append(loss.item())
-    outcome.loss_error = max(abs(a - b) / max(abs(b), 1e-12)
-                             for a, b in zip(outcome.losses, losses_ref, strict=True))
+    outcome.loss_error = _loss_error(outcome.losses, losses_ref)
+    torch_drift = _loss_error(losses_ref, losses_exact)  # torch float32 against float64
+    own_drift = _loss_error(outcome.losses, losses_exact)
     buffers = [(a, b) for (name, a), b in zip(reference.named_buffers(), model.buffers(),
                                               strict=True)
                if "running" in name]
@@ -143,6 +160,16 @@ def judge_module(case: Case, mode: str) -> ModuleOutcome:
         ("running statistics", outcome.statistics_error, LOSS_RTOL * 10))
         if value is not None and value > limit]
     if failed and outcome.label == "trains":
-        outcome.label = "wrong"
-        outcome.reason = "differs from torch: " + ", ".join(failed)
+        if failed[0] == "losses" and own_drift <= 2 * torch_drift:
+            outcome.label = "undecided"
+            outcome.reason = (f"float32 cannot follow: torch's float32 losses are "
+                              f"{torch_drift:.1e} from its float64 ones, graphpass's "
+                              f"{own_drift:.1e}")
+        else:
+            outcome.label = "wrong"
+            outcome.reason = "differs from torch: " + ", ".join(failed)
     return outcome
+
+
+def _loss_error(losses: list[float], reference: list[float]) -> float:
+    return max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, reference, strict=True))

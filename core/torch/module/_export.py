@@ -170,13 +170,78 @@ def _dynamo(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str,
             settings: dict[str, Any]) -> onnx.ModelProto:
     settings = dict(settings)
     settings.pop("dynamo", None)
-    if "dynamic_shapes" not in settings:
-        settings["dynamic_shapes"] = _dynamic_shapes(module, args, kwargs)
-    program = torch.onnx.export(module, args, kwargs=dict(kwargs), dynamo=True, verbose=False,
-                                **settings)
+    if "dynamic_shapes" in settings or not _fills_var_keyword(module, args, kwargs):
+        settings.setdefault("dynamic_shapes", _dynamic_shapes(module, args, kwargs))
+        program = torch.onnx.export(module, args, kwargs=dict(kwargs), dynamo=True,
+                                    verbose=False, **settings)
+        if program is None:
+            raise ExportError("torch.onnx.export returned nothing")
+        return program.model_proto
+    # torch.export cannot take dynamic shapes for arguments a forward's **kwargs collects
+    # (Hugging Face's Trainer passes num_items_in_batch so): export a module that takes
+    # the call's tensors positionally, then give the weights their own names back.
+    leaves, spec = pytree.tree_flatten((args, dict(kwargs)))
+    positional = _Positional(module, leaves, spec)
+    tensors = tuple(leaf for leaf in leaves if isinstance(leaf, torch.Tensor))
+    settings["dynamic_shapes"] = {"tensors": tuple(
+        {axis: torch.export.Dim.AUTO for axis in range(t.dim())} if t.dim() else None
+        for t in tensors)}
+    program = torch.onnx.export(positional, tensors, dynamo=True, verbose=False, **settings)
     if program is None:
         raise ExportError("torch.onnx.export returned nothing")
-    return program.model_proto
+    proto: onnx.ModelProto = program.model_proto
+    _strip_weight_prefix(proto, _Positional.PREFIX)
+    return proto
+
+
+class _Positional(torch.nn.Module):
+    """``module`` called with the tensors of one call signature, positionally."""
+
+    PREFIX = "module."
+
+    def __init__(self, module: torch.nn.Module, leaves: list[Any], spec: Any):
+        super().__init__()
+        self.module = module
+        self._leaves = leaves
+        self._spec = spec
+
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        given = iter(tensors)
+        leaves = [next(given) if isinstance(leaf, torch.Tensor) else leaf
+                  for leaf in self._leaves]
+        args, kwargs = pytree.tree_unflatten(leaves, self._spec)
+        return self.module(*args, **kwargs)
+
+
+def _fills_var_keyword(module: torch.nn.Module, args: tuple[Any, ...],
+                       kwargs: Mapping[str, Any]) -> bool:
+    bound = inspect.signature(module.forward).bind(*args, **kwargs)
+    return any(bound.signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD
+               and value for name, value in bound.arguments.items())
+
+
+def _strip_weight_prefix(proto: onnx.ModelProto, prefix: str) -> None:
+    """Rename the weights ``PREFIX + name`` to ``name`` everywhere in the main graph."""
+    graph = proto.graph
+    renamed = {t.name: t.name[len(prefix):] for t in graph.initializer
+               if t.name.startswith(prefix)}
+    for tensor in graph.initializer:
+        tensor.name = renamed.get(tensor.name, tensor.name)
+    for info in (*graph.input, *graph.value_info, *graph.output):
+        info.name = renamed.get(info.name, info.name)
+    for node in graph.node:
+        for index, name in enumerate(node.input):
+            if name in renamed:
+                node.input[index] = renamed[name]
+    # torch's export record names the weights and their placeholders (p_module_a_b for
+    # parameter module.a.b) in metadata: the record must name the weights as they are now.
+    placeholder = re.compile(r"\b([pbc])_" + re.escape(prefix.rstrip(".")) + "_")
+    target = re.compile(r"(['\"])" + re.escape(prefix))
+    holders = [graph, *graph.input, *graph.value_info, *graph.output, *graph.initializer,
+               *graph.node]
+    for holder in holders:
+        for entry in holder.metadata_props:
+            entry.value = target.sub(r"\1", placeholder.sub(r"\1_", entry.value))
 
 
 def _dynamic_shapes(module: torch.nn.Module, args: tuple[Any, ...],
@@ -185,9 +250,9 @@ def _dynamic_shapes(module: torch.nn.Module, args: tuple[Any, ...],
     bound = inspect.signature(module.forward).bind(*args, **kwargs)
 
     def spec(leaf: Any) -> Any:
-        if isinstance(leaf, torch.Tensor):
+        if isinstance(leaf, torch.Tensor) and leaf.dim():
             return {axis: torch.export.Dim.AUTO for axis in range(leaf.dim())}
-        return None
+        return None  # a scalar (nothing to make dynamic), or not a tensor
 
     shapes: dict[str, Any] = {}
     for name, value in bound.arguments.items():
