@@ -135,7 +135,7 @@ def overhead_worker(steps: int) -> dict[str, Any]:
         back = program.backward.io_binding()
         for name in graphs.saved:
             back.bind_ortvalue_input(name, values[name])
-        held += [bind_input(back, n, program.weights[n] if n in program.weights else x)
+        held += [bind_input(back, n, program.weights.get(n, x))
                  for n in graphs.backward_inputs]
         held.append(bind_input(back, graphs.seeded[graphs.outputs[0]], torch.ones(8, 4)))
         for name in program.trainable:
