@@ -367,3 +367,17 @@ def test_a_training_step_copies_no_weight():
         tracemalloc.stop()
     weights = sum(p.numel() * p.element_size() for p in wrapped.parameters())
     assert peak < weights / 20, (peak, weights)
+
+
+def test_gradients_accumulate_in_grad_and_hooks_see_them():
+    reference, model, wrapped = _pair(Seed)
+    x = torch.randn(3, 8)
+    seen = []
+    model.head.weight.register_hook(lambda grad: seen.append(grad.clone()))
+    for _ in range(2):  # two micro-batches, no zero_grad between them
+        wrapped(x).pow(2).mean().backward()
+        reference(x).pow(2).mean().backward()
+    assert len(seen) == 2
+    assert torch.allclose(model.head.weight.grad, 2 * seen[0], atol=1e-6)
+    for a, b in zip(reference.parameters(), model.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-5)

@@ -20,6 +20,7 @@ from graphpass.findings import Severity
 from graphpass.framework.manager import PassManager
 from graphpass.ir import Model
 from graphpass.ir.proto import model_to_bytes
+from graphpass.torch.export_record import module_scope
 from graphpass.torch.module._export import Exported
 from graphpass.training.autodiff import prune
 from graphpass.training.builder import GradientError
@@ -89,13 +90,35 @@ def ready_model(exported: Exported, module: torch.nn.Module, *, passes: Sequence
     errors = [f for f in result.findings if f.severity is Severity.ERROR]
     if errors:
         first = errors[0]
-        where = first.node or first.value or first.function
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise PreparationError(
             f"{first.code} {first.message}{more}",
-            where=f"{type(module).__name__}: node {where!r}" if where else type(module).__name__,
-            hint=first.hint)
+            where=_where(result.model, module, first.node or first.value or first.function),
+            hint=_hint(first.hint))
     return result.model
+
+
+def _where(model: Model, module: torch.nn.Module, node_name: str | None) -> str:
+    """``Net``, or ``Net, module up (Up), node 'node_upsample'``: where a refusal points."""
+    where = type(module).__name__
+    if not node_name:
+        return where
+    node = next((n for n in model.graph if n.name == node_name), None)
+    path = module_scope(node) if node is not None else None
+    if path:
+        try:
+            kind = type(module.get_submodule(path)).__name__
+        except AttributeError:
+            kind = "?"
+        where += f", module {path!r} ({kind})"
+    return f"{where}, node {node_name!r}"
+
+
+def _hint(hint: str | None) -> str:
+    """A pass's hint, and what a torch module's user does instead of a pass option."""
+    own = ("in torch: freeze the parameters behind it (requires_grad_(False)), or wrap with "
+           "fallback=True to run the module in torch")
+    return f"{hint}; {own}" if hint else own
 
 
 def _check_parameters_bound(model: Model, module: torch.nn.Module,
@@ -142,10 +165,8 @@ def prepare(model: Model, exported: Exported, module: torch.nn.Module, *, traini
             model, wrt=wrt, bound=bound,
             batch_norm="batch-statistics" if training else "running-statistics")
     except GradientError as error:
-        raise PreparationError(
-            error.message, where=f"{type(module).__name__}: node {error.node!r}"
-            if getattr(error, "node", None) else type(module).__name__,
-            hint=error.hint) from error
+        raise PreparationError(error.message, where=_where(model, module, error.node),
+                               hint=_hint(error.hint)) from error
     options = session_options if session_options is not None else default_session_options()
 
     def session(forward_model: Model) -> Any:
