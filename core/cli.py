@@ -39,11 +39,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from rich.console import Console
+from rich.text import Text
 
 from graphpass.batch import (
     ModelResult,
     ModelTask,
     Settings,
+    batch_totals,
     dask_executor,
     exit_code,
     is_many,
@@ -80,6 +82,7 @@ from graphpass.reporting.render import (
     render_sarif,
     render_text,
     report_dict,
+    summary_line,
 )
 from graphpass.reporting.summary import model_summary, render_summary
 from graphpass.reporting.training import (
@@ -876,30 +879,42 @@ def _report_batch(args: argparse.Namespace, results: Sequence[ModelResult],
                 render_batch_text(results, Console(file=handle, width=120, markup=False), info)
         else:
             render_batch_text(results, _stdout_console(), info)
-        return
-    text = (render_batch_json(results, info) if args.format == "json"
-            else render_batch_sarif(results, info))
-    if args.report:
-        Path(args.report).write_text(text + "\n", encoding="utf-8")
     else:
-        sys.stdout.write(text + "\n")
+        text = (render_batch_json(results, info) if args.format == "json"
+                else render_batch_sarif(results, info))
+        if args.report:
+            Path(args.report).write_text(text + "\n", encoding="utf-8")
+        else:
+            sys.stdout.write(text + "\n")
+    if args.report:
+        _print_report_written(batch_totals(results), args.report)
 
 
 def _report(args: argparse.Namespace, result: RunSummary, config: PipelineFile | None,
             registry: Registry, *, command: str, model: str, output: str | None) -> None:
     info = _report_info(args, config, registry, command, model, output)
+    report = getattr(args, "report", None)
     if args.format == "text":
-        if getattr(args, "report", None):
-            with open(args.report, "w", encoding="utf-8") as handle:
+        if report:
+            with open(report, "w", encoding="utf-8") as handle:
                 render_text(result, Console(file=handle, width=120, markup=False), info)
         else:
             render_text(result, _stdout_console(), info)
-        return
-    text = render_json(result, info) if args.format == "json" else render_sarif(result, info)
-    if getattr(args, "report", None):
-        Path(args.report).write_text(text + "\n", encoding="utf-8")
     else:
-        sys.stdout.write(text + "\n")
+        text = render_json(result, info) if args.format == "json" else render_sarif(result, info)
+        if report:
+            Path(report).write_text(text + "\n", encoding="utf-8")
+        else:
+            sys.stdout.write(text + "\n")
+    if report:
+        _print_report_written(summary_line(result, info), report)
+
+
+def _print_report_written(summary: Text, report: str) -> None:
+    """With ``--report``, the report's summary line on the console and where the report went."""
+    line = summary.copy()
+    line.append(f"; report written to {report}")
+    _stdout_console().print(line, soft_wrap=True)
 
 
 def _rule_descriptions(registry: Registry) -> dict[str, str]:

@@ -19,7 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from graphpass.torch.export_record import ORIGINAL_NAME, folded_from, input_spec_kind
+from graphpass.torch.export_record import (
+    INPUT_PERSISTENT,
+    ORIGINAL_NAME,
+    folded_from,
+    input_spec_kind,
+)
 
 if TYPE_CHECKING:
     from graphpass.ir import Graph
@@ -45,6 +50,9 @@ class Target:
         is_input: Whether it is a graph input (with or without a default).
         placeholder: The torch.export placeholder it came from, if recorded.
         folded_from: The weights the exporter's optimizer computed it from, if any.
+        outside_state_dict: What torch's export record says it is when that is a tensor
+            ``state_dict()`` never holds (``"non-persistent buffer"``, ``"tensor
+            constant"``), else ``None``: no rename can fill it from such a checkpoint.
     """
 
     name: str
@@ -55,6 +63,7 @@ class Target:
     is_input: bool
     placeholder: str | None = None
     folded_from: tuple[str, ...] = ()
+    outside_state_dict: str | None = None
 
 
 def collect_targets(graph: Graph, signature: Mapping[str, str]) -> list[Target]:
@@ -74,7 +83,7 @@ def collect_targets(graph: Graph, signature: Mapping[str, str]) -> list[Target]:
         folds = folded_from(metadata)
         targets.append(Target(name, "initializer", tensor.dtype, tensor.shape,
                               _is_weight(name, placeholder, folds, signature), name in inputs,
-                              placeholder, folds))
+                              placeholder, folds, _outside_state_dict(metadata)))
     for value in graph.inputs:
         if value.name in graph.initializers:
             continue
@@ -84,7 +93,7 @@ def collect_targets(graph: Graph, signature: Mapping[str, str]) -> list[Target]:
         targets.append(Target(value.name, "input", value.elem_type, value.shape,
                               kind in _STATE or value.name.startswith("onnx::"), True,
                               value.metadata.get(ORIGINAL_NAME) or placeholder_of.get(value.name),
-                              folded_from(value.metadata)))
+                              folded_from(value.metadata), _outside_state_dict(value.metadata)))
     for name in graph.free_names:
         value = graph.value(name)
         placeholder = value.metadata.get(ORIGINAL_NAME) or placeholder_of.get(name)
@@ -93,6 +102,16 @@ def collect_targets(graph: Graph, signature: Mapping[str, str]) -> list[Target]:
                               _is_weight(name, placeholder, folds, signature), False,
                               placeholder, folds))
     return targets
+
+
+def _outside_state_dict(metadata: Mapping[str, str]) -> str | None:
+    """``"non-persistent buffer"`` or ``"tensor constant"`` when torch's record says so."""
+    kind = input_spec_kind(dict(metadata))
+    if kind == "buffer" and metadata.get(INPUT_PERSISTENT) == "False":
+        return "non-persistent buffer"
+    if kind == "constant" and not folded_from(dict(metadata)):
+        return "tensor constant"
+    return None
 
 
 def _is_weight(name: str, placeholder: str | None, folds: tuple[str, ...],
