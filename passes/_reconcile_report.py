@@ -140,6 +140,17 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
                 "input": "it stays a graph input that must be fed",
                 "undefined": "it stays undefined"}.get(target.source, "it stays as it was")
         kind = target.outside_state_dict
+        if kind == "buffer":  # persistent (under another key) or not (in no state_dict())
+            findings.append(Finding(
+                "GP201", Severity.WARNING,
+                f"no checkpoint key fills {target.source} {name!r} (torch's export marks it a "
+                f"buffer; state_dict() holds a buffer only if it is persistent); {fate}",
+                PASS_NAME, value=name,
+                hint="a non-persistent buffer is in no state_dict(): write the checkpoint with "
+                     "graphpass.torch.save_state(model, path), which holds it; a persistent one "
+                     "is under another key: add a rename (checkpoint key = name) or a regex "
+                     "rule"))
+            continue
         if kind is not None:  # no key of a state_dict() can hold it: a rename cannot help
             findings.append(Finding(
                 "GP201", Severity.WARNING,

@@ -24,6 +24,7 @@ from graphpass.torch.export_record import (
     ORIGINAL_NAME,
     folded_from,
     input_spec_kind,
+    signature_kinds,
 )
 
 if TYPE_CHECKING:
@@ -52,7 +53,9 @@ class Target:
         folded_from: The weights the exporter's optimizer computed it from, if any.
         outside_state_dict: What torch's export record says it is when that is a tensor
             ``state_dict()`` never holds (``"non-persistent buffer"``, ``"tensor
-            constant"``), else ``None``: no rename can fill it from such a checkpoint.
+            constant"``), so that no rename can fill it from such a checkpoint; or
+            ``"buffer"`` when the record says buffer without saying whether a persistent
+            one (which ``state_dict()`` holds); else ``None``.
     """
 
     name: str
@@ -94,13 +97,18 @@ def collect_targets(graph: Graph, signature: Mapping[str, str]) -> list[Target]:
                               kind in _STATE or value.name.startswith("onnx::"), True,
                               value.metadata.get(ORIGINAL_NAME) or placeholder_of.get(value.name),
                               folded_from(value.metadata), _outside_state_dict(value.metadata)))
+    kinds = signature_kinds(graph) if graph.free_names else {}
     for name in graph.free_names:
         value = graph.value(name)
         placeholder = value.metadata.get(ORIGINAL_NAME) or placeholder_of.get(name)
         folds = folded_from(value.metadata)
+        # Saved without initializers, a name keeps no record of its own; the export's
+        # signature still says it is a buffer, though not whether a persistent one.
+        outside = _outside_state_dict(value.metadata) or (
+            "buffer" if kinds.get(name) == "buffer" else None)
         targets.append(Target(name, "undefined", value.elem_type, value.shape,
                               _is_weight(name, placeholder, folds, signature), False,
-                              placeholder, folds))
+                              placeholder, folds, outside))
     return targets
 
 

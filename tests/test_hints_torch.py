@@ -11,6 +11,7 @@ asks for it.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -208,3 +209,55 @@ def test_check_names_an_undefined_weight_in_its_own_words(export, cli):
     findings = _run(export("dynamo-no-initializers"), ["detect-missing-buffers"])
     named = {f.value for f in findings if f.code.startswith("GP3")}
     assert set(finding.data["undefined"]) <= named
+
+
+def test_gp201_for_a_buffer_saved_without_its_weights(export, module, state_dict_checkpoint,
+                                                      tmp_path):
+    """Saved with include_initializers=False, only the signature says ``scale`` is a buffer."""
+    findings = _run(export("dynamo-no-initializers"), ["reconcile-initializers"],
+                    checkpoints=[state_dict_checkpoint])
+    (finding,) = (f for f in findings if f.code == "GP201" and f.value == "scale")
+    assert "buffer" in finding.message and "save_state" in (finding.hint or "")
+    full = gp_torch.save_state(module, tmp_path / "full.safetensors")
+    findings = _run(export("dynamo-no-initializers"), ["reconcile-initializers"],
+                    checkpoints=[full])
+    assert "GP201" not in {f.code for f in findings}, [f.message for f in findings]
+
+
+# ====================================================== every hint seen here
+_PASS_IN_HINT = re.compile(r"(?:-p |run |`)([a-z][a-z0-9]*(?:-[a-z0-9]+)+)\b")
+_FLAG_IN_HINT = re.compile(r"(?<![\w-])(--[a-z][a-z-]+)")
+
+
+def test_every_hint_names_passes_and_options_that_exist(export, state_dict_checkpoint):
+    """Across the exports and the pipelines above, no hint names a pass or a flag that
+    does not exist (a renamed pass or option left behind in a hint)."""
+    from graphpass.cli import _parser
+    from graphpass.framework.plugin_loading import default_registry
+
+    registry = default_registry()
+    names = set(registry.passes) | set(registry.pipelines)
+    parser = _parser()
+    flags = {option for action in parser._actions for option in action.option_strings}
+    for sub in parser._subparsers._group_actions[0].choices.values():  # type: ignore[union-attr]
+        flags |= {option for action in sub._actions for option in action.option_strings}
+    seen: set[str] = set()
+    named: set[str] = set()
+    for kind in ("legacy", "dynamo", "dynamo-no-optimize", "dynamo-no-initializers"):
+        for passes, checkpoints in ((["train-ready"], [state_dict_checkpoint]),
+                                    (["train-ready"], []),
+                                    (["detect-missing-buffers", "check"], []),
+                                    (["lint-gradients"], [])):
+            for finding in _run(export(kind), passes, checkpoints=checkpoints):
+                if not finding.hint:
+                    continue
+                seen.add(finding.code)
+                for name in _PASS_IN_HINT.findall(finding.hint):
+                    if name.startswith(("onnxruntime", "state-dict")):
+                        continue
+                    assert name in names, (finding.code, name, finding.hint)
+                    named.add(name)
+                for flag in _FLAG_IN_HINT.findall(finding.hint):
+                    assert flag in flags, (finding.code, flag, finding.hint)
+    assert {"GP201", "GP205", "GP301", "GP403", "GP426"} <= seen, seen
+    assert {"fix-training-ops", "train-ready"} <= named, named
