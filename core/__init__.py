@@ -9,8 +9,10 @@ graphpass.save(result.model, "out.onnx")
 ```
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from graphpass import _moved
-from graphpass.checkpoint import Checkpoint, CheckpointLoader, open_checkpoint
 from graphpass.errors import (
     CheckpointError,
     ConfigError,
@@ -24,27 +26,80 @@ from graphpass.errors import (
     PipelineError,
     PluginError,
 )
-from graphpass.files import load, save
-from graphpass.files.validate import validate
 from graphpass.findings import Finding, Severity
-from graphpass.framework.instruments import Instrument
-from graphpass.framework.manager import PassManager
-from graphpass.framework.onnx_ir_pass import OnnxIRPass, RewriteRules
-from graphpass.framework.pass_base import AnalysisPass, Pass, PassContext, PassResult
-from graphpass.framework.pipeline import Pipeline, PipelineStep
-from graphpass.framework.results import PassRecord, RunResult
-from graphpass.ir import (
-    Attribute,
-    Function,
-    FunctionId,
-    Graph,
-    Model,
-    Node,
-    Tensor,
-    Use,
-    Value,
-)
-from graphpass.training.gradient_rules import GradientRules
+
+if TYPE_CHECKING:
+    from graphpass.checkpoint import Checkpoint, CheckpointLoader, open_checkpoint
+    from graphpass.files import load, save
+    from graphpass.files.validate import validate
+    from graphpass.framework.instruments import Instrument
+    from graphpass.framework.manager import PassManager
+    from graphpass.framework.onnx_ir_pass import OnnxIRPass, RewriteRules
+    from graphpass.framework.pass_base import AnalysisPass, Pass, PassContext, PassResult
+    from graphpass.framework.pipeline import Pipeline, PipelineStep
+    from graphpass.framework.results import PassRecord, RunResult
+    from graphpass.ir import (
+        Attribute,
+        Function,
+        FunctionId,
+        Graph,
+        Model,
+        Node,
+        Tensor,
+        Use,
+        Value,
+    )
+    from graphpass.training.gradient_rules import GradientRules
+
+_LAZY: dict[str, str] = {
+    "Checkpoint": "graphpass.checkpoint",
+    "CheckpointLoader": "graphpass.checkpoint",
+    "open_checkpoint": "graphpass.checkpoint",
+    "load": "graphpass.files",
+    "save": "graphpass.files",
+    "validate": "graphpass.files.validate",
+    "Instrument": "graphpass.framework.instruments",
+    "PassManager": "graphpass.framework.manager",
+    "OnnxIRPass": "graphpass.framework.onnx_ir_pass",
+    "RewriteRules": "graphpass.framework.onnx_ir_pass",
+    "AnalysisPass": "graphpass.framework.pass_base",
+    "Pass": "graphpass.framework.pass_base",
+    "PassContext": "graphpass.framework.pass_base",
+    "PassResult": "graphpass.framework.pass_base",
+    "Pipeline": "graphpass.framework.pipeline",
+    "PipelineStep": "graphpass.framework.pipeline",
+    "PassRecord": "graphpass.framework.results",
+    "RunResult": "graphpass.framework.results",
+    "Attribute": "graphpass.ir",
+    "Function": "graphpass.ir",
+    "FunctionId": "graphpass.ir",
+    "Graph": "graphpass.ir",
+    "Model": "graphpass.ir",
+    "Node": "graphpass.ir",
+    "Tensor": "graphpass.ir",
+    "Use": "graphpass.ir",
+    "Value": "graphpass.ir",
+    "GradientRules": "graphpass.training.gradient_rules",
+}
+"""The public names that need onnx (and numpy) to import, and the modules that give them.
+
+They are imported on first use (:func:`__getattr__`), so that ``import graphpass`` alone,
+and the command line's ``--version`` and ``--help``, import neither onnx nor numpy."""
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name of :data:`_LAZY` on first use (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'graphpass' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "AnalysisPass",

@@ -36,61 +36,21 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from rich.console import Console
-
-from graphpass.batch import (
-    ModelResult,
-    ModelTask,
-    Settings,
-    dask_executor,
-    exit_code,
-    is_many,
-    make_tasks,
-    map_tasks,
-    process_pool,
-    render_batch_json,
-    render_batch_sarif,
-    render_batch_text,
-    run_model,
-)
-from graphpass.batch._tasks import Command
 from graphpass.errors import GraphpassError
-from graphpass.files import load
-from graphpass.framework.config import PipelineFile, load_pipeline_file, parse_value
-from graphpass.framework.plugin_loading import default_registry
-from graphpass.framework.registry import Registry
-from graphpass.framework.results import RunSummary
-from graphpass.framework.verify import VerifyOptions
-from graphpass.reporting.listings import (
-    clashes_data,
-    passes_data,
-    pipelines_data,
-    plan_data,
-    plugins_data,
-    print_passes,
-    print_plan,
-    print_plugins,
-)
-from graphpass.reporting.progress import FileProgress, StepProgress, loading
-from graphpass.reporting.render import (
-    ReportInfo,
-    render_json,
-    render_sarif,
-    render_text,
-    report_dict,
-)
-from graphpass.reporting.summary import model_summary, render_summary
-from graphpass.reporting.training import (
-    TrainingReport,
-    print_build_summary,
-    print_evaluation,
-    print_step,
-    print_training_summary,
-    training_dict,
-)
-from graphpass.training.directory import MANIFEST
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
+    from graphpass.batch import ModelResult, Settings
+    from graphpass.batch._tasks import Command
+    from graphpass.framework.config import PipelineFile
+    from graphpass.framework.registry import Registry
+    from graphpass.framework.results import RunSummary
+    from graphpass.framework.verify import VerifyOptions
+    from graphpass.reporting.render import ReportInfo
 
 __all__ = ["main"]
 
@@ -417,6 +377,7 @@ def _lint(args: argparse.Namespace) -> int:
 
 def _check_models(args: argparse.Namespace, command: Command) -> int:
     """``run`` or ``lint``: one model as before, several as a batch with one report."""
+    from graphpass.batch import is_many
     name = f"graphpass {command}"
     if getattr(args, "max_iterations", None) is not None and args.max_iterations < 1:
         raise UsageError("--max-iterations must be at least 1", name)
@@ -429,6 +390,7 @@ def _check_models(args: argparse.Namespace, command: Command) -> int:
 
 def _check_one(args: argparse.Namespace, settings: Settings, config: PipelineFile | None,
                registry: Registry) -> int:
+    from graphpass.batch import ModelTask, run_model
     command = settings.command
     model_path = Path(args.models[0])
     output = None
@@ -456,6 +418,8 @@ def _check_one(args: argparse.Namespace, settings: Settings, config: PipelineFil
 
 def _check_many(args: argparse.Namespace, settings: Settings, config: PipelineFile | None,
                 registry: Registry) -> int:
+    from graphpass.batch import exit_code, make_tasks, map_tasks
+    from graphpass.reporting.progress import FileProgress
     command = settings.command
     name = f"graphpass {command}"
     for flag, given in (("--dump-after", settings.dump_after),
@@ -505,6 +469,7 @@ def _check_many(args: argparse.Namespace, settings: Settings, config: PipelineFi
 @contextlib.contextmanager
 def _executor(args: argparse.Namespace, tasks: int) -> Iterator[Executor | None]:
     """Where a batch runs: here (-j 1), in a process pool (-j N), on a Dask cluster."""
+    from graphpass.batch import dask_executor, process_pool
     if args.executor == "dask":
         if not args.scheduler:
             raise UsageError("--executor dask needs --scheduler ADDRESS (tcp://HOST:PORT)")
@@ -525,6 +490,10 @@ def _executor(args: argparse.Namespace, tasks: int) -> Iterator[Executor | None]
 
 def _train(args: argparse.Namespace) -> int:
     """``train``: build the training graphs of a model (or take a directory) and train."""
+    from graphpass.batch import ModelTask, run_model
+    from graphpass.reporting.render import report_dict
+    from graphpass.reporting.training import print_build_summary
+    from graphpass.training.directory import MANIFEST
     name = "graphpass train"
     _check_train_arguments(args, name)
     source = Path(args.model)
@@ -602,6 +571,14 @@ def _open_data(paths: list[str], args: argparse.Namespace, columns: list[str], *
 
 def _train_directory(args: argparse.Namespace, directory: Path, *, kept: bool,
                      build: dict[str, Any] | None) -> int:
+    from graphpass.reporting.progress import StepProgress
+    from graphpass.reporting.training import (
+        TrainingReport,
+        print_evaluation,
+        print_step,
+        print_training_summary,
+        training_dict,
+    )
     from graphpass.training import Trainer
     from graphpass.training.fit import fit
 
@@ -683,6 +660,7 @@ def _absolute(paths: list[str]) -> list[str]:
 
 
 def _passes(args: argparse.Namespace) -> int:
+    from graphpass.reporting.listings import passes_data, pipelines_data, print_passes
     registry = _registry(args, None)
     if args.format == "json":
         _write_json({"passes": passes_data(registry), "pipelines": pipelines_data(registry)})
@@ -692,6 +670,7 @@ def _passes(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from graphpass.reporting.listings import plan_data, print_plan
     config, registry = _setup(args)
     manager = _settings(args, "run", config, registry).manager(registry, config)
     for warning in manager.warnings:
@@ -705,6 +684,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _plugins(args: argparse.Namespace) -> int:
+    from graphpass.reporting.listings import clashes_data, plugins_data, print_plugins
     registry = _registry(args, None, report_problems=False)
     if args.format == "json":
         _write_json({"plugins": plugins_data(registry), "warnings": list(registry.warnings),
@@ -715,6 +695,7 @@ def _plugins(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    from graphpass.reporting.summary import model_summary, render_summary
     model = _load(Path(args.model))
     summary = model_summary(model)
     summary["model"]["path"] = args.model
@@ -727,6 +708,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 # ===================================================================== helpers
 def _setup(args: argparse.Namespace) -> tuple[PipelineFile | None, Registry]:
+    from graphpass.framework.config import load_pipeline_file
     config = load_pipeline_file(args.config) if args.config else None
     registry = _registry(args, config)
     if config is not None:
@@ -736,6 +718,7 @@ def _setup(args: argparse.Namespace) -> tuple[PipelineFile | None, Registry]:
 
 def _registry(args: argparse.Namespace, config: PipelineFile | None, *,
               report_problems: bool = True) -> Registry:
+    from graphpass.framework.plugin_loading import default_registry
     disable = [*args.disable_plugin, *(config.disable_plugins if config else ())]
     strict = args.strict_plugins or bool(config and config.strict_plugins)
     registry = default_registry(disable=disable, strict=strict)
@@ -752,6 +735,7 @@ def _registry(args: argparse.Namespace, config: PipelineFile | None, *,
 
 def _verify_options(args: argparse.Namespace,
                     configured: VerifyOptions | None) -> VerifyOptions | None:
+    from graphpass.framework.verify import VerifyOptions
     asked = (args.verify or args.verify_inputs or args.verify_per_pass or args.verify_dim
              or args.verify_optional or args.verify_rtol is not None
              or args.verify_atol is not None)
@@ -785,6 +769,7 @@ def _verify_options(args: argparse.Namespace,
 def _settings(args: argparse.Namespace, command: Command, config: PipelineFile | None,
               registry: Registry) -> Settings:
     """The settings of every model's task, from the flags (paths made absolute)."""
+    from graphpass.batch import Settings
     passes = tuple(name.strip() for group in args.passes for name in group.split(",")
                    if name.strip())
     options: dict[str, dict[str, Any]] = {}
@@ -851,6 +836,7 @@ def _training_graph_defaults(options: dict[str, dict[str, Any]],
 
 
 def _parse_option(text: str) -> tuple[str, str, Any]:
+    from graphpass.framework.config import parse_value
     key, separator, value = text.partition("=")
     name, dot, option = key.strip().rpartition(".")
     if not separator or not dot or not name or not option:
@@ -860,12 +846,15 @@ def _parse_option(text: str) -> tuple[str, str, Any]:
 
 
 def _load(path: Path) -> Any:
+    from graphpass.files import load
+    from graphpass.reporting.progress import loading
     with loading(path):
         return load(path)
 
 
 def _report_info(args: argparse.Namespace, config: PipelineFile | None, registry: Registry,
                  command: str, model: str | None, output: str | None) -> ReportInfo:
+    from graphpass.reporting.render import ReportInfo
     return ReportInfo(command=command, model=model, output=output,
                       tool_version=_version(), rules=_rule_descriptions(registry),
                       show_time=getattr(args, "time", False)
@@ -875,6 +864,14 @@ def _report_info(args: argparse.Namespace, config: PipelineFile | None, registry
 
 def _report_batch(args: argparse.Namespace, results: Sequence[ModelResult],
                   config: PipelineFile | None, registry: Registry, *, command: str) -> None:
+    from rich.console import Console
+
+    from graphpass.batch import (
+        batch_totals,
+        render_batch_json,
+        render_batch_sarif,
+        render_batch_text,
+    )
     info = _report_info(args, config, registry, command, None, None)
     if args.format == "text":
         if args.report:
@@ -882,30 +879,45 @@ def _report_batch(args: argparse.Namespace, results: Sequence[ModelResult],
                 render_batch_text(results, Console(file=handle, width=120, markup=False), info)
         else:
             render_batch_text(results, _stdout_console(), info)
-        return
-    text = (render_batch_json(results, info) if args.format == "json"
-            else render_batch_sarif(results, info))
-    if args.report:
-        Path(args.report).write_text(text + "\n", encoding="utf-8")
     else:
-        sys.stdout.write(text + "\n")
+        text = (render_batch_json(results, info) if args.format == "json"
+                else render_batch_sarif(results, info))
+        if args.report:
+            Path(args.report).write_text(text + "\n", encoding="utf-8")
+        else:
+            sys.stdout.write(text + "\n")
+    if args.report:
+        _print_report_written(batch_totals(results), args.report)
 
 
 def _report(args: argparse.Namespace, result: RunSummary, config: PipelineFile | None,
             registry: Registry, *, command: str, model: str, output: str | None) -> None:
+    from rich.console import Console
+
+    from graphpass.reporting.render import render_json, render_sarif, render_text, summary_line
     info = _report_info(args, config, registry, command, model, output)
+    report = getattr(args, "report", None)
     if args.format == "text":
-        if getattr(args, "report", None):
-            with open(args.report, "w", encoding="utf-8") as handle:
+        if report:
+            with open(report, "w", encoding="utf-8") as handle:
                 render_text(result, Console(file=handle, width=120, markup=False), info)
         else:
             render_text(result, _stdout_console(), info)
-        return
-    text = render_json(result, info) if args.format == "json" else render_sarif(result, info)
-    if getattr(args, "report", None):
-        Path(args.report).write_text(text + "\n", encoding="utf-8")
     else:
-        sys.stdout.write(text + "\n")
+        text = render_json(result, info) if args.format == "json" else render_sarif(result, info)
+        if report:
+            Path(report).write_text(text + "\n", encoding="utf-8")
+        else:
+            sys.stdout.write(text + "\n")
+    if report:
+        _print_report_written(summary_line(result, info), report)
+
+
+def _print_report_written(summary: Text, report: str) -> None:
+    """With ``--report``, the report's summary line on the console and where the report went."""
+    line = summary.copy()
+    line.append(f"; report written to {report}")
+    _stdout_console().print(line, soft_wrap=True)
 
 
 def _rule_descriptions(registry: Registry) -> dict[str, str]:
@@ -922,6 +934,7 @@ def _write_json(data: Any) -> None:
 
 
 def _stdout_console() -> Console:
+    from rich.console import Console
     console = Console(file=sys.stdout, highlight=False, markup=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = 120  # logs and pipes: wide enough that tables rarely wrap

@@ -120,11 +120,18 @@ def _matches_torch(model: Path, folder: Path) -> None:
                           f"when the example was made (max difference {difference:.1e})")
 
 
+_SAID: set[str] = set()
+"""Notes the demo has printed (each is printed once)."""
+
+
 def _train_if_possible(model: Path, out: Path, *args: str) -> None:
     """With the onnxruntime-training venv (make ort-venv), emit artifacts and train 3 steps."""
     if not ORT_TRAINING_PYTHON.exists():
-        console.print("(no onnxruntime-training venv: `make ort-venv` builds one, and the demo "
-                      "then also writes training artifacts and trains three steps)")
+        if not _SAID:  # once per demo: every story that would train says the same
+            console.print("(no onnxruntime-training venv: `make ort-venv` builds one, and the "
+                          "demo then also writes training artifacts and trains three steps "
+                          "where a story can)")
+            _SAID.add("no ort-venv")
         return
     artifacts = out / f"{model.parent.name}-artifacts"
     _graphpass("run", str(model), "-o", str(out / f"{model.parent.name}-trainable.onnx"),
@@ -240,7 +247,8 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for number, story in enumerate(STORIES, start=1):
         title, _, explanation = (story.__doc__ or story.__name__).partition("\n")
-        console.rule(f"[bold]{number}. {title.strip()}")
+        console.rule()  # a rule cuts a title longer than the line: the title goes below
+        console.print(f"[bold]{number}. {title.strip()}[/]\n")
         if explanation.strip():
             console.print(" ".join(explanation.split()) + "\n")
         story(out)

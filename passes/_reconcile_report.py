@@ -59,6 +59,7 @@ from graphpass.passes._reconcile_shapes import ShapeCheck
 from graphpass.passes._reconcile_targets import Target
 from graphpass.passes._reconcile_verify import Verification
 from graphpass.torch.folding import Fold
+from graphpass.torch.producers import Producer, separate_weights_advice
 
 __all__ = ["MatchTable", "NameList", "build_report"]
 
@@ -92,10 +93,12 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
                  verification: Verification | None = None,
                  ties: Mapping[str, Sequence[str]] | None = None,
                  keys: Mapping[str, str] | None = None,
+                 producer: Producer = "unknown",
                  ) -> tuple[list[Finding], dict[str, Any]]:
     """The findings and stats for the plan (see the module documentation for codes).
 
     ``shapes``: what checking the shapes of undeclared weights found (``GP207``).
+    ``producer``: the tool that exported the model, whose words the advice uses.
     """
     by_name = {t.name: t for t in targets}
     findings: list[Finding] = []
@@ -138,6 +141,29 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
         fate = {"initializer": "it keeps the value it was exported with",
                 "input": "it stays a graph input that must be fed",
                 "undefined": "it stays undefined"}.get(target.source, "it stays as it was")
+        kind = target.outside_state_dict
+        if kind == "buffer":  # persistent (under another key) or not (in no state_dict())
+            findings.append(Finding(
+                "GP201", Severity.WARNING,
+                f"no checkpoint key fills {target.source} {name!r} (torch's export marks it a "
+                f"buffer; state_dict() holds a buffer only if it is persistent); {fate}",
+                PASS_NAME, value=name,
+                hint="a non-persistent buffer is in no state_dict(): write the checkpoint with "
+                     "graphpass.torch.save_state(model, path), which holds it; a persistent one "
+                     "is under another key: add a rename (checkpoint key = name) or a regex "
+                     "rule"))
+            continue
+        if kind is not None:  # no key of a state_dict() can hold it: a rename cannot help
+            findings.append(Finding(
+                "GP201", Severity.WARNING,
+                f"no checkpoint key fills {target.source} {name!r} (torch's export marks it "
+                f"a {kind}, which state_dict() does not hold); {fate}", PASS_NAME,
+                value=name,
+                hint="nothing to do if the model computes it the same way whatever the "
+                     "weights (it keeps the export's value); if the checkpoint must change "
+                     "it, write the checkpoint with graphpass.torch.save_state(model, path), "
+                     "which holds non-persistent buffers and tensor constants too"))
+            continue
         findings.append(Finding(
             "GP201", Severity.WARNING,
             f"no checkpoint key fills {target.source} {name!r}{source}; {fate}",
@@ -164,7 +190,7 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
     findings.extend(_unfusion_findings(plan.unfusions, verification))
     findings.extend(_kept_findings(plan.kept))
     findings.extend(finding.with_pass(PASS_NAME) for finding in plan.refusals)
-    findings.extend(_merge_findings(plan.fills))
+    findings.extend(_merge_findings(plan.fills, producer))
     inputs = [f.name for f in plan.fills if f.is_plain and by_name[f.name].is_input]
     if inputs:
         what = "stay inputs, with the checkpoint's values as defaults" if keep_inputs \
@@ -424,7 +450,7 @@ def _plural(kind: str, count: int) -> str:
         {"rows": "row gather", "scale": "scaling", "copy": "copy"}.get(kind, kind)
 
 
-def _merge_findings(fills: Sequence[Fill]) -> list[Finding]:
+def _merge_findings(fills: Sequence[Fill], producer: Producer) -> list[Finding]:
     by_shared: dict[str, list[Fill]] = {}
     for fill in fills:
         if fill.uses or fill.removes is not None:
@@ -436,9 +462,9 @@ def _merge_findings(fills: Sequence[Fill]) -> list[Finding]:
                  f"key {f.key!r}" for f in splits]
         findings.append(Finding(
             "GP205", Severity.WARNING,
-            f"the exporter's optimizer had merged weights that were identical at export time "
+            f"the exporter had merged weights that were identical at export time "
             f"into {shared!r}; split it: {'; '.join(parts)}", PASS_NAME, value=shared,
-            hint="export with optimize=False to keep every weight separate",
+            hint=separate_weights_advice(producer),
             data={"splits": {f.name: {"key": f.key, "nodes": [n.name for n, _ in f.uses]}
                              for f in splits}}))
     return findings

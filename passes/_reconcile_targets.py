@@ -19,7 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from graphpass.torch.export_record import ORIGINAL_NAME, folded_from, input_spec_kind
+from graphpass.torch.export_record import (
+    INPUT_PERSISTENT,
+    ORIGINAL_NAME,
+    folded_from,
+    input_spec_kind,
+    signature_kinds,
+)
 
 if TYPE_CHECKING:
     from graphpass.ir import Graph
@@ -45,6 +51,11 @@ class Target:
         is_input: Whether it is a graph input (with or without a default).
         placeholder: The torch.export placeholder it came from, if recorded.
         folded_from: The weights the exporter's optimizer computed it from, if any.
+        outside_state_dict: What torch's export record says it is when that is a tensor
+            ``state_dict()`` never holds (``"non-persistent buffer"``, ``"tensor
+            constant"``), so that no rename can fill it from such a checkpoint; or
+            ``"buffer"`` when the record says buffer without saying whether a persistent
+            one (which ``state_dict()`` holds); else ``None``.
     """
 
     name: str
@@ -55,6 +66,7 @@ class Target:
     is_input: bool
     placeholder: str | None = None
     folded_from: tuple[str, ...] = ()
+    outside_state_dict: str | None = None
 
 
 def collect_targets(graph: Graph, signature: Mapping[str, str]) -> list[Target]:
@@ -74,7 +86,7 @@ def collect_targets(graph: Graph, signature: Mapping[str, str]) -> list[Target]:
         folds = folded_from(metadata)
         targets.append(Target(name, "initializer", tensor.dtype, tensor.shape,
                               _is_weight(name, placeholder, folds, signature), name in inputs,
-                              placeholder, folds))
+                              placeholder, folds, _outside_state_dict(metadata)))
     for value in graph.inputs:
         if value.name in graph.initializers:
             continue
@@ -84,15 +96,30 @@ def collect_targets(graph: Graph, signature: Mapping[str, str]) -> list[Target]:
         targets.append(Target(value.name, "input", value.elem_type, value.shape,
                               kind in _STATE or value.name.startswith("onnx::"), True,
                               value.metadata.get(ORIGINAL_NAME) or placeholder_of.get(value.name),
-                              folded_from(value.metadata)))
+                              folded_from(value.metadata), _outside_state_dict(value.metadata)))
+    kinds = signature_kinds(graph) if graph.free_names else {}
     for name in graph.free_names:
         value = graph.value(name)
         placeholder = value.metadata.get(ORIGINAL_NAME) or placeholder_of.get(name)
         folds = folded_from(value.metadata)
+        # Saved without initializers, a name keeps no record of its own; the export's
+        # signature still says it is a buffer, though not whether a persistent one.
+        outside = _outside_state_dict(value.metadata) or (
+            "buffer" if kinds.get(name) == "buffer" else None)
         targets.append(Target(name, "undefined", value.elem_type, value.shape,
                               _is_weight(name, placeholder, folds, signature), False,
-                              placeholder, folds))
+                              placeholder, folds, outside))
     return targets
+
+
+def _outside_state_dict(metadata: Mapping[str, str]) -> str | None:
+    """``"non-persistent buffer"`` or ``"tensor constant"`` when torch's record says so."""
+    kind = input_spec_kind(dict(metadata))
+    if kind == "buffer" and metadata.get(INPUT_PERSISTENT) == "False":
+        return "non-persistent buffer"
+    if kind == "constant" and not folded_from(dict(metadata)):
+        return "tensor constant"
+    return None
 
 
 def _is_weight(name: str, placeholder: str | None, folds: tuple[str, ...],

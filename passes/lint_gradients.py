@@ -60,6 +60,7 @@ from graphpass.passes._gradient_region import (
 from graphpass.passes._gradient_view import resolve_constant_ifs
 from graphpass.torch.export_record import (
     INPUT_KIND,
+    NOT_SAVED,
     default_trainable_rules,
     parameters_left_out,
     signature_parameters,
@@ -343,16 +344,26 @@ def _parameters_left_out(graph: Graph, trainable: Sequence[str],
     if not left_out:
         return []
     shown = shortened_list([f"{name!r} ({where})" for name, where in left_out.items()], _SHOWN)
+    unsaved = [name for name, where in left_out.items() if where == NOT_SAVED]
+    hints = []
+    if unsaved:  # the file lacks them: a re-export without folding would not help
+        hints.append("fill the weights the file does not hold from a checkpoint (graphpass run "
+                     "MODEL -o OUT -p train-ready --checkpoint model.safetensors; "
+                     "reconcile-initializers fills names the model uses without defining "
+                     "them), or save the export with its weights (ONNXProgram.save(path) "
+                     "without include_initializers=False)")
+    if len(unsaved) < len(left_out):
+        hints.append("fill the model from a checkpoint that holds them (reconcile-initializers "
+                     "computes the exporter's copies from them), or export without constant "
+                     "folding (torch.onnx.export(..., dynamo=True, optimize=False))")
+    hints.append("to train without them, name them in lint-gradients' frozen option")
     return [Finding(
         CODES["parameter-left-out"], Severity.ERROR,
         f"{len(left_out)} torch parameter{'s' * (len(left_out) != 1)} the model computes with "
         f"{'are' if len(left_out) != 1 else 'is'} not in the trainable set, so training would "
         f"leave {'them' if len(left_out) != 1 else 'it'} as exported: {shown}",
         value=next(iter(left_out)),
-        hint="fill the model from a checkpoint that holds them (reconcile-initializers "
-             "computes the exporter's copies from them), or export without constant folding "
-             "(torch.onnx.export(..., dynamo=True, optimize=False)); to train without them, "
-             "name them in lint-gradients' frozen option",
+        hint="; ".join(hints),
         data={"parameters": list(left_out), "where": left_out})]
 
 

@@ -57,6 +57,7 @@ from graphpass.torch.export_record import (
     signature_kinds,
 )
 from graphpass.torch.folding import find_folds, mark_state, mark_ties, recompute, unfuse
+from graphpass.torch.producers import producer
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -181,7 +182,8 @@ class ReconcileInitializers(Pass):
         findings, stats = build_report(plan, matching, targets, checkpoint, input_names,
                                        keep_inputs=self.options.keep_inputs,
                                        shapes=shapes, verification=verification,
-                                       ties=folding.ties, keys=keys)
+                                       ties=folding.ties, keys=keys,
+                                       producer=producer(model.graph))
         return PassResult(changed=bool(plan.fills), findings=findings, stats=stats)
 
     def _open(self, context: PassContext) -> Checkpoint:

@@ -39,3 +39,12 @@ def test_demo_runs_and_says_the_model_is_unchanged(tmp_path: Path) -> None:
     assert "identical outputs" in completed.stdout
     assert (tmp_path / "tiny_classifier.onnx").read_bytes() == \
         (EXAMPLES / "tiny_classifier.onnx").read_bytes()
+    # Every story's title whole (a rule cut the long ones: "graphpass's own tra…"), and
+    # each note once.
+    assert not [line for line in completed.stdout.splitlines() if "──" in line and "…" in line]
+    for line in ("3. The same model trained without onnxruntime-training: graphpass's own "
+                 "training graph.",
+                 "4. Weights from a checkpoint whose names don't match, and a buffer nobody "
+                 "saved."):
+        assert line in " ".join(completed.stdout.split()), line
+    assert completed.stdout.count("no onnxruntime-training venv") <= 1

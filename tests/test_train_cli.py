@@ -143,3 +143,32 @@ def test_a_directory_with_build_options_or_a_bad_batch(cli: Cli, tmp_path: Path)
     assert code == 2 and "cannot read the batch" in err and "Traceback" not in err
     code, _, err = cli("train", tmp_path, "--data", BATCH)
     assert code == 2 and "not a graphpass training-graph directory" in err
+
+
+def test_save_writes_no_side_file_named_after_the_training_directory(cli: Cli,
+                                                                     tmp_path: Path) -> None:
+    """Frozen weights kept in the directory's ``frozen.data`` go into the saved model.
+
+    Before, ``--save`` copied that file beside the output under its own name
+    (``frozen.data``, then ``frozen.1.data`` for a second model in the same folder).
+    """
+    import graphpass
+
+    external = tmp_path / "external" / "model.onnx"
+    graphpass.save(graphpass.load(MODEL), external, external_data=True, size_threshold=16)
+    out = tmp_path / "out"
+    for name in ("first", "second"):
+        code, _, err = cli("train", external, "--data", BATCH, "--steps", 2, "--save",
+                           out / f"{name}.onnx", "-O", 'build-training-graph.frozen=["inp.*"]')
+        assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["first.onnx", "second.onnx"]
+    with np.load(BATCH) as data:
+        x = data["x"]
+    original = ort.InferenceSession(str(MODEL)).run(None, {"x": x})[0]
+    for name in ("first", "second"):
+        trained = graphpass.load(out / f"{name}.onnx")
+        # The frozen weights are the original's; the rest trained.
+        assert np.array_equal(trained.graph.initializers["inp.weight"].numpy(),
+                              graphpass.load(MODEL).graph.initializers["inp.weight"].numpy())
+        result = ort.InferenceSession(str(out / f"{name}.onnx")).run(None, {"x": x})[0]
+        assert result.shape == original.shape and not np.allclose(result, original)

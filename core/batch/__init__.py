@@ -26,6 +26,7 @@ from graphpass.batch._inputs import FoundModel, find_models, is_many, output_pat
 from graphpass.batch._report import (
     BATCH_SCHEMA_ID,
     batch_dict,
+    batch_totals,
     exit_code,
     render_batch_json,
     render_batch_sarif,
@@ -41,6 +42,7 @@ __all__ = [
     "ModelTask",
     "Settings",
     "batch_dict",
+    "batch_totals",
     "dask_executor",
     "exit_code",
     "find_models",

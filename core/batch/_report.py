@@ -32,7 +32,7 @@ from graphpass.reporting.render import (
     sarif_log,
 )
 
-__all__ = ["BATCH_SCHEMA_ID", "batch_dict", "exit_code", "render_batch_json",
+__all__ = ["BATCH_SCHEMA_ID", "batch_dict", "batch_totals", "exit_code", "render_batch_json",
            "render_batch_sarif", "render_batch_text"]
 
 BATCH_SCHEMA_ID: Final = "graphpass-batch/1"
@@ -78,7 +78,7 @@ def render_batch_text(results: Sequence[ModelResult], console: Console,
         detailed = details
     if not detailed:
         console.print()
-    console.print(_totals(results), soft_wrap=True)
+    console.print(batch_totals(results), soft_wrap=True)
 
 
 def batch_dict(results: Sequence[ModelResult], info: ReportInfo) -> dict[str, Any]:
@@ -134,7 +134,11 @@ def _counts(counts: dict[Severity, int]) -> str:
             f"{counts[Severity.INFO]} info")
 
 
-def _totals(results: Sequence[ModelResult]) -> Text:
+def batch_totals(results: Sequence[ModelResult]) -> Text:
+    """The batch report's last line: models ok, with errors, failed; findings in all.
+
+    The command line prints it on the console also when the report goes to a file.
+    """
     findings = [f for r in results if r.summary is not None for f in r.summary.findings]
     counts = count_by_severity(findings)
     failed = sum(1 for r in results if r.error is not None)

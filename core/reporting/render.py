@@ -39,6 +39,7 @@ __all__ = [
     "report_dict",
     "sarif_dict",
     "sarif_log",
+    "summary_line",
 ]
 
 JSON_SCHEMA_ID: Final = "graphpass-report/1"
@@ -127,7 +128,7 @@ def render_text(result: RunResult | RunSummary, console: Console, info: ReportIn
                           finding.code, finding.location, message)
         print_trimmed(console, table)
     console.print()
-    console.print(_summary(result, info), soft_wrap=True)  # one line, a path never cut
+    console.print(summary_line(result, info), soft_wrap=True)  # one line, a path never cut
 
 
 def _counts_text(counts: Mapping[Severity, int]) -> Text:
@@ -140,7 +141,11 @@ def _counts_text(counts: Mapping[Severity, int]) -> Text:
     return text if text else Text("-")
 
 
-def _summary(result: RunResult | RunSummary, info: ReportInfo) -> Text:
+def summary_line(result: RunResult | RunSummary, info: ReportInfo) -> Text:
+    """The report's last line: the findings by severity, the passes, the time, what was written.
+
+    The command line prints it on the console also when the report goes to a file.
+    """
     counts = count_by_severity(result.findings)
     text = Text()
     text.append(f"{counts[Severity.ERROR]} error{'s' * (counts[Severity.ERROR] != 1)}",

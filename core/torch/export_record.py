@@ -45,6 +45,7 @@ __all__ = [
     "LEGACY_CONSTANT_NAME",
     "LIFTED_CONSTANT_NAME",
     "NAME_SCOPES",
+    "NOT_SAVED",
     "ORIGINAL_NAME",
     "PREFIXED_LEGACY_CONSTANT_NAME",
     "SIGNATURE",
@@ -425,6 +426,10 @@ def _running_statistics(graph: Graph) -> set[str]:
     return found
 
 
+NOT_SAVED: Final = "not saved with the model: it reads the name, nothing defines it"
+"""Where :func:`parameters_left_out` says a parameter went that the file does not hold."""
+
+
 def parameters_left_out(graph: Graph, trainable: Iterable[str]) -> dict[str, str]:
     """Torch parameters the model still computes with that ``trainable`` does not train.
 
@@ -434,6 +439,10 @@ def parameters_left_out(graph: Graph, trainable: Iterable[str]) -> dict[str, str
     that node), or when an initializer was folded from it; a tied name (recorded under
     :data:`TIED_NAMES`) is the tensor of its initializer. Parameters the forward never
     used are not listed (torch gives them no gradient either).
+
+    A parameter the model reads by its own name that nothing defines was not saved with
+    the model (``ONNXProgram.save(..., include_initializers=False)``): its place says
+    :data:`NOT_SAVED`.
 
     Returns:
         Each such parameter and where it went, in signature order.
@@ -453,12 +462,15 @@ def parameters_left_out(graph: Graph, trainable: Iterable[str]) -> dict[str, str
         for read in fx_placeholders(node):
             readers.setdefault(read.name, node.name or node.op_type)
     found: dict[str, str] = {}
+    undefined = set(graph.free_names)
     for target, placeholder in signature_parameters(graph).items():
         if target in chosen or target in tied:
             continue
         if target in graph.initializers:
             if graph.is_used(target):
                 found[target] = "its initializer is left out of the trainable set"
+        elif target in undefined:
+            found[target] = NOT_SAVED
         elif target in folded:
             found[target] = f"the exporter folded it into {folded[target]!r}"
         elif placeholder in readers:

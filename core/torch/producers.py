@@ -17,7 +17,7 @@ from typing import Final, Literal
 from graphpass.ir import Graph
 from graphpass.torch.export_record import records_state
 
-__all__ = ["Producer", "producer", "unfolded_export_advice"]
+__all__ = ["Producer", "producer", "separate_weights_advice", "unfolded_export_advice"]
 
 Producer = Literal["torch-dynamo", "torch-legacy", "optimum", "unknown"]
 """The exporters graphpass tells apart."""
@@ -40,6 +40,32 @@ _ADVICE: Final[dict[Producer, str]] = {
         "optimize=False), dynamo=False with do_constant_folding=False, or optimum-cli export "
         "onnx --no-constant-folding), so that every parameter keeps an initializer of its own"),
 }
+
+
+_SEPARATE_WEIGHTS: Final[dict[Producer, str]] = {
+    "torch-dynamo": (
+        "nothing to do: the weights are apart again; to export them apart, torch.onnx.export("
+        "..., dynamo=True, optimize=False)"),
+    "torch-legacy": (
+        "nothing to do: the weights are apart again; the legacy exporter (dynamo=False) merges "
+        "weights of equal values whatever do_constant_folding says, unless it exports in "
+        "training mode (training=torch.onnx.TrainingMode.TRAINING, which also exports "
+        "Dropout and BatchNorm as in training); torch.onnx.export(..., dynamo=True, "
+        "optimize=False) keeps them apart"),
+    "optimum": (
+        "nothing to do: the weights are apart again; Optimum runs torch's legacy exporter, "
+        "which merges weights of equal values with constant folding on or off; "
+        "torch.onnx.export(..., dynamo=True, optimize=False) keeps them apart"),
+    "unknown": (
+        "nothing to do: the weights are apart again; with torch, torch.onnx.export(..., "
+        "dynamo=True, optimize=False) exports them apart"),
+}
+"""What to say about weights the exporter merged because their values were equal.
+
+Measured with torch 2.13: the dynamo exporter's optimizer merges them, ``optimize=False``
+keeps them apart; the legacy exporter merges them with ``do_constant_folding`` on or off,
+and keeps them apart only when it exports in training mode (its deduplication of
+initializers by value runs for models exported for inference)."""
 
 
 _OPTIMUM_AXES: Final = frozenset({
@@ -80,6 +106,11 @@ def _hugging_face_config(path: Path) -> bool:
         return "transformers_version" in json.loads(path.read_text())
     except (OSError, ValueError, TypeError):
         return False
+
+
+def separate_weights_advice(exporter: Producer) -> str:
+    """What to do about weights ``exporter`` merged because their values were equal."""
+    return _SEPARATE_WEIGHTS[exporter]
 
 
 def unfolded_export_advice(graph: Graph) -> str:

@@ -513,7 +513,10 @@ class Trainer:
 
         The model is the one the directory was built from (after the passes before
         ``build-training-graph``: functions inlined, weights filled), written with
-        :func:`graphpass.save` (atomic; external data as the model needs it).
+        :func:`graphpass.save` (atomic). Its data files are its own: the frozen weights
+        the directory keeps in its shared ``frozen.data`` are read and written with the
+        trained ones, embedded or, for large models, in ``<path>.data`` (the name of
+        ``path`` with ``.data`` added), never in a copy named after the directory's file.
 
         Raises:
             ModelSaveError: The file cannot be written (nothing is changed on disk).
@@ -521,6 +524,9 @@ class Trainer:
         model = load(self.directory / self.manifest["files"]["model"])
         for name in (*self.manifest["trainable"], *self.manifest.get("buffers", [])):
             model.graph.set_initializer(Tensor.from_array(name, self._arrays[name]))
+        for name, tensor in list(model.graph.initializers.items()):
+            if tensor.is_external:  # frozen weights in the directory's shared data file
+                model.graph.set_initializer(Tensor.from_array(name, tensor.numpy()))
         return save(model, path)
 
     def checkpoint(self) -> dict[str, np.ndarray]:

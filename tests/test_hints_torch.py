@@ -1,0 +1,263 @@
+"""Hints are true for the exporter and the case at hand, on real torch 2.13 exports.
+
+Each test exports one small module the way a user would (the legacy exporter, the dynamo
+exporter with and without its optimizer, a model saved without its weights), reads the
+finding's hint, and where the hint says what to do, does it: the finding must then go
+away. A hint that sends the user to an option that changes nothing fails here.
+
+Exports are made once per module (a fixture of module scope), each only when a test
+asks for it.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import graphpass  # noqa: E402
+import graphpass.torch as gp_torch  # noqa: E402
+from graphpass.findings import Finding  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+class Normed(torch.nn.Module):
+    """Two LayerNorms of one size (fresh: equal weights, which exporters merge) and a
+    non-persistent buffer (which ``state_dict()`` does not hold)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = torch.nn.Linear(4, 8)
+        self.ln1 = torch.nn.LayerNorm(8)
+        self.ln2 = torch.nn.LayerNorm(8)
+        self.register_buffer("scale", torch.linspace(0.5, 2.0, 8), persistent=False)
+        self.out = torch.nn.Linear(8, 2)
+
+    def forward(self, x: Any) -> Any:
+        return self.out(self.ln2(torch.relu(self.ln1(self.inp(x))) * self.scale))
+
+
+def _export(module: Any, kind: str, path: Path) -> None:
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if kind == "legacy":
+            torch.onnx.export(module, (x,), str(path), dynamo=False, input_names=["x"])
+        elif kind == "legacy-no-folding":
+            torch.onnx.export(module, (x,), str(path), dynamo=False, input_names=["x"],
+                              do_constant_folding=False)
+        elif kind == "legacy-training":
+            torch.onnx.export(module, (x,), str(path), dynamo=False, input_names=["x"],
+                              training=torch.onnx.TrainingMode.TRAINING)
+        elif kind == "dynamo":
+            torch.onnx.export(module, (x,), dynamo=True, verbose=False).save(str(path))
+        elif kind == "dynamo-no-optimize":
+            torch.onnx.export(module, (x,), dynamo=True, optimize=False,
+                              verbose=False).save(str(path))
+        elif kind == "dynamo-no-initializers":
+            torch.onnx.export(module, (x,), dynamo=True, verbose=False).save(
+                str(path), include_initializers=False)
+        else:
+            raise AssertionError(kind)
+
+
+@pytest.fixture(scope="module")
+def module() -> Any:
+    torch.manual_seed(0)
+    return Normed().eval()
+
+
+@pytest.fixture(scope="module")
+def export(module: Any, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """The export of ``module`` of a kind, made on first use."""
+    folder = tmp_path_factory.mktemp("hints")
+    made: dict[str, Path] = {}
+
+    def get(kind: str) -> Path:
+        if kind not in made:
+            _export(module, kind, folder / f"{kind}.onnx")
+            made[kind] = folder / f"{kind}.onnx"
+        return made[kind]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def state_dict_checkpoint(module: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``state_dict()`` as safetensors: what users save (no non-persistent buffers)."""
+    from safetensors.torch import save_file
+
+    path = tmp_path_factory.mktemp("checkpoint") / "model.safetensors"
+    save_file({k: v.contiguous() for k, v in module.state_dict().items()}, str(path))
+    return path
+
+
+def _run(path: Path, passes: list[str], **kwargs: Any) -> list[Finding]:
+    return graphpass.PassManager(passes, **kwargs).run(graphpass.load(path)).findings
+
+
+def _only(findings: list[Finding], code: str) -> Iterator[Finding]:
+    found = [f for f in findings if f.code == code]
+    assert found, f"no {code} in {[f.code for f in findings]}"
+    return iter(found)
+
+
+# ===================================================================== GP205
+def test_gp205_on_a_legacy_export_names_what_keeps_weights_apart(export, state_dict_checkpoint):
+    for kind in ("legacy", "legacy-no-folding"):  # folding or not, the legacy exporter merges
+        findings = _run(export(kind), ["reconcile-initializers"],
+                        checkpoints=[state_dict_checkpoint])
+        for finding in _only(findings, "GP205"):
+            hint = finding.hint or ""
+            assert "TrainingMode.TRAINING" in hint and "whatever do_constant_folding" in hint
+            assert "optimizer" not in finding.message  # the legacy exporter has none
+    # The advice, followed: an export in training mode keeps every LayerNorm's weights.
+    findings = _run(export("legacy-training"), ["reconcile-initializers"],
+                    checkpoints=[state_dict_checkpoint])
+    assert "GP205" not in {f.code for f in findings}
+
+
+def test_gp205_on_a_dynamo_export_names_optimize_false(export, state_dict_checkpoint):
+    findings = _run(export("dynamo"), ["reconcile-initializers"],
+                    checkpoints=[state_dict_checkpoint])
+    for finding in _only(findings, "GP205"):
+        assert "optimize=False" in (finding.hint or "")
+        assert "TrainingMode" not in (finding.hint or "")
+    findings = _run(export("dynamo-no-optimize"), ["reconcile-initializers"],
+                    checkpoints=[state_dict_checkpoint])
+    assert "GP205" not in {f.code for f in findings}
+
+
+# ===================================================================== GP201
+def test_gp201_for_a_non_persistent_buffer_offers_no_rename(export, module,
+                                                            state_dict_checkpoint, tmp_path):
+    findings = _run(export("dynamo-no-optimize"), ["reconcile-initializers"],
+                    checkpoints=[state_dict_checkpoint])
+    (finding,) = _only(findings, "GP201")
+    assert finding.value == "scale"
+    assert "non-persistent buffer" in finding.message
+    assert "rename" not in (finding.hint or "") and "save_state" in (finding.hint or "")
+    # The advice, followed: a checkpoint written by save_state fills it.
+    full = gp_torch.save_state(module, tmp_path / "full.safetensors")
+    findings = _run(export("dynamo-no-optimize"), ["reconcile-initializers"],
+                    checkpoints=[full])
+    assert "GP201" not in {f.code for f in findings}
+
+
+def test_gp201_for_a_parameter_still_offers_a_rename(export, state_dict_checkpoint, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(state_dict_checkpoint))
+    state["head_offset"] = state.pop("out.bias")
+    renamed = tmp_path / "renamed.safetensors"
+    save_file(state, str(renamed))
+    findings = _run(export("dynamo-no-optimize"), ["reconcile-initializers"],
+                    checkpoints=[renamed])
+    (finding,) = (f for f in findings if f.code == "GP201" and f.value == "out.bias")
+    assert "rename" in (finding.hint or "")
+
+
+# ===================================================================== GP403
+def test_gp403_on_layer_normalization_points_to_fix_training_ops(export):
+    for kind in ("dynamo", "legacy"):
+        findings = _run(export(kind), ["lint-gradients"])
+        found = [f for f in findings
+                 if f.code == "GP403" and f.data.get("rule_op") == "LayerNormalization"]
+        assert len(found) == 2, [f.message for f in findings]
+        for finding in found:
+            assert "fix-training-ops" in (finding.hint or "")
+            assert "train-ready" in (finding.hint or "")
+        # The advice, followed: fix-training-ops before the lint leaves no GP403.
+        findings = _run(export(kind), ["fix-training-ops", "lint-gradients"])
+        assert "GP403" not in {f.code for f in findings}, [f.message for f in findings]
+
+
+# ===================================================================== GP426
+def test_gp426_says_weights_were_not_saved_not_fused(export, state_dict_checkpoint):
+    findings = _run(export("dynamo-no-initializers"), ["lint-gradients"])
+    (finding,) = _only(findings, "GP426")
+    where = finding.data["where"]
+    assert "not saved" in where["inp.weight"] and "fused" not in where["inp.weight"]
+    assert "fused" not in finding.message.split(" and ")[0]
+    assert "include_initializers=False" in (finding.hint or "")
+    assert "--checkpoint" in (finding.hint or "")
+    # The advice, followed: train-ready with the checkpoint leaves no GP426.
+    findings = _run(export("dynamo-no-initializers"), ["train-ready"],
+                    checkpoints=[state_dict_checkpoint])
+    assert "GP426" not in {f.code for f in findings}, [f.message for f in findings]
+
+
+# ============================================== check: a weight the file lacks
+def test_check_names_an_undefined_weight_in_its_own_words(export, cli):
+    code, stdout, _ = cli("lint", export("dynamo-no-initializers"))
+    assert code == 1
+    text = " ".join(stdout.split())
+    assert "topologically sorted" not in text
+    assert "'inp.weight'" in text and "nothing defines" in text
+    assert "detect-missing-buffers" in text
+    findings = _run(export("dynamo-no-initializers"), ["check"])
+    (finding,) = _only(findings, "GP501")
+    assert "inp.weight" in finding.data["undefined"] and "scale" in finding.data["undefined"]
+    # The advice, followed: detect-missing-buffers names what each of them is.
+    findings = _run(export("dynamo-no-initializers"), ["detect-missing-buffers"])
+    named = {f.value for f in findings if f.code.startswith("GP3")}
+    assert set(finding.data["undefined"]) <= named
+
+
+def test_gp201_for_a_buffer_saved_without_its_weights(export, module, state_dict_checkpoint,
+                                                      tmp_path):
+    """Saved with include_initializers=False, only the signature says ``scale`` is a buffer."""
+    findings = _run(export("dynamo-no-initializers"), ["reconcile-initializers"],
+                    checkpoints=[state_dict_checkpoint])
+    (finding,) = (f for f in findings if f.code == "GP201" and f.value == "scale")
+    assert "buffer" in finding.message and "save_state" in (finding.hint or "")
+    full = gp_torch.save_state(module, tmp_path / "full.safetensors")
+    findings = _run(export("dynamo-no-initializers"), ["reconcile-initializers"],
+                    checkpoints=[full])
+    assert "GP201" not in {f.code for f in findings}, [f.message for f in findings]
+
+
+# ====================================================== every hint seen here
+_PASS_IN_HINT = re.compile(r"(?:-p |run |`)([a-z][a-z0-9]*(?:-[a-z0-9]+)+)\b")
+_FLAG_IN_HINT = re.compile(r"(?<![\w-])(--[a-z][a-z-]+)")
+
+
+def test_every_hint_names_passes_and_options_that_exist(export, state_dict_checkpoint):
+    """Across the exports and the pipelines above, no hint names a pass or a flag that
+    does not exist (a renamed pass or option left behind in a hint)."""
+    from graphpass.cli import _parser
+    from graphpass.framework.plugin_loading import default_registry
+
+    registry = default_registry()
+    names = set(registry.passes) | set(registry.pipelines)
+    parser = _parser()
+    flags = {option for action in parser._actions for option in action.option_strings}
+    for sub in parser._subparsers._group_actions[0].choices.values():  # type: ignore[union-attr]
+        flags |= {option for action in sub._actions for option in action.option_strings}
+    seen: set[str] = set()
+    named: set[str] = set()
+    for kind in ("legacy", "dynamo", "dynamo-no-optimize", "dynamo-no-initializers"):
+        for passes, checkpoints in ((["train-ready"], [state_dict_checkpoint]),
+                                    (["train-ready"], []),
+                                    (["detect-missing-buffers", "check"], []),
+                                    (["lint-gradients"], [])):
+            for finding in _run(export(kind), passes, checkpoints=checkpoints):
+                if not finding.hint:
+                    continue
+                seen.add(finding.code)
+                for name in _PASS_IN_HINT.findall(finding.hint):
+                    if name.startswith(("onnxruntime", "state-dict")):
+                        continue
+                    assert name in names, (finding.code, name, finding.hint)
+                    named.add(name)
+                for flag in _FLAG_IN_HINT.findall(finding.hint):
+                    assert flag in flags, (finding.code, flag, finding.hint)
+    assert {"GP201", "GP205", "GP301", "GP403", "GP426"} <= seen, seen
+    assert {"fix-training-ops", "train-ready"} <= named, named
