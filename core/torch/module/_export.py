@@ -69,16 +69,23 @@ class Exported:
     """A module exported for one signature.
 
     Attributes:
-        model: The ONNX model, with its weights (initializers named by ``state_dict`` keys).
+        model: The ONNX model without the weights torch holds (``None`` once released).
         inputs: The ONNX input of each tensor leaf, in order.
         fixed: For each tensor leaf, the dimensions the export fixed (position, size).
         out_spec: The pytree structure of the module's output.
+        weights: The initializers taken out of ``model``: torch's tensors of those
+            ``state_dict`` names are their values.
     """
 
-    model: onnx.ModelProto
+    model: onnx.ModelProto | None
     inputs: list[str]
     fixed: list[tuple[tuple[int, int], ...]]
     out_spec: Any
+    weights: list[str]
+
+    def release(self) -> None:
+        """Let the ONNX model go once it has been read."""
+        self.model = None
 
     def accepts(self, tensors: list[torch.Tensor]) -> bool:
         """Whether tensors of these sizes fit the fixed dimensions of the export."""
@@ -138,7 +145,40 @@ def export(module: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
             f"the export has {len(graph.output)} outputs but {type(module).__name__}.forward "
             f"returns {len(leaves)} tensors", hint="return tensors (not None) from forward")
     fixed = [_fixed_dims(value) for value in graph.input if value.name in set(inputs)]
-    return Exported(proto, inputs, fixed, out_spec)
+    small, weights = _without_weights(proto, module)
+    return Exported(small, inputs, fixed, out_spec, weights)
+
+
+def _without_weights(proto: onnx.ModelProto,
+                     module: torch.nn.Module) -> tuple[onnx.ModelProto, list[str]]:
+    """The export without the initializers that are torch's tensors, and their names.
+
+    The exporter copies every weight into the proto; torch's own tensors are the weights
+    (the caller binds them), so the copy goes at once. Only the small rest is copied.
+    """
+    tensors = {**dict(module.named_buffers(remove_duplicate=False)),
+               **dict(module.named_parameters(remove_duplicate=False))}
+    weights, kept = [], []
+    for tensor in proto.graph.initializer:
+        own = tensors.get(tensor.name)
+        if (own is not None and own.dtype in VIEWABLE
+                and tuple(own.shape) == tuple(tensor.dims)):
+            weights.append(tensor.name)
+        else:
+            kept.append(tensor)
+    small_initializers = [onnx.TensorProto() for _ in kept]
+    for copy, tensor in zip(small_initializers, kept, strict=True):
+        copy.CopyFrom(tensor)
+    del proto.graph.initializer[:]
+    small = onnx.ModelProto()
+    small.CopyFrom(proto)
+    small.graph.initializer.extend(small_initializers)
+    return small, weights
+
+
+VIEWABLE = frozenset({torch.float32, torch.float64, torch.float16, torch.int64, torch.int32,
+                      torch.int8, torch.uint8, torch.bool})
+"""torch dtypes numpy can view without a copy (bfloat16 cannot)."""
 
 
 def _check_tensors(module: torch.nn.Module, leaves: list[Any]) -> None:

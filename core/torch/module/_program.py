@@ -18,7 +18,7 @@ import torch
 from graphpass.errors import GraphpassError
 from graphpass.findings import Severity
 from graphpass.framework.manager import PassManager
-from graphpass.ir import Model
+from graphpass.ir import Model, Tensor
 from graphpass.ir.proto import model_to_bytes
 from graphpass.torch.export_record import module_scope
 from graphpass.torch.module._export import Exported
@@ -85,7 +85,12 @@ def ready_model(exported: Exported, module: torch.nn.Module, *, passes: Sequence
                                                  "trainable": trainable}}
     for name, value in options.items():
         merged[name] = {**merged.get(name, {}), **dict(value)}
+    if exported.model is None:
+        raise ValueError("the export was released")
     model = Model.from_proto(exported.model)
+    tensors = torch_tensors(module)
+    for name in exported.weights:  # views of torch's memory, not copies
+        model.graph.set_initializer(Tensor.from_array(name, tensors[name].detach().numpy()))
     result = PassManager(["train-ready", *passes], options=merged).run(model, copy=False)
     errors = [f for f in result.findings if f.severity is Severity.ERROR]
     if errors:
