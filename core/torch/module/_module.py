@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import warnings
@@ -162,10 +163,8 @@ def _return_freed_memory() -> None:
     Exporting copies every weight a few times over; without this, the process's resident
     memory stays that much higher while training.
     """
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not glibc
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc
 
 
 def _strip_prefix(module: torch.nn.Module, state: dict[str, Any], prefix: str,
