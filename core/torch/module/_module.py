@@ -48,7 +48,8 @@ class Module(torch.nn.Module):
         fallback: When the module cannot be exported or differentiated, run it in torch
             (with one warning) instead of raising.
         session_options: ``onnxruntime.SessionOptions`` for the sessions (default:
-            :func:`graphpass.training.default_session_options`).
+            the trainer's, with onnxruntime's memory arena off: see
+            :func:`graphpass.torch.module._program.module_session_options`).
 
     Attributes:
         module: The wrapped module.
