@@ -381,3 +381,21 @@ def test_gradients_accumulate_in_grad_and_hooks_see_them():
     assert torch.allclose(model.head.weight.grad, 2 * seen[0], atol=1e-6)
     for a, b in zip(reference.parameters(), model.parameters(), strict=True):
         assert torch.allclose(a.grad, b.grad, atol=1e-5)
+
+
+def test_a_legacy_export_that_merges_equal_parameters_still_trains_them_apart():
+    """With the exporter's own defaults the two fresh LayerNorms are merged into one
+    initializer (block2.ln.weight = Identity(block1.ln.weight)); train-ready splits them."""
+    reference, model, wrapped = _pair(
+        Seed, export={"dynamo": False, "export_modules_as_functions": {Block},
+                      "keep_initializers_as_inputs": False, "do_constant_folding": True})
+    opt_ref = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-2)
+    for _ in range(5):
+        x, y = torch.randn(4, 8), torch.randn(4, 3)
+        for net, opt_ in ((reference, opt_ref), (wrapped, opt)):
+            ((net(x) - y) ** 2).mean().backward()
+            opt_.step()
+            opt_.zero_grad()
+    assert _largest_difference(reference, model) < 1e-4
+    assert not torch.equal(model.block1.ln.weight, model.block2.ln.weight)
