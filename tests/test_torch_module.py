@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
+import graphpass  # noqa: E402
 import graphpass.torch  # noqa: E402
 from graphpass.torch.module import ExportError, PreparationError  # noqa: E402
 
@@ -399,3 +400,9 @@ def test_a_legacy_export_that_merges_equal_parameters_still_trains_them_apart():
             opt_.zero_grad()
     assert _largest_difference(reference, model) < 1e-4
     assert not torch.equal(model.block1.ln.weight, model.block2.ln.weight)
+
+
+def test_a_tensor_off_the_cpu_is_refused_clearly():
+    wrapped = graphpass.torch.Module(nn.Linear(2, 2).to("meta"))
+    with pytest.raises(graphpass.GraphpassError, match="CPU provider.*on meta"):
+        wrapped(torch.randn(1, 2))
