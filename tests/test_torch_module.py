@@ -404,5 +404,5 @@ def test_a_legacy_export_that_merges_equal_parameters_still_trains_them_apart():
 
 def test_a_tensor_off_the_cpu_is_refused_clearly():
     wrapped = graphpass.torch.Module(nn.Linear(2, 2).to("meta"))
-    with pytest.raises(graphpass.GraphpassError, match="CPU provider.*on meta"):
+    with pytest.raises(graphpass.GraphpassError, match=r"CPU provider.*on meta"):
         wrapped(torch.randn(1, 2))
