@@ -1,0 +1,264 @@
+"""Gradients of ``Resize`` and of pools with ``ceil_mode``, against torch and finite differences.
+
+* ``Resize``'s builder (``core/training/builders/resize.py``): one-node models in float64
+  for each mode (nearest, linear, cubic) x coordinate mode x 1, 2 and 3 spatial axes,
+  static and symbolic shapes, scales or sizes, against central differences; and
+  ``F.interpolate`` exported by torch (bilinear, bicubic, trilinear, nearest,
+  ``align_corners``, ``antialias``, sizes, fractional and shrinking scales) against
+  ``torch.autograd`` (onnxruntime, float32) and finite differences (float64).
+* ``AveragePool``/``MaxPool`` with ``ceil_mode``: torch's ``avg_pool``/``max_pool`` with
+  ``ceil_mode=True`` (padding counted or not, a kernel as large as the input, a last
+  window that would start in the padding) against the same two oracles.
+* ``lint-gradients`` with the ``graphpass`` rules finds nothing to refuse in those
+  exports, and ``graphpass.torch.Module`` trains a model with bilinear upsampling and
+  ceil-mode pools as torch does.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from _gradcheck import check_gradients, to_double, vjp_model
+from onnx import TensorProto, helper, numpy_helper
+
+import graphpass
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+
+import graphpass.torch  # noqa: E402
+
+F = torch.nn.functional
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore")]
+
+
+# ============================================================ one-node models
+def _resize_model(shape: tuple[int, ...], *, scales: list[float] | None = None,
+                  sizes: list[int] | None = None, dynamic: bool = False, opset: int = 21,
+                  **attributes: Any) -> onnx.ModelProto:
+    """A float64 model of one ``Resize`` node."""
+    if scales is not None:
+        initializers = [numpy_helper.from_array(np.array(scales, np.float32), "scales")]
+        inputs = ["x", "", "scales"]
+    else:
+        initializers = [numpy_helper.from_array(np.array(sizes, np.int64), "sizes")]
+        inputs = ["x", "", "", "sizes"]
+    dims: list[Any] = [f"d{i}" for i in range(len(shape))] if dynamic else list(shape)
+    graph = helper.make_graph(
+        [helper.make_node("Resize", inputs, ["y"], **attributes)], "resize",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    return onnx.shape_inference.infer_shapes(model)
+
+
+_SPATIAL = {1: ((2, 3, 5), [1, 1, 1.6]), 2: ((1, 2, 4, 5), [1, 1, 1.5, 0.6]),
+            3: ((1, 1, 3, 4, 2), [1, 1, 2.0, 0.5, 1.5])}
+
+
+@pytest.mark.parametrize("spatial", [1, 2, 3])
+@pytest.mark.parametrize("coordinates", ["half_pixel", "pytorch_half_pixel", "align_corners",
+                                         "asymmetric", "half_pixel_symmetric"])
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_gradient_matches_finite_differences(mode: str, coordinates: str,
+                                                    spatial: int) -> None:
+    shape, scales = _SPATIAL[spatial]
+    rng = np.random.default_rng(spatial)
+    for dynamic in (False, True):
+        model = _resize_model(shape, scales=scales, dynamic=dynamic, mode=mode,
+                              coordinate_transformation_mode=coordinates)
+        outcome = check_gradients(model, {"x": rng.standard_normal(shape)})
+        assert outcome.ok, (dynamic, outcome.failures)
+        assert outcome.max_error < 1e-6
+
+
+@pytest.mark.parametrize("case", [
+    {"sizes": [1, 2, 7, 3], "mode": "linear"},
+    {"sizes": [1, 2, 9, 2], "mode": "cubic", "coordinate_transformation_mode": "align_corners"},
+    {"scales": [1, 1, 0.5, 0.5], "mode": "linear", "antialias": 1},
+    {"scales": [1, 1, 1.8, 0.6], "mode": "cubic", "exclude_outside": 1, "cubic_coeff_a": -0.5},
+    {"scales": [1, 1, 2.5, 1.5], "mode": "nearest", "nearest_mode": "round_prefer_ceil"},
+    {"scales": [1.5, 1.25], "axes": [3, 2], "mode": "linear"},
+    {"sizes": [3], "axes": [3], "mode": "cubic"},
+    {"scales": [1, 1, 2.0, 1.5], "mode": "linear", "opset": 13},
+    {"sizes": [1, 2, 3, 8], "mode": "nearest", "opset": 13},
+], ids=lambda case: "-".join(f"{k}={v}" for k, v in case.items()))
+def test_resize_gradient_with_sizes_axes_antialias_and_opset_13(case: dict[str, Any]
+                                                                    ) -> None:
+    shape = (1, 2, 4, 5)
+    for dynamic in (False, True):
+        model = _resize_model(shape, dynamic=dynamic, **case)
+        outcome = check_gradients(model, {"x": np.random.default_rng(0).standard_normal(shape)})
+        assert outcome.ok, (dynamic, outcome.failures)
+
+
+def test_a_crop_is_refused_with_what_to_do_instead() -> None:
+    from graphpass.training import GradientError
+
+    model = _resize_model((1, 1, 4, 4), scales=[1, 1, 2, 2],
+                          coordinate_transformation_mode="tf_crop_and_resize")
+    with pytest.raises(GradientError, match="extrapolation value") as caught:
+        vjp_model(model, ["x"])
+    assert "Slice" in (caught.value.hint or "")
+
+
+# =================================================================== torch
+class _Op(torch.nn.Module):
+    def __init__(self, function: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self.function = function
+
+    def forward(self, x: Any) -> Any:
+        return self.function(x)
+
+
+def _export(module: Any, x: Any) -> onnx.ModelProto:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(module, (x,), dynamo=True, verbose=False)
+    return program.model_proto
+
+
+def _against_torch(function: Callable[[Any], Any], shape: tuple[int, ...], op_type: str
+                   ) -> None:
+    """The builder's dX (onnxruntime, float32) is torch.autograd's; float64 passes FD."""
+    torch.manual_seed(0)
+    module = _Op(function)
+    x = torch.randn(*shape)
+    proto = _export(module, x)
+    assert op_type in {n.op_type for n in proto.graph.node}
+    name = proto.graph.input[0].name
+    vjp = vjp_model(proto, [name])
+    leaf = x.clone().requires_grad_(True)
+    y = module(leaf)
+    cotangent = torch.randn_like(y)
+    (y * cotangent).sum().backward()
+    session = ort.InferenceSession(vjp.model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    wanted = {i.name for i in session.get_inputs()}
+    feeds = {name: x.numpy(), **{c: cotangent.numpy() for c in vjp.cotangents.values()}}
+    (grad,) = session.run(None, {k: v for k, v in feeds.items() if k in wanted})
+    np.testing.assert_allclose(grad, leaf.grad.numpy(), rtol=1e-5, atol=1e-5)
+    outcome = check_gradients(to_double(proto), {name: x.double().numpy()})
+    assert outcome.ok, outcome.failures
+
+
+_INTERPOLATE = {
+    "bilinear x2": (dict(scale_factor=2.0, mode="bilinear"), (2, 3, 4, 5)),
+    "bilinear x1.5 align_corners": (dict(scale_factor=1.5, mode="bilinear",
+                                         align_corners=True), (1, 2, 4, 5)),
+    "bilinear x0.6": (dict(scale_factor=0.6, mode="bilinear"), (1, 2, 7, 9)),
+    "bilinear to a size": (dict(size=(7, 3), mode="bilinear"), (1, 2, 4, 5)),
+    "bilinear antialias x0.5": (dict(scale_factor=0.5, mode="bilinear", antialias=True),
+                                (1, 2, 8, 8)),
+    "bicubic x1.7": (dict(scale_factor=1.7, mode="bicubic"), (1, 2, 4, 5)),
+    "bicubic x2 align_corners": (dict(scale_factor=2, mode="bicubic", align_corners=True),
+                                 (1, 2, 4, 5)),
+    "nearest x2.5": (dict(scale_factor=2.5, mode="nearest"), (1, 2, 4, 5)),
+    "nearest 1-D x3": (dict(scale_factor=3, mode="nearest"), (1, 2, 5)),
+    "trilinear mixed": (dict(scale_factor=(2, 1.5, 0.5), mode="trilinear"), (1, 1, 3, 4, 6)),
+    "trilinear size align_corners": (dict(size=(5, 5, 5), mode="trilinear",
+                                          align_corners=True), (1, 1, 3, 4, 6)),
+    "nearest 3-D x2": (dict(scale_factor=2, mode="nearest"), (1, 1, 2, 3, 2)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_INTERPOLATE))
+def test_interpolate_gradient_equals_torch(case: str) -> None:
+    options, shape = _INTERPOLATE[case]
+    _against_torch(lambda x: F.interpolate(x, **options), shape, "Resize")
+
+
+_POOLS = {
+    # the issue's case: a kernel as large as the input, ceil_mode (a global pool)
+    "avg kernel >= input": (lambda x: F.avg_pool2d(x, 4, 4, 0, ceil_mode=True), (1, 2, 3, 3)),
+    "avg kernel >= input, padded": (lambda x: F.avg_pool2d(x, 4, 4, 1, ceil_mode=True),
+                                    (1, 2, 3, 3)),
+    "avg kernel >= input, pad not counted": (
+        lambda x: F.avg_pool2d(x, 4, 4, 1, ceil_mode=True, count_include_pad=False),
+        (1, 2, 3, 3)),
+    "avg 3/2/1": (lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True), (2, 3, 6, 6)),
+    "avg 3/2/1 pad not counted": (
+        lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+        (2, 3, 6, 6)),
+    "avg 2/2 odd input": (lambda x: F.avg_pool2d(x, 2, 2, 0, ceil_mode=True), (1, 1, 5, 7)),
+    "avg 1-D": (lambda x: F.avg_pool1d(x, 3, 2, 1, ceil_mode=True), (1, 2, 8)),
+    "avg 3-D": (lambda x: F.avg_pool3d(x, 2, 2, 0, ceil_mode=True), (1, 1, 3, 5, 4)),
+    "max 3/2/1": (lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True), (1, 2, 6, 6)),
+    "max kernel >= input": (lambda x: F.max_pool2d(x, 4, 4, 0, ceil_mode=True), (1, 2, 3, 3)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_POOLS))
+def test_ceil_mode_pool_gradient_equals_torch(case: str) -> None:
+    function, shape = _POOLS[case]
+    _against_torch(function, shape, "AveragePool" if case.startswith("avg") else "MaxPool")
+
+
+# ============================================================ model level
+class _UpDown(torch.nn.Module):
+    """Conv, bilinear upsampling, a ceil-mode average pool, a ceil-mode max pool, a head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(2, 3, 3, padding=1)
+        self.mix = torch.nn.Conv2d(3, 3, 1)
+        self.head = torch.nn.Linear(3 * 2 * 2, 2)
+
+    def forward(self, x: Any) -> Any:
+        h = F.interpolate(torch.tanh(self.conv(x)), scale_factor=2.0, mode="bilinear")
+        h = F.avg_pool2d(self.mix(h), 3, 2, 1, ceil_mode=True, count_include_pad=False)
+        h = F.max_pool2d(h, 3, 3, 0, ceil_mode=True)
+        return self.head(h.flatten(1))
+
+
+def test_lint_gradients_with_graphpass_rules_refuses_nothing_in_the_export() -> None:
+    torch.manual_seed(0)
+    proto = _export(_UpDown(), torch.randn(2, 2, 5, 5))
+    ops = {n.op_type for n in proto.graph.node}
+    assert {"Resize", "AveragePool", "MaxPool"} <= ops
+    model = graphpass.Model.from_proto(proto)
+    result = graphpass.PassManager(["lint-gradients"], options={
+        "lint-gradients": {"rules": "graphpass", "loss": [model.graph.output_names[0]]}}
+    ).run(model)
+    errors = [f for f in result.findings if f.severity.name == "ERROR"]
+    assert errors == []
+    assert not [f for f in result.findings if f.code in ("GP401", "GP403")]
+
+
+def test_torch_module_trains_bilinear_upsampling_and_ceil_pools_as_torch_does() -> None:
+    torch.manual_seed(0)
+    reference = _UpDown()
+    model = copy.deepcopy(reference)
+    wrapped = graphpass.torch.Module(model)
+    opt_ref = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-2)
+    generator = torch.Generator().manual_seed(1)
+    for step in range(6):
+        x = torch.randn(3, 2, 5, 5, generator=generator)
+        target = torch.randn(3, 2, generator=generator)
+        out_ref, out = reference(x), wrapped(x)
+        assert torch.allclose(out, out_ref, atol=1e-5), step
+        loss_ref = ((out_ref - target) ** 2).mean()
+        loss = ((out - target) ** 2).mean()
+        loss_ref.backward()
+        loss.backward()
+        if step == 0:
+            for (name, a), b in zip(reference.named_parameters(), model.parameters(),
+                                    strict=True):
+                assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6), name
+        opt_ref.step()
+        opt.step()
+        opt_ref.zero_grad()
+        opt.zero_grad()
+        assert loss.item() == pytest.approx(loss_ref.item(), rel=1e-5, abs=1e-6), step
+    assert wrapped.exports == 1
+    assert max((a - b).abs().max().item() for a, b in zip(
+        reference.parameters(), model.parameters(), strict=True)) < 1e-4
