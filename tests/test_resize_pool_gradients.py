@@ -126,14 +126,9 @@ def _export(module: Any, x: Any) -> onnx.ModelProto:
     return program.model_proto
 
 
-def _against_torch(function: Callable[[Any], Any], shape: tuple[int, ...], op_type: str
-                   ) -> None:
-    """The builder's dX (onnxruntime, float32) is torch.autograd's; float64 passes FD."""
-    torch.manual_seed(0)
-    module = _Op(function)
-    x = torch.randn(*shape)
-    proto = _export(module, x)
-    assert op_type in {n.op_type for n in proto.graph.node}
+def _torch_and_builder_gradients(module: Any, proto: onnx.ModelProto, x: Any
+                                 ) -> tuple[np.ndarray, np.ndarray]:
+    """dX of ``sum(cotangent * module(x))``: torch.autograd's, and the builders' (onnxruntime)."""
     name = proto.graph.input[0].name
     vjp = vjp_model(proto, [name])
     leaf = x.clone().requires_grad_(True)
@@ -142,11 +137,23 @@ def _against_torch(function: Callable[[Any], Any], shape: tuple[int, ...], op_ty
     (y * cotangent).sum().backward()
     session = ort.InferenceSession(vjp.model.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
-    wanted = {i.name for i in session.get_inputs()}
     feeds = {name: x.numpy(), **{c: cotangent.numpy() for c in vjp.cotangents.values()}}
+    wanted = {i.name for i in session.get_inputs()}
     (grad,) = session.run(None, {k: v for k, v in feeds.items() if k in wanted})
-    np.testing.assert_allclose(grad, leaf.grad.numpy(), rtol=1e-5, atol=1e-5)
-    outcome = check_gradients(to_double(proto), {name: x.double().numpy()})
+    return leaf.grad.numpy(), grad
+
+
+def _against_torch(function: Callable[[Any], Any], shape: tuple[int, ...], op_type: str
+                   ) -> None:
+    """The builder's dX (onnxruntime, float32) is torch.autograd's; float64 passes FD."""
+    torch.manual_seed(0)
+    module = _Op(function)
+    x = torch.randn(*shape)
+    proto = _export(module, x)
+    assert op_type in {n.op_type for n in proto.graph.node}
+    expected, actual = _torch_and_builder_gradients(module, proto, x)
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+    outcome = check_gradients(to_double(proto), {proto.graph.input[0].name: x.double().numpy()})
     assert outcome.ok, outcome.failures
 
 
@@ -174,6 +181,24 @@ _INTERPOLATE = {
 def test_interpolate_gradient_equals_torch(case: str) -> None:
     options, shape = _INTERPOLATE[case]
     _against_torch(lambda x: F.interpolate(x, **options), shape, "Resize")
+
+
+def test_interpolate_to_a_size_with_a_dynamic_batch_resizes_only_the_spatial_axes() -> None:
+    """Sizes computed at run time (the batch is symbolic): N and C get no matrix."""
+    module = _Op(lambda x: F.interpolate(x, size=(7, 3), mode="bilinear"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        proto = torch.onnx.export(module, (torch.randn(2, 3, 4, 5),), dynamo=True,
+                                  verbose=False, dynamic_shapes=(
+                                      {0: torch.export.Dim("batch", min=2)},)).model_proto
+    resize = next(n for n in proto.graph.node if n.op_type == "Resize")
+    assert resize.input[3] and not any(i.name == resize.input[3]
+                                       for i in proto.graph.initializer)
+    vjp = vjp_model(proto, [proto.graph.input[0].name])
+    assert sum(n.op_type == "Resize" for n in vjp.model.graph.node) == 2
+    expected, actual = _torch_and_builder_gradients(
+        module, proto, torch.randn(5, 3, 4, 5))  # another batch than the export's
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
 
 
 _POOLS = {

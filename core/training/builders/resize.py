@@ -64,21 +64,28 @@ def _resize(ctx: GradientContext) -> BuilderResult:
         scales, scale_values = "", None
     axes = [int(a) % rank for a in ctx.attribute("axes", range(rank))]
     coordinates = str(ctx.attribute("coordinate_transformation_mode", "half_pixel"))
-    x_shape, y_shape = ctx.static_shape(x), ctx.static_shape(y)
+    x_shape, y_shape = ctx.type_of(x).shape, ctx.type_of(y).shape
     grad = dy
     for position, axis in reversed(list(enumerate(axes))):
         if coordinates in _SCALE_ONE_IS_IDENTITY and (
                 (scale_values is not None and float(np.ravel(scale_values)[position]) == 1.0)
-                or (not scales and x_shape is not None and y_shape is not None
-                    and x_shape[axis] == y_shape[axis])):
+                or (not scales and _same_dimension(x_shape, y_shape, axis))):
             continue
-        matrix = _interpolation_matrix(ctx, x, y, axis, position, scales)  # [in, out]
+        matrix = _interpolation_matrix(ctx, x, y, dy, axis, position, scales)  # [in, out]
         grad = _apply_along(ctx, grad, matrix, axis, rank)
     return [grad]
 
 
-def _interpolation_matrix(ctx: GradientContext, x: str, y: str, axis: int, position: int,
-                          scales: str) -> str:
+def _same_dimension(first: tuple[Any, ...] | None, second: tuple[Any, ...] | None,
+                    axis: int) -> bool:
+    """Whether both shapes declare ``axis`` as one number or one symbolic name."""
+    if first is None or second is None or axis >= min(len(first), len(second)):
+        return False
+    return first[axis] is not None and first[axis] == second[axis]
+
+
+def _interpolation_matrix(ctx: GradientContext, x: str, y: str, dy: str, axis: int,
+                          position: int, scales: str) -> str:
     """``M^T`` of ``axis`` (``in x out``): ``Resize`` of an identity along its axis 1."""
     e = ctx.emit
     size = e.dims(x, axis, axis + 1)  # [in]
@@ -100,7 +107,9 @@ def _interpolation_matrix(ctx: GradientContext, x: str, y: str, axis: int, posit
                 scale = e.op("Cast", scale, to=onnx.TensorProto.FLOAT)
             pair = e.op("Concat", e.constant(np.array([1.0], np.float32)), scale, axis=0)
         return e.op("Resize", identity, "", pair, **attributes)
-    pair = e.op("Concat", size, e.dims(y, axis, axis + 1), axis=0)
+    y_shape = ctx.static_shape(y)  # else dY's: the backward pass need not keep Y
+    out = e.ints(y_shape[axis:axis + 1]) if y_shape is not None else e.shape(dy, axis, axis + 1)
+    pair = e.op("Concat", size, out, axis=0)
     return e.op("Resize", identity, "", "", pair, **attributes)
 
 
