@@ -192,22 +192,34 @@ def test_a_forward_that_returns_a_python_number_is_refused_clearly():
         wrapped(torch.randn(2, 4))
 
 
-class Upsample(nn.Module):
+class Running(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.conv = nn.Conv2d(2, 2, 3, padding=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.interpolate(self.conv(x), scale_factor=2.0, mode="bilinear")
+        return torch.cumsum(self.conv(x), dim=-1)
+
+
+class WithRunning(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.running = Running()
+        self.head = nn.Conv2d(2, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.running(x))
 
 
 def test_an_op_without_gradient_builder_is_named_and_the_fallback_runs_torch():
     x = torch.randn(1, 2, 4, 4)
-    with pytest.raises(PreparationError, match=r"Resize") as caught:
-        graphpass.torch.Module(Upsample())(x)
-    assert caught.value.hint
-    reference, _, wrapped = _pair(Upsample, fallback=True)
-    with pytest.warns(RuntimeWarning, match="runs Upsample in torch"):
+    with pytest.raises(PreparationError, match=r"CumSum") as caught:
+        graphpass.torch.Module(WithRunning())(x)
+    # the op, the node and the torch module it came from (the export's scope)
+    assert "module 'running' (Running), node " in str(caught.value)
+    assert "fallback=True" in caught.value.hint
+    reference, _, wrapped = _pair(Running, fallback=True)
+    with pytest.warns(RuntimeWarning, match="runs Running in torch"):
         out = wrapped(x)
     assert torch.allclose(out, reference(x))
     out.sum().backward()  # torch's own autograd, on the model's parameters
