@@ -47,7 +47,16 @@ values from which the recipe computes something else (:meth:`Fold.stale`).
 
 from graphpass.torch.folding.finder import find_folds, find_merges, find_ties
 from graphpass.torch.folding.folds import Fold, Folding, FusedBatchNorm
-from graphpass.torch.folding.recipes import Broadcast, Copy, Recipe, Rows, Scale, Transpose
+from graphpass.torch.folding.recipes import (
+    Affine,
+    Broadcast,
+    Copy,
+    Recipe,
+    Reshape,
+    Rows,
+    Select,
+    Transpose,
+)
 from graphpass.torch.folding.rewrite import (
     mark_state,
     mark_ties,
@@ -58,14 +67,16 @@ from graphpass.torch.folding.rewrite import (
 from graphpass.torch.folding.values import StateValues
 
 __all__ = [
+    "Affine",
     "Broadcast",
     "Copy",
     "Fold",
     "Folding",
     "FusedBatchNorm",
     "Recipe",
+    "Reshape",
     "Rows",
-    "Scale",
+    "Select",
     "StateValues",
     "Transpose",
     "find_folds",
