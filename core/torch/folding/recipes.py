@@ -241,7 +241,7 @@ class Affine(Recipe):
     one axis of the constant): ``W * k``, RMSNorm's ``1 + w``, a per-channel ``a * w + b``.
     """
 
-    inner: Recipe = field(default_factory=lambda: Copy())
+    inner: Recipe = field(default_factory=Copy)
     scale: np.ndarray[Any, Any] = field(default_factory=lambda: np.ones((), np.float32))
     offset: np.ndarray[Any, Any] = field(default_factory=lambda: np.zeros((), np.float32))
     kind = "affine"

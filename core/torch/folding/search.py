@@ -186,8 +186,8 @@ def _selection(located: Located, source: np.ndarray[Any, Any],
                 example = (int(element), sorted(int(c) for c in candidates))
         if left:
             assert example is not None
-            element, positions = example
-            where = np.unravel_index(element, located.indices.shape)
+            first, positions = example
+            where = np.unravel_index(first, located.indices.shape)
             return Found(problem=(
                 f"{left} of its {indices.size} elements are copies of values the source holds "
                 f"at several places (element {list(map(int, where))} equals the source at "
@@ -228,7 +228,7 @@ def _rows(indices: np.ndarray[Any, Any], source_shape: tuple[int, ...]
 
 
 def _affine(constant: np.ndarray[Any, Any], source: np.ndarray[Any, Any]) -> Found:
-    """``a * op(source) + b`` for a shape op the shapes allow; ``a``, ``b`` per tensor or channel."""
+    """``a * op(source) + b`` for a shape op the shapes allow, per tensor or per channel."""
     if source.dtype.kind != "f":
         return Found()
     for inner in shape_ops(source.shape, constant.shape):
@@ -247,8 +247,9 @@ def _fit(constant: np.ndarray[Any, Any], source: np.ndarray[Any, Any],
          selected: np.ndarray[Any, Any], inner: Recipe, *, axis: int | None) -> Found:
     """``scale`` and ``offset`` (per tensor, or per channel along ``axis``) that give it."""
     wanted = constant.astype(np.float64)
+    shape: tuple[int, ...] = ()
     if axis is None:
-        channels, shape = 1, ()
+        channels = 1
         s, c = selected.reshape(1, -1), wanted.reshape(1, -1)
     else:
         channels = constant.shape[axis]
