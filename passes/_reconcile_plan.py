@@ -76,6 +76,9 @@ class Fill:
         stale: For a recomputed fold or a separated batch norm: whether the checkpoint's
             values give something else than the file held (``None``: not known, the file
             did not hold it).
+        read_keys: For a recomputed fold whose recipe reads further state (a weight
+            norm's magnitude): their keys, in the recipe's order (each filled by a fill of
+            its own).
     """
 
     name: str
@@ -88,12 +91,13 @@ class Fill:
     inferred: bool = False
     fold: Fold | None = None
     stale: bool | None = None
+    read_keys: tuple[str, ...] = ()
 
     @property
     def is_plain(self) -> bool:
         """Whether the key fills its own target by name (no recompute, no split)."""
         return self.replaces is None and not self.uses and self.removes is None and \
-            self.rule != "fused-batch-norm"
+            self.rule != "fused-batch-norm" and not self.rule.startswith("folded-")
 
 
 @dataclass
@@ -292,8 +296,20 @@ class _Planner:
                 continue
             constant = self._constant(fold.name)
             source = entry.numpy()
+            reads = {name: self.keys.get(name) for name in fold.recipe.reads}
+            unfilled = [name for name, read in reads.items() if read is None]
+            taken = [name for name in reads if self._taken(name)]
+            if unfilled or taken:
+                self.plan.problems.append(
+                    f"{fold.name!r} was computed at export time as "
+                    f"{fold.recipe.describe(fold.source)}, and "
+                    + (f"no checkpoint key fills {unfilled[0]!r}" if unfilled else
+                       f"the name {taken[0]!r} is taken by another value of the model"))
+                continue
+            read_keys = tuple(key for key in reads.values() if key is not None)
             try:
-                computed = fold.recipe.compute(source)
+                computed = fold.recipe.compute(
+                    source, *(self.checkpoint[read].numpy() for read in read_keys))
             except (ValueError, IndexError):
                 computed = None
             if computed is None or (constant is not None and computed.shape != constant.shape):
@@ -304,7 +320,12 @@ class _Planner:
                     + (f" {list(constant.shape)}" if constant is not None else ""))
                 continue
             stale = None if constant is None else not fold.recipe.same_values(computed, constant)
-            self._recompute(fold, fold.source, key, stale=stale, inferred=fold.inferred)
+            for name, read in zip(reads, read_keys, strict=True):  # the other tensors it reads
+                self.plan.fills.append(Fill(name, read, f"folded-{fold.recipe.kind}", name))
+                self.served_placeholders.add(self.placeholder_of.get(name, name))
+                used.add(read)
+            self._recompute(fold, fold.source, key, stale=stale, inferred=fold.inferred,
+                            read_keys=read_keys)
             used.add(key)
 
     def _constant(self, name: str) -> np.ndarray | None:
@@ -335,7 +356,7 @@ class _Planner:
         self.served.add(fold.name)
 
     def _recompute(self, fold: Fold, source: str, key: str, *, stale: bool | None,
-                   inferred: bool) -> None:
+                   inferred: bool, read_keys: tuple[str, ...] = ()) -> None:
         existing = self.plain_fills.get(source)
         if existing is None and fold.kind is None:
             source = self._module_weight(fold, source, key)
@@ -344,7 +365,7 @@ class _Planner:
         kind = fold.recipe.kind if fold.recipe is not None else "transpose"
         self.plan.fills.append(Fill(name, key, f"folded-{kind}", fold.name,
                                     replaces=fold.name, inferred=inferred, fold=fold,
-                                    stale=stale))
+                                    stale=stale, read_keys=read_keys))
         self.served.add(fold.name)
 
     def _module_weight(self, fold: Fold, source: str, key: str) -> str:

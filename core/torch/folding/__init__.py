@@ -56,6 +56,7 @@ from graphpass.torch.folding.recipes import (
     Rows,
     Select,
     Transpose,
+    WeightNorm,
 )
 from graphpass.torch.folding.rewrite import (
     mark_state,
@@ -79,6 +80,7 @@ __all__ = [
     "Select",
     "StateValues",
     "Transpose",
+    "WeightNorm",
     "find_folds",
     "find_merges",
     "find_ties",

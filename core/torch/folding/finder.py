@@ -36,12 +36,14 @@ from graphpass.torch.folding.recipes import (
     Recipe,
     Rows,
     Transpose,
+    WeightNorm,
     broadcasts,
+    close,
     first_slice,
     matching_source,
     nearest_rows,
 )
-from graphpass.torch.folding.search import recipe_by_value
+from graphpass.torch.folding.search import recipe_by_value, shape_ops
 from graphpass.torch.folding.values import StateValues
 
 __all__ = ["find_folds", "find_merges", "find_ties", "listed_names"]
@@ -173,6 +175,8 @@ class _Finder:
                 state = [source]
             parameters = [s for s in state if self.kinds.get(s) == "parameter"]
             floats = parameters or [s for s in state if self._is_float_state(s)]
+            if len(floats) == 2 and self._weight_norm(name, floats, recorded, tensor):
+                continue
             if len(floats) != 1:
                 main = (floats or state)[0]
                 self._add(Fold(name, main, self.kinds.get(main), recorded, others=tuple(
@@ -185,6 +189,60 @@ class _Finder:
                         others=tuple(s for s in state if s != source))
             self._establish(fold, shape, tensor)
             self._add(fold)
+
+    def _weight_norm(self, name: str, sources: list[str], recorded: tuple[str, ...],
+                     tensor: Tensor | None) -> bool:
+        """Add ``name``'s fold if torch's record says it is a weight norm of ``sources``.
+
+        ``torch.nn.utils.parametrizations.weight_norm`` keeps the magnitude ``g`` and the
+        direction ``v`` as ``<module>.parametrizations.<weight>.original0`` and
+        ``original1`` (its ``state_dict()`` names, which the export records); the weight
+        is ``g * v / ||v||``, the norm over every axis but the one ``g`` keeps.
+        """
+        magnitude, direction = sorted(sources)
+        prefix = magnitude.removesuffix(".original0")
+        if not magnitude.endswith(".original0") or direction != f"{prefix}.original1" or \
+                ".parametrizations." not in f".{prefix}":
+            return False
+        fold = Fold(name, direction, self.kinds.get(direction), recorded,
+                    others=tuple(s for s in recorded if s != direction and self._is_state(s)))
+        shapes = [self._source_shape(direction), self._source_shape(magnitude)]
+        values = [self._file_value(direction), self._file_value(magnitude)]
+        values = [v if v is not None else self.checkpoint.value(n)
+                  for v, n in zip(values, (direction, magnitude), strict=True)]
+        what = (f"the weight norm g * v / ||v|| of {magnitude!r} (g) and {direction!r} (v), "
+                "as torch's parametrization names them")
+        if shapes[0] is None or shapes[1] is None or len(shapes[0]) != len(shapes[1]):
+            fold.problem = f"it is {what}, and neither the file nor the checkpoint holds them"
+            self._add(fold)
+            return True
+        kept = [k for k, (g, v) in enumerate(zip(shapes[1], shapes[0], strict=True))
+                if g != 1 or v == 1] if any(d != 1 for d in shapes[1]) else []
+        if len(kept) > 1:
+            return False
+        norm = WeightNorm(magnitude=magnitude, dim=kept[0] if kept else None,
+                          rank=len(shapes[0]))
+        if tensor is None or values[0] is None or values[1] is None:
+            fold.problem = (f"it is {what}, and the values of "
+                            + ("the constant" if tensor is None else "g and v")
+                            + " are not known (the file does not hold them"
+                            + ("" if tensor is None else ", nor does a checkpoint") + ")")
+            self._add(fold)
+            return True
+        constant = tensor.numpy()
+        weight = norm.weight(values[0], values[1])
+        for inner in shape_ops(weight.shape, constant.shape):
+            if close(inner.compute(weight), constant):
+                fold.recipe = WeightNorm(magnitude=magnitude, dim=norm.dim, inner=inner,
+                                         rank=norm.rank)
+                fold.evidence = (f"torch's record: folded from {what}; values: equals "
+                                 f"{fold.recipe.describe(direction)}")
+                self._add(fold)
+                return True
+        fold.problem = (f"it was folded from {what}, but no shape op of that weight gives "
+                        "its values")
+        self._add(fold)
+        return True
 
     def _candidates(self) -> list[tuple[str, tuple[int, ...] | None, Tensor | None]]:
         """Float initializers, and names used but undefined (weights saved apart)."""

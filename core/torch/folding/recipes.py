@@ -22,7 +22,7 @@ from graphpass.ir import Node
 from graphpass.torch.folding.values import StateValues
 
 __all__ = ["FUSION_RTOL", "Affine", "Broadcast", "Copy", "Recipe", "Reshape", "Rows", "Select",
-           "Transpose", "broadcasts", "close", "first_slice", "matching_source", "nearest_rows",
+           "Transpose", "WeightNorm", "broadcasts", "close", "first_slice", "matching_source", "nearest_rows",
            "permutations"]
 
 FUSION_RTOL: Final = 1e-4
@@ -38,8 +38,15 @@ class Recipe:
     exact: bool = True
     """Whether :meth:`compute` gives the exporter's values bit for bit."""
 
-    def compute(self, source: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """The constant, computed from the source's values."""
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Further state the recipe reads besides the source (a reparametrization's tensors),
+        by name; :meth:`compute` takes their values after the source's, in this order."""
+        return ()
+
+    def compute(self, source: np.ndarray[Any, Any],
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The constant, computed from the source's values (and those of :attr:`reads`)."""
         raise NotImplementedError
 
     def source_of(self, constant: np.ndarray[Any, Any],
@@ -76,7 +83,8 @@ class Transpose(Recipe):
     perm: tuple[int, ...] = (1, 0)
     kind = "transpose"
 
-    def compute(self, source: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # noqa: D102
+    def compute(self, source: np.ndarray[Any, Any],  # noqa: D102
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         return np.ascontiguousarray(np.transpose(source, self.perm))
 
     def source_of(self, constant: np.ndarray[Any, Any],  # noqa: D102
@@ -97,7 +105,8 @@ class Copy(Recipe):
 
     kind = "copy"
 
-    def compute(self, source: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # noqa: D102
+    def compute(self, source: np.ndarray[Any, Any],  # noqa: D102
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         return source
 
     def source_of(self, constant: np.ndarray[Any, Any],  # noqa: D102
@@ -118,7 +127,8 @@ class Rows(Recipe):
     indices: np.ndarray[Any, Any] = field(default_factory=lambda: np.zeros(0, np.int64))
     kind = "rows"
 
-    def compute(self, source: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # noqa: D102
+    def compute(self, source: np.ndarray[Any, Any],  # noqa: D102
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         return np.take(source, self.indices, axis=0)
 
     def source_of(self, constant: np.ndarray[Any, Any],  # noqa: D102
@@ -150,7 +160,8 @@ class Broadcast(Recipe):
     shape: tuple[int, ...] = ()
     kind = "broadcast"
 
-    def compute(self, source: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # noqa: D102
+    def compute(self, source: np.ndarray[Any, Any],  # noqa: D102
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         return np.ascontiguousarray(np.broadcast_to(source, self.shape))
 
     def source_of(self, constant: np.ndarray[Any, Any],  # noqa: D102
@@ -176,7 +187,8 @@ class Reshape(Recipe):
     source_shape: tuple[int, ...] = ()
     kind = "reshape"
 
-    def compute(self, source: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # noqa: D102
+    def compute(self, source: np.ndarray[Any, Any],  # noqa: D102
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         return np.ascontiguousarray(source.reshape(self.shape))
 
     def source_of(self, constant: np.ndarray[Any, Any],  # noqa: D102
@@ -206,7 +218,8 @@ class Select(Recipe):
     source_shape: tuple[int, ...] = ()
     kind = "selection"
 
-    def compute(self, source: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # noqa: D102
+    def compute(self, source: np.ndarray[Any, Any],  # noqa: D102
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         return np.ascontiguousarray(source.reshape(-1)[self.indices])
 
     def source_of(self, constant: np.ndarray[Any, Any],  # noqa: D102
@@ -247,8 +260,9 @@ class Affine(Recipe):
     kind = "affine"
     exact = False
 
-    def compute(self, source: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # noqa: D102
-        selected = self.inner.compute(source)
+    def compute(self, source: np.ndarray[Any, Any],  # noqa: D102
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        selected = self.inner.compute(source, *others)
         dtype = selected.dtype
         return np.asarray(selected * self.scale.astype(dtype) + self.offset.astype(dtype),
                           dtype=dtype)
@@ -286,6 +300,65 @@ class Affine(Recipe):
         if not bool(np.all(self.offset == 0.0)):
             text = f"{text} + {_number(self.offset)}"
         return text
+
+
+@dataclass(frozen=True, eq=False)
+class WeightNorm(Recipe):
+    """``constant = inner(g * v / ||v||)``: ``torch.nn.utils.parametrizations.weight_norm``.
+
+    The source is the direction ``v`` (``...parametrizations.weight.original1``); the
+    magnitude ``g`` (``...original0``) is read too (:attr:`reads`). The norm is taken over
+    every axis but ``dim`` (all of them when ``dim`` is ``None``), as torch's
+    ``_weight_norm`` does; ``inner`` is what the exporter folded on top (the transpose an
+    ``nn.Linear`` reads).
+    """
+
+    magnitude: str = ""
+    dim: int | None = 0
+    inner: Recipe = field(default_factory=Copy)
+    kind = "weight-norm"
+    exact = False
+
+    rank: int = 2
+
+    @property
+    def reads(self) -> tuple[str, ...]:  # noqa: D102
+        return (self.magnitude,)
+
+    def axes(self, ndim: int) -> list[int]:
+        """The axes the norm is taken over."""
+        return [k for k in range(ndim) if k != self.dim]
+
+    def weight(self, direction: np.ndarray[Any, Any],
+               magnitude: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """``g * v / ||v||`` (in float64, then cast), before :attr:`inner`."""
+        v = direction.astype(np.float64)
+        norm = np.sqrt(np.square(v).sum(axis=tuple(self.axes(v.ndim)), keepdims=True))
+        return np.asarray(v * (magnitude.astype(np.float64) / norm), dtype=direction.dtype)
+
+    def compute(self, source: np.ndarray[Any, Any],  # noqa: D102
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        if len(others) != 1:
+            raise ValueError(f"a weight norm reads {self.magnitude!r} too")
+        return self.inner.compute(self.weight(source, others[0]))
+
+    def nodes(self, source: str, output: str) -> list[Node]:  # noqa: D102
+        axes = _constant(f"{output}__norm_axes", np.array(self.axes(self.rank), np.int64))
+        weight = output if isinstance(self.inner, Copy) else f"{output}__weight"
+        nodes = [
+            axes,
+            Node("ReduceL2", [source, axes.outputs[0]], [f"{output}__norm"],
+                 name=f"{output}__norm", attributes={"keepdims": 1}),
+            Node("Div", [self.magnitude, f"{output}__norm"], [f"{output}__factor"],
+                 name=f"{output}__divide"),
+            Node("Mul", [source, f"{output}__factor"], [weight], name=f"{output}__weigh")]
+        if not isinstance(self.inner, Copy):
+            nodes += self.inner.nodes(weight, output)
+        return nodes
+
+    def describe(self, source: str) -> str:  # noqa: D102
+        text = f"weight_norm({self.magnitude}, {source}, dim={self.dim})"
+        return text if isinstance(self.inner, Copy) else self.inner.describe(text)
 
 
 def _number(values: np.ndarray[Any, Any]) -> str:
