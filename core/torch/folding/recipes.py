@@ -22,8 +22,8 @@ from graphpass.ir import Node
 from graphpass.torch.folding.values import StateValues
 
 __all__ = ["FUSION_RTOL", "Affine", "Broadcast", "Copy", "Recipe", "Reshape", "Rows", "Select",
-           "Transpose", "WeightNorm", "broadcasts", "close", "first_slice", "matching_source", "nearest_rows",
-           "permutations"]
+           "Transpose", "WeightNorm", "broadcasts", "close", "first_slice", "matching_source",
+           "nearest_rows", "permutations"]
 
 FUSION_RTOL: Final = 1e-4
 """Largest difference between a fused weight and the fusion of the checkpoint's tensors,
@@ -40,8 +40,11 @@ class Recipe:
 
     @property
     def reads(self) -> tuple[str, ...]:
-        """Further state the recipe reads besides the source (a reparametrization's tensors),
-        by name; :meth:`compute` takes their values after the source's, in this order."""
+        """Further state the recipe reads besides the source, by name.
+
+        A reparametrization's other tensors; :meth:`compute` takes their values after the
+        source's, in this order.
+        """
         return ()
 
     def compute(self, source: np.ndarray[Any, Any],
