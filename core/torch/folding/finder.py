@@ -213,7 +213,7 @@ class _Finder:
         what = (f"the weight norm g * v / ||v|| of {magnitude!r} (g) and {direction!r} (v), "
                 "as torch's parametrization names them")
         if shapes[0] is None or shapes[1] is None or len(shapes[0]) != len(shapes[1]):
-            fold.problem = f"it is {what}, and neither the file nor the checkpoint holds them"
+            fold.problem = f"it is {what}, and {self._nowhere('them')}"
             self._add(fold)
             return True
         kept = [k for k, (g, v) in enumerate(zip(shapes[1], shapes[0], strict=True))
@@ -224,9 +224,9 @@ class _Finder:
                           rank=len(shapes[0]))
         if tensor is None or values[0] is None or values[1] is None:
             fold.problem = (f"it is {what}, and the values of "
-                            + ("the constant" if tensor is None else "g and v")
-                            + " are not known (the file does not hold them"
-                            + ("" if tensor is None else ", nor does a checkpoint") + ")")
+                            + ("the constant are not known (the file does not hold it)"
+                               if tensor is None else f"g and v are not known "
+                               f"({self._nowhere('them')})"))
             self._add(fold)
             return True
         constant = tensor.numpy()
@@ -433,12 +433,18 @@ class _Finder:
     def _unknown(self, fold: Fold, constant: np.ndarray[Any, Any],
                  source_shape: tuple[int, ...] | None) -> str:
         if source_shape is None:
-            return f"neither the file nor the checkpoint holds {fold.source!r}"
+            return self._nowhere(repr(fold.source))
         computed = f"{fold.source!r}" + (f" and {_names(fold.others)}" if fold.others else "")
         return (f"its values are neither copies of elements of {computed} (a selection: "
                 "gathers, slices, transposes, reshapes, broadcasts, concatenations) nor a "
                 f"scaling or offset of a shape op of it ({list(constant.shape)} from "
                 f"{list(source_shape)})")
+
+    def _nowhere(self, what: str) -> str:
+        """``the file does not hold 'w' (and no checkpoint is given)``, or with one given."""
+        if self.checkpoint.names():
+            return f"neither the file nor the checkpoint holds {what}"
+        return f"the file does not hold {what}, and no checkpoint is given"
 
     def _add(self, fold: Fold) -> None:
         self.folding.folds[fold.name] = fold
