@@ -22,6 +22,10 @@ The pass restores what it can exactly and names what it cannot:
   (``W = val^T``, exact) and a ``Transpose`` node in place of the copy (``GP250``,
   info); when the parameter is still there (a tied weight), its transpose is checked
   to equal the copy and used instead;
+* any other fold :mod:`graphpass.torch.folding` knows a recipe for (found from torch's
+  records, or from the values where the file still holds the parameter) whose constant
+  holds every value of the parameter is restored the same way; each recomputation other
+  than a plain transpose is run in onnxruntime and must give the file's constant;
 * every other parameter the graph signature lists that is folded, fused or rewritten
   is an error naming the value or node it went into (``GP251``), with the advice to
   re-export with ``optimize=False``;
