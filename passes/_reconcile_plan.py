@@ -8,8 +8,8 @@ filling such a model by name alone runs and gives wrong numbers, and trains copi
 * **folded constants** (:mod:`graphpass.torch.folding` knows them: any selection of
   the source's elements, scalings and offsets, weight norms): the source (and any further
   tensor the recipe reads, a weight norm's magnitude) is filled from its key and the
-  constant computed from it again by nodes, so that the parameter trains. Whether the checkpoint made the constant stale is decided from the values
-  and reported. A constant whose source the checkpoint does not fill (a non-persistent
+  constant computed from it again by nodes, so that the parameter trains. Whether the
+  checkpoint made the constant stale is decided from the values and reported. A constant whose source the checkpoint does not fill (a non-persistent
   buffer, such as rotary frequencies) is right as the export made it and stays. A
   constant whose source the checkpoint fills but whose computation graphpass does not
   know is refused (:attr:`Plan.refusals`), naming the constant and its sources;
