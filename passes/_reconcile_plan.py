@@ -5,14 +5,15 @@ fills and the problems that forbid writing anything. Besides plain fills (a
 matched key fills its initializer), it puts back what torch's exporter folded, because
 filling such a model by name alone runs and gives wrong numbers, and trains copies:
 
-* **folded constants** (:mod:`graphpass.torch.folding` knows them: any selection of
-  the source's elements, scalings and offsets, weight norms): the source (and any further
+* **folded constants** (:mod:`graphpass.torch.folding` knows them: any selection of the
+  source's elements, scalings and offsets, weight norms): the source (and any further
   tensor the recipe reads, a weight norm's magnitude) is filled from its key and the
   constant computed from it again by nodes, so that the parameter trains. Whether the
-  checkpoint made the constant stale is decided from the values and reported. A constant whose source the checkpoint does not fill (a non-persistent
-  buffer, such as rotary frequencies) is right as the export made it and stays. A
-  constant whose source the checkpoint fills but whose computation graphpass does not
-  know is refused (:attr:`Plan.refusals`), naming the constant and its sources;
+  checkpoint made the constant stale is decided from the values and reported. A constant
+  whose source the checkpoint does not fill (a non-persistent buffer, such as rotary
+  frequencies) is right as the export made it and stays. A constant whose source the
+  checkpoint fills but whose computation graphpass does not know is refused
+  (:attr:`Plan.refusals`), naming the constant and its sources;
 * **batch norms fused into convolutions**: separated again into ``Conv`` and
   ``BatchNormalization`` from the checkpoint's conv weight, scale, shift and running
   statistics, so that batch statistics train as in torch;
