@@ -233,10 +233,13 @@ class WeightNormed(nn.Module):
         super().__init__()
         self.lin = weight_norm(nn.Linear(8, 6))
         self.conv = weight_norm(nn.Conv1d(6, 4, 3, padding=1))
+        self.point = weight_norm(nn.Conv1d(4, 4, 1))             # v: [4, 4, 1]
+        self.whole = weight_norm(nn.Linear(4, 4), dim=None)      # one g for the whole weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hidden = torch.relu(self.lin(x))                       # [B, T, 6]
-        return self.conv(hidden.transpose(1, 2)).transpose(1, 2)
+        hidden = torch.relu(self.conv(hidden.transpose(1, 2)))
+        return self.whole(self.point(hidden).transpose(1, 2))
 
 
 INPUTS = {"square": (2, 5, 8), "window": (2, 9, 8), "window-extra": (2, 9, 8),

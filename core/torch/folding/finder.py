@@ -212,16 +212,17 @@ class _Finder:
                   for v, n in zip(values, (direction, magnitude), strict=True)]
         what = (f"the weight norm g * v / ||v|| of {magnitude!r} (g) and {direction!r} (v), "
                 "as torch's parametrization names them")
-        if shapes[0] is None or shapes[1] is None or len(shapes[0]) != len(shapes[1]):
+        direction_shape, magnitude_shape = shapes
+        if direction_shape is None or magnitude_shape is None:
             fold.problem = f"it is {what}, and {self._nowhere('them')}"
             self._add(fold)
             return True
-        kept = [k for k, (g, v) in enumerate(zip(shapes[1], shapes[0], strict=True))
-                if g != 1 or v == 1] if any(d != 1 for d in shapes[1]) else []
-        if len(kept) > 1:
+        kept = [k for k, g in enumerate(magnitude_shape) if g != 1]  # the axis g keeps
+        if kept and (len(kept) > 1 or len(magnitude_shape) != len(direction_shape)
+                     or magnitude_shape[kept[0]] != direction_shape[kept[0]]):
             return False
         norm = WeightNorm(magnitude=magnitude, dim=kept[0] if kept else None,
-                          rank=len(shapes[0]))
+                          rank=len(direction_shape))
         if tensor is None or values[0] is None or values[1] is None:
             fold.problem = (f"it is {what}, and the values of "
                             + ("the constant are not known (the file does not hold it)"
