@@ -5,14 +5,15 @@ fills and the problems that forbid writing anything. Besides plain fills (a
 matched key fills its initializer), it puts back what torch's exporter folded, because
 filling such a model by name alone runs and gives wrong numbers, and trains copies:
 
-* **folded constants** (:mod:`graphpass.torch.folding` knows them: transposes, row
-  gathers of position tables, broadcasts, scalings, copies): the source is filled from
-  its key and the constant computed from it again by nodes, so that the parameter
-  trains. Whether the checkpoint made the constant stale is decided from the values
-  and reported. A constant whose source the checkpoint does not fill (a non-persistent
-  buffer, such as rotary frequencies) is right as the export made it and stays. A
-  constant whose source the checkpoint fills but whose computation graphpass does not
-  know is refused (:attr:`Plan.refusals`), naming the constant and its sources;
+* **folded constants** (:mod:`graphpass.torch.folding` knows them: any selection of the
+  source's elements, scalings and offsets, weight norms): the source (and any further
+  tensor the recipe reads, a weight norm's magnitude) is filled from its key and the
+  constant computed from it again by nodes, so that the parameter trains. Whether the
+  checkpoint made the constant stale is decided from the values and reported. A constant
+  whose source the checkpoint does not fill (a non-persistent buffer, such as rotary
+  frequencies) is right as the export made it and stays. A constant whose source the
+  checkpoint fills but whose computation graphpass does not know is refused
+  (:attr:`Plan.refusals`), naming the constant and its sources;
 * **batch norms fused into convolutions**: separated again into ``Conv`` and
   ``BatchNormalization`` from the checkpoint's conv weight, scale, shift and running
   statistics, so that batch statistics train as in torch;
@@ -76,6 +77,9 @@ class Fill:
         stale: For a recomputed fold or a separated batch norm: whether the checkpoint's
             values give something else than the file held (``None``: not known, the file
             did not hold it).
+        read_keys: For a recomputed fold whose recipe reads further state (a weight
+            norm's magnitude): their keys, in the recipe's order (each filled by a fill of
+            its own).
     """
 
     name: str
@@ -88,12 +92,13 @@ class Fill:
     inferred: bool = False
     fold: Fold | None = None
     stale: bool | None = None
+    read_keys: tuple[str, ...] = ()
 
     @property
     def is_plain(self) -> bool:
         """Whether the key fills its own target by name (no recompute, no split)."""
         return self.replaces is None and not self.uses and self.removes is None and \
-            self.rule != "fused-batch-norm"
+            self.rule != "fused-batch-norm" and not self.rule.startswith("folded-")
 
 
 @dataclass
@@ -292,8 +297,20 @@ class _Planner:
                 continue
             constant = self._constant(fold.name)
             source = entry.numpy()
+            reads = {name: self.keys.get(name) for name in fold.recipe.reads}
+            unfilled = [name for name, read in reads.items() if read is None]
+            taken = [name for name in reads if self._taken(name)]
+            if unfilled or taken:
+                self.plan.problems.append(
+                    f"{fold.name!r} was computed at export time as "
+                    f"{fold.recipe.describe(fold.source)}, and "
+                    + (f"no checkpoint key fills {unfilled[0]!r}" if unfilled else
+                       f"the name {taken[0]!r} is taken by another value of the model"))
+                continue
+            read_keys = tuple(key for key in reads.values() if key is not None)
             try:
-                computed = fold.recipe.compute(source)
+                computed = fold.recipe.compute(
+                    source, *(self.checkpoint[read].numpy() for read in read_keys))
             except (ValueError, IndexError):
                 computed = None
             if computed is None or (constant is not None and computed.shape != constant.shape):
@@ -304,7 +321,12 @@ class _Planner:
                     + (f" {list(constant.shape)}" if constant is not None else ""))
                 continue
             stale = None if constant is None else not fold.recipe.same_values(computed, constant)
-            self._recompute(fold, fold.source, key, stale=stale, inferred=fold.inferred)
+            for name, read in zip(reads, read_keys, strict=True):  # the other tensors it reads
+                self.plan.fills.append(Fill(name, read, f"folded-{fold.recipe.kind}", name))
+                self.served_placeholders.add(self.placeholder_of.get(name, name))
+                used.add(read)
+            self._recompute(fold, fold.source, key, stale=stale, inferred=fold.inferred,
+                            read_keys=read_keys)
             used.add(key)
 
     def _constant(self, name: str) -> np.ndarray | None:
@@ -335,7 +357,7 @@ class _Planner:
         self.served.add(fold.name)
 
     def _recompute(self, fold: Fold, source: str, key: str, *, stale: bool | None,
-                   inferred: bool) -> None:
+                   inferred: bool, read_keys: tuple[str, ...] = ()) -> None:
         existing = self.plain_fills.get(source)
         if existing is None and fold.kind is None:
             source = self._module_weight(fold, source, key)
@@ -344,7 +366,7 @@ class _Planner:
         kind = fold.recipe.kind if fold.recipe is not None else "transpose"
         self.plan.fills.append(Fill(name, key, f"folded-{kind}", fold.name,
                                     replaces=fold.name, inferred=inferred, fold=fold,
-                                    stale=stale))
+                                    stale=stale, read_keys=read_keys))
         self.served.add(fold.name)
 
     def _module_weight(self, fold: Fold, source: str, key: str) -> str:

@@ -65,7 +65,8 @@ __all__ = ["MatchTable", "NameList", "build_report"]
 
 PASS_NAME: Final = "reconcile-initializers"
 RULES: Final = (*LEVELS, "tied-alias", "folded-transpose", "folded-rows", "folded-broadcast",
-                "folded-scale", "folded-copy", "fused-batch-norm", "merged-split")
+                "folded-reshape", "folded-selection", "folded-affine", "folded-copy",
+                "folded-weight-norm", "fused-batch-norm", "merged-split")
 _SHOWN: Final = 5
 
 
@@ -292,7 +293,9 @@ def _run_note(verification: Verification | None) -> str:
     if verification is None or (not verification.checked and verification.ran):
         return ""
     if not verification.ran:
-        return "; the recomputations were not run in onnxruntime (it is not installed)"
+        return ("; the recomputations (plain transposes) need no run in onnxruntime"
+                if verification.transposes_only else
+                "; the recomputations were not run in onnxruntime (it is not installed)")
     return (f"; onnxruntime ran {verification.checked} of the recomputations (all but plain "
             "transposes) and each gave what it must")
 
@@ -378,9 +381,9 @@ def _fold_findings(fills: Sequence[Fill], verification: Verification | None) -> 
         pairs = [f.fold.describe() if f.fold.source == f.name else
                  f"{f.fold.name} = {f.fold.recipe.describe(f.name)}"
                  for f in folds if f.fold is not None and f.fold.recipe is not None]
-        how = ("found from the graph's structure or from the nearest values, not from a "
-               "record or equal values: " + "; ".join(sorted({f.fold.evidence for f in folds
-                                                             if f.fold is not None}))
+        how = ("resting on the graph's structure, the nearest values or an assumption the "
+               "values cannot check, not on a record or equal values alone: "
+               + "; ".join(sorted({f.fold.evidence for f in folds if f.fold is not None}))
                if inferred else "found from torch's records and the values")
         findings.append(Finding(
             "GP204", Severity.WARNING if inferred else Severity.INFO,
@@ -445,9 +448,12 @@ def _count(count: int, one: str, many: str) -> str:
 
 def _plural(kind: str, count: int) -> str:
     words = {"transpose": "transposes", "rows": "row gathers", "broadcast": "broadcasts",
-             "scale": "scalings", "copy": "copies"}
+             "reshape": "reshapes", "selection": "element selections",
+             "affine": "scalings or offsets", "copy": "copies",
+             "weight-norm": "weight norms"}
     return words.get(kind, kind) if count != 1 else \
-        {"rows": "row gather", "scale": "scaling", "copy": "copy"}.get(kind, kind)
+        {"rows": "row gather", "selection": "element selection",
+         "affine": "scaling or offset", "weight-norm": "weight norm"}.get(kind, kind)
 
 
 def _merge_findings(fills: Sequence[Fill], producer: Producer) -> list[Finding]:

@@ -60,11 +60,13 @@ class Verification:
         ran: Whether onnxruntime ran the checks (``False``: it is not installed).
         checked: How many recomputations were checked.
         problems: One line per recomputation that did not give what it must.
+        transposes_only: Whether there was nothing to run (plain transposes only).
     """
 
     ran: bool = False
     checked: int = 0
     problems: list[str] = field(default_factory=list)
+    transposes_only: bool = False
 
 
 def verify(graph: Graph, folds: Sequence[FoldCheck],
@@ -72,6 +74,7 @@ def verify(graph: Graph, folds: Sequence[FoldCheck],
     """Run the recomputations in onnxruntime and compare (see the module documentation)."""
     result = Verification()
     if not folds and not batch_norms:
+        result.transposes_only = True
         return result
     try:
         import onnxruntime

@@ -270,6 +270,9 @@ def _apply(graph: Graph, plan: Plan, targets: list[Target], checkpoint: Checkpoi
                 folds.append(FoldCheck(fill.fold.name, nodes, expected, fill.fold.recipe.exact))
             if fill.fold.kind is not None:  # torch's record of the source, on the initializer
                 mark_state(graph, fill.name, fill.fold.kind, placeholders.get(fill.fold.source))
+            for read in fill.fold.recipe.reads if fill.fold.recipe is not None else ():
+                if read in kinds:
+                    mark_state(graph, read, kinds[read], placeholders.get(read))
         elif fill.uses:
             for node, slot in fill.uses:
                 node.set_input(slot, fill.name)
@@ -295,7 +298,8 @@ def _expected(graph: Graph, fill: Fill, checkpoint: Checkpoint) -> Any:
         return None
     if fill.stale is False:
         return graph.initializers[fold.name].numpy()
-    return fold.recipe.compute(checkpoint[fill.key].numpy())
+    return fold.recipe.compute(checkpoint[fill.key].numpy(),
+                               *(checkpoint[key].numpy() for key in fill.read_keys))
 
 
 def _recompute(graph: Graph, fill: Fill, folded: Target, keep_inputs: bool) -> list[Node]:

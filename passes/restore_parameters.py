@@ -22,6 +22,10 @@ The pass restores what it can exactly and names what it cannot:
   (``W = val^T``, exact) and a ``Transpose`` node in place of the copy (``GP250``,
   info); when the parameter is still there (a tied weight), its transpose is checked
   to equal the copy and used instead;
+* any other fold :mod:`graphpass.torch.folding` knows a recipe for (found from torch's
+  records, or from the values where the file still holds the parameter) whose constant
+  holds every value of the parameter is restored the same way; each recomputation other
+  than a plain transpose is run in onnxruntime and must give the file's constant;
 * every other parameter the graph signature lists that is folded, fused or rewritten
   is an error naming the value or node it went into (``GP251``), with the advice to
   re-export with ``optimize=False``;
@@ -49,9 +53,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
+from graphpass.errors import PassError
 from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Graph, Model, Node, Tensor
+from graphpass.passes._reconcile_verify import FoldCheck, verify
 from graphpass.torch.export_record import (
     INPUT_KIND,
     LEGACY_CONSTANT_NAME,
@@ -143,6 +149,14 @@ class RestoreParameters(Pass):
         else:
             return PassResult()
         work.mark_ties()
+        verification = verify(graph, work.checks, [])
+        if verification.problems:
+            raise PassError(
+                "graphpass's recomputation of what the exporter folded is wrong:\n"
+                + "\n".join(f"  - {p}" for p in verification.problems),
+                where=f"pass {self.name}",
+                hint="this is a bug in graphpass; please report it with the model (meanwhile, "
+                     "export without constant folding)")
         return PassResult(changed=bool(work.restored) or bool(work.folding.ties)
                           or bool(work.split),
                           findings=[f.with_pass(self.name) for f in work.findings()],
@@ -176,6 +190,7 @@ class _Restorer:
         self.split: dict[str, str] = {}  # parameter name -> the initializer it was split from
         self.split_merges = True
         self.unused: list[str] = []
+        self.checks: list[FoldCheck] = []  # recomputations to run in onnxruntime
 
     # ----------------------------------------------------------- dynamo exports
     def restore_folds(self) -> None:
@@ -202,26 +217,37 @@ class _Restorer:
             return "it is a graph output"
         if fold.name not in self.graph.initializers:
             return "the file does not hold it"
+        unread = [name for name in fold.recipe.reads if name not in self.graph.initializers]
+        if unread:
+            return (f"{fold.recipe.describe(fold.source)} reads {_listed(unread)} too, "
+                    "whose values the file does not hold")
+        others = [self.graph.initializers[name].numpy() for name in fold.recipe.reads]
         if fold.source in self.graph.initializers and fold.source not in self.folding.fused:
             # the parameter is there (a tied weight, or restored for another copy)
             source = self.graph.initializers[fold.source].numpy()
             constant = self.graph.initializers[fold.name].numpy()
             try:
-                same = fold.recipe.same_values(fold.recipe.compute(source), constant)
+                same = fold.recipe.same_values(fold.recipe.compute(source, *others), constant)
             except (ValueError, IndexError):
                 same = False
             return None if same else (f"it differs from {fold.recipe.describe(fold.source)}, "
                                       f"and {fold.source!r} is in the model")
         if self.graph.is_defined(fold.source) or self.graph.is_used(fold.source):
             return f"the name {fold.source!r} is taken by another value"
-        if fold.recipe.source_of(self.graph.initializers[fold.name].numpy(), None) is None:
+        constant = self.graph.initializers[fold.name].numpy()
+        values = fold.recipe.source_of(constant, None)
+        if values is None:
             return (f"{fold.recipe.describe(fold.source)} holds only part of the parameter's "
                     "values")
+        if not fold.recipe.same_values(fold.recipe.compute(values, *others), constant):
+            return (f"the parameter's values read back from it do not give it again through "
+                    f"{fold.recipe.describe(fold.source)}")
         return None
 
     def _restore(self, fold: Fold) -> None:
         graph = self.graph
         assert fold.recipe is not None
+        constant = graph.initializers[fold.name].numpy()
         if fold.source not in graph.initializers:
             folded = graph.initializers[fold.name]
             values = fold.recipe.source_of(folded.numpy(), None)
@@ -231,9 +257,12 @@ class _Restorer:
             graph.values[fold.source].set_metadata(
                 _TAG, f"restored from the exporter's {fold.name!r} "
                       f"({fold.recipe.describe(fold.source)})")
-        for node in recompute(graph, fold):
+        nodes = recompute(graph, fold)
+        for node in nodes:
             node.set_metadata(_TAG, f"{fold.recipe.describe(fold.source)} replaces the "
                                     f"exporter's folded copy")
+        if fold.recipe.kind != "transpose":  # a Transpose node cannot differ
+            self.checks.append(FoldCheck(fold.name, nodes, constant, fold.recipe.exact))
         self.restored[fold.name] = fold.source
         self.recipes[fold.name] = fold.recipe.describe(fold.source)
 
@@ -299,9 +328,13 @@ class _Restorer:
         for fold in self.folding.folds.values():
             if fold.recipe is not None and fold.source in self.graph.initializers \
                     and self.transposes and not self.graph.values[fold.name].is_graph_output:
-                for node in recompute(self.graph, fold):
+                constant = self.graph.initializers[fold.name].numpy()
+                nodes = recompute(self.graph, fold)
+                for node in nodes:
                     node.set_metadata(_TAG, f"{fold.recipe.describe(fold.source)} replaces the "
                                             "legacy exporter's folded copy")
+                if fold.recipe.kind != "transpose":
+                    self.checks.append(FoldCheck(fold.name, nodes, constant, fold.recipe.exact))
                 self.restored[fold.name] = fold.source
                 self.recipes[fold.name] = fold.recipe.describe(fold.source)
                 continue

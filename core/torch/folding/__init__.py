@@ -32,11 +32,18 @@ exporter also merges distinct tensors that held equal values into one initialize
 How a recipe is established, most certain first (:attr:`Fold.evidence` says which):
 
 * torch's records: a ``MatMul`` recorded as ``aten.linear`` of the parameter reads the
-  transpose; a fused ``Conv`` recorded as the batch norm names its parameters, buffers,
-  momentum and epsilon;
-* values: the constant equals a transpose, a row gather, a broadcast, a scaling or a
-  copy of the source (the file's own initializer, or the checkpoint's tensor when the
-  checkpoint holds the values the export was made from);
+  transpose; a constant named after a ``permute`` FX node and folded from the parameter
+  alone is its transpose; a fused ``Conv`` recorded as the batch norm names its
+  parameters, buffers, momentum and epsilon; a fold of a ``weight_norm``
+  parametrization's two tensors is ``g * v / ||v||`` (:class:`WeightNorm`);
+* values, by two general rules (:mod:`graphpass.torch.folding.search`): every element of
+  the constant is a copy of one element of the source (any chain of gathers, slices,
+  transposes, reshapes, broadcasts and concatenations: the smallest equivalent shape op,
+  else :class:`Select`), or it is ``a * op(source) + b`` per tensor or per channel
+  (:class:`Affine`); the source's values are the file's own initializer, or the
+  checkpoint's tensor when the checkpoint holds the values the export was made from.
+  Repeated values are decided by the only shape op the values allow or by an index tensor
+  recorded with the fold, else refused (:attr:`Fold.problem` names the ambiguity);
 * the constant itself: a broadcast repeats one slice, which is the source; the rows of a
   position table are the indices the same export computed from the same values, kept
   as an integer constant beside it.
@@ -47,7 +54,17 @@ values from which the recipe computes something else (:meth:`Fold.stale`).
 
 from graphpass.torch.folding.finder import find_folds, find_merges, find_ties
 from graphpass.torch.folding.folds import Fold, Folding, FusedBatchNorm
-from graphpass.torch.folding.recipes import Broadcast, Copy, Recipe, Rows, Scale, Transpose
+from graphpass.torch.folding.recipes import (
+    Affine,
+    Broadcast,
+    Copy,
+    Recipe,
+    Reshape,
+    Rows,
+    Select,
+    Transpose,
+    WeightNorm,
+)
 from graphpass.torch.folding.rewrite import (
     mark_state,
     mark_ties,
@@ -58,16 +75,19 @@ from graphpass.torch.folding.rewrite import (
 from graphpass.torch.folding.values import StateValues
 
 __all__ = [
+    "Affine",
     "Broadcast",
     "Copy",
     "Fold",
     "Folding",
     "FusedBatchNorm",
     "Recipe",
+    "Reshape",
     "Rows",
-    "Scale",
+    "Select",
     "StateValues",
     "Transpose",
+    "WeightNorm",
     "find_folds",
     "find_merges",
     "find_ties",

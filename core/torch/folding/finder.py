@@ -36,12 +36,14 @@ from graphpass.torch.folding.recipes import (
     Recipe,
     Rows,
     Transpose,
+    WeightNorm,
     broadcasts,
+    close,
     first_slice,
     matching_source,
     nearest_rows,
-    recipe_by_value,
 )
+from graphpass.torch.folding.search import recipe_by_value, shape_ops
 from graphpass.torch.folding.values import StateValues
 
 __all__ = ["find_folds", "find_merges", "find_ties", "listed_names"]
@@ -50,6 +52,9 @@ _LINEAR: Final = "aten.linear.default"
 _BATCH_NORM: Final = re.compile(r"aten\.(_native_batch_norm_legit_no_training|batch_norm|"
                                 r"_native_batch_norm_legit|native_batch_norm)")
 _WEIGHT_SLOTS: Final = {"MatMul": (1,), "Gemm": (1, 2), "Conv": (1, 2), "ConvTranspose": (1, 2)}
+_PERMUTE_NAME: Final = re.compile(r"(permute|t|transpose|numpy_T)(_\d+)?")
+_PERMUTE_EVIDENCE: Final = ("torch's record: the constant is the FX node of a permute, folded "
+                            "from the parameter alone")
 
 
 def find_ties(graph: Graph) -> dict[str, list[str]]:
@@ -170,6 +175,8 @@ class _Finder:
                 state = [source]
             parameters = [s for s in state if self.kinds.get(s) == "parameter"]
             floats = parameters or [s for s in state if self._is_float_state(s)]
+            if len(floats) == 2 and self._weight_norm(name, floats, recorded, tensor):
+                continue
             if len(floats) != 1:
                 main = (floats or state)[0]
                 self._add(Fold(name, main, self.kinds.get(main), recorded, others=tuple(
@@ -182,6 +189,61 @@ class _Finder:
                         others=tuple(s for s in state if s != source))
             self._establish(fold, shape, tensor)
             self._add(fold)
+
+    def _weight_norm(self, name: str, sources: list[str], recorded: tuple[str, ...],
+                     tensor: Tensor | None) -> bool:
+        """Add ``name``'s fold if torch's record says it is a weight norm of ``sources``.
+
+        ``torch.nn.utils.parametrizations.weight_norm`` keeps the magnitude ``g`` and the
+        direction ``v`` as ``<module>.parametrizations.<weight>.original0`` and
+        ``original1`` (its ``state_dict()`` names, which the export records); the weight
+        is ``g * v / ||v||``, the norm over every axis but the one ``g`` keeps.
+        """
+        magnitude, direction = sorted(sources)
+        prefix = magnitude.removesuffix(".original0")
+        if not magnitude.endswith(".original0") or direction != f"{prefix}.original1" or \
+                ".parametrizations." not in f".{prefix}":
+            return False
+        fold = Fold(name, direction, self.kinds.get(direction), recorded,
+                    others=tuple(s for s in recorded if s != direction and self._is_state(s)))
+        shapes = [self._source_shape(direction), self._source_shape(magnitude)]
+        values = [self._file_value(direction), self._file_value(magnitude)]
+        values = [v if v is not None else self.checkpoint.value(n)
+                  for v, n in zip(values, (direction, magnitude), strict=True)]
+        what = (f"the weight norm g * v / ||v|| of {magnitude!r} (g) and {direction!r} (v), "
+                "as torch's parametrization names them")
+        direction_shape, magnitude_shape = shapes
+        if direction_shape is None or magnitude_shape is None:
+            fold.problem = f"it is {what}, and {self._nowhere('them')}"
+            self._add(fold)
+            return True
+        kept = [k for k, g in enumerate(magnitude_shape) if g != 1]  # the axis g keeps
+        if kept and (len(kept) > 1 or len(magnitude_shape) != len(direction_shape)
+                     or magnitude_shape[kept[0]] != direction_shape[kept[0]]):
+            return False
+        norm = WeightNorm(magnitude=magnitude, dim=kept[0] if kept else None,
+                          rank=len(direction_shape))
+        if tensor is None or values[0] is None or values[1] is None:
+            fold.problem = (f"it is {what}, and the values of "
+                            + ("the constant are not known (the file does not hold it)"
+                               if tensor is None else f"g and v are not known "
+                               f"({self._nowhere('them')})"))
+            self._add(fold)
+            return True
+        constant = tensor.numpy()
+        weight = norm.weight(values[0], values[1])
+        for inner in shape_ops(weight.shape, constant.shape):
+            if close(inner.compute(weight), constant):
+                fold.recipe = WeightNorm(magnitude=magnitude, dim=norm.dim, inner=inner,
+                                         rank=norm.rank)
+                fold.evidence = (f"torch's record: folded from {what}; values: equals "
+                                 f"{fold.recipe.describe(direction)}")
+                self._add(fold)
+                return True
+        fold.problem = (f"it was folded from {what}, but no shape op of that weight gives "
+                        "its values")
+        self._add(fold)
+        return True
 
     def _candidates(self) -> list[tuple[str, tuple[int, ...] | None, Tensor | None]]:
         """Float initializers, and names used but undefined (weights saved apart)."""
@@ -234,19 +296,28 @@ class _Finder:
                 fold.evidence = ("its shape is the source's transposed, and only MatMul reads "
                                  "it, as its weight")
                 return
+            if shape is not None and self._recorded_permute(fold, shape):
+                fold.recipe, fold.evidence = Transpose((1, 0)), _PERMUTE_EVIDENCE
+                return
             fold.problem = ("the file does not hold it (the export was saved without its "
                             "weights), so it cannot be compared with the source")
             return
         constant = tensor.numpy()
+        ambiguity = None
         for where, values in (("the file", self._file_value(fold.source)),
                               ("the checkpoint", self.checkpoint.value(fold.source))):
             if values is None:
                 continue
-            recipe = recipe_by_value(constant, values)
-            if recipe is not None:
-                fold.recipe = recipe
-                fold.evidence = f"values: equals {recipe.describe(fold.source)} of {where}"
+            found = recipe_by_value(constant, values, rows_read=self._rows_read(fold))
+            if found.recipe is not None:
+                fold.recipe, fold.inferred = found.recipe, found.inferred
+                fold.evidence = (f"values: equals {found.recipe.describe(fold.source)} of "
+                                 f"{where}" + (f" ({found.how})" if found.how else ""))
                 return
+            ambiguity = ambiguity or found.problem
+        if ambiguity is not None:
+            fold.problem = ambiguity
+            return
         recipe, evidence = self._recipe_from_constant(fold, constant, source_shape)
         if recipe is not None:
             fold.recipe, fold.evidence = recipe, evidence
@@ -288,6 +359,9 @@ class _Finder:
         if self._transposed_weight(fold.name, constant.shape, source_shape):
             return (Transpose((1, 0)), "its shape is the source's transposed, and only MatMul "
                                        "reads it, as its weight")
+        if self._recorded_permute(fold, constant.shape) and (
+                source_shape is None or source_shape == constant.shape[::-1]):
+            return Transpose((1, 0)), _PERMUTE_EVIDENCE
         indices = self._sibling_indices(fold, constant, source_shape)
         if indices is not None:
             name, values = indices
@@ -308,6 +382,27 @@ class _Finder:
         uses = self.graph.uses(name)
         return bool(uses) and all(node is not None and node.op_type == "MatMul" and slot == 1
                                   and node.domain in ("", "ai.onnx") for node, slot in uses)
+
+    def _recorded_permute(self, fold: Fold, shape: Sequence[int]) -> bool:
+        """Whether torch's record says the matrix is one permute of its source alone.
+
+        The optimizer names a folded constant after the last FX node it folded and records
+        every value it folded from: ``permute`` (``W.T``, ``W.permute(1, 0)``) folded from
+        the parameter and nothing else is the source transposed, square or not.
+        """
+        return len(shape) == 2 and fold.recorded == (fold.source,) and \
+            _PERMUTE_NAME.fullmatch(fold.name) is not None
+
+    def _rows_read(self, fold: Fold) -> np.ndarray[Any, Any] | None:
+        """The rows the integer state recorded with ``fold`` reads (an index buffer), if any."""
+        found = []
+        for name in fold.others:
+            values = self._file_value(name)
+            if values is None:
+                values = self.checkpoint.value(name)
+            if values is not None and values.dtype.kind in "iu":
+                found.append(values.reshape(-1).astype(np.int64))
+        return np.concatenate(found) if found else None
 
     def _sibling_indices(self, fold: Fold, constant: np.ndarray[Any, Any],
                          source_shape: tuple[int, ...] | None
@@ -339,10 +434,18 @@ class _Finder:
     def _unknown(self, fold: Fold, constant: np.ndarray[Any, Any],
                  source_shape: tuple[int, ...] | None) -> str:
         if source_shape is None:
-            return f"neither the file nor the checkpoint holds {fold.source!r}"
+            return self._nowhere(repr(fold.source))
         computed = f"{fold.source!r}" + (f" and {_names(fold.others)}" if fold.others else "")
-        return (f"no transpose, row gather, broadcast or scaling of {computed} that graphpass "
-                f"knows gives its values ({list(constant.shape)} from {list(source_shape)})")
+        return (f"its values are neither copies of elements of {computed} (a selection: "
+                "gathers, slices, transposes, reshapes, broadcasts, concatenations) nor a "
+                f"scaling or offset of a shape op of it ({list(constant.shape)} from "
+                f"{list(source_shape)})")
+
+    def _nowhere(self, what: str) -> str:
+        """``the file does not hold 'w' (and no checkpoint is given)``, or with one given."""
+        if self.checkpoint.names():
+            return f"neither the file nor the checkpoint holds {what}"
+        return f"the file does not hold {what}, and no checkpoint is given"
 
     def _add(self, fold: Fold) -> None:
         self.folding.folds[fold.name] = fold

@@ -57,15 +57,18 @@ class Fold:
             return f"{self.name} = {self.recipe.describe(self.source)}"
         return f"{self.name} (from {self.source})"
 
-    def stale(self, source: np.ndarray[Any, Any], constant: np.ndarray[Any, Any]) -> bool:
+    def stale(self, source: np.ndarray[Any, Any], constant: np.ndarray[Any, Any],
+              *others: np.ndarray[Any, Any]) -> bool:
         """Whether ``source`` (a checkpoint's values) makes the constant differ from the file's.
+
+        ``others``: the values of the recipe's further state (:attr:`Recipe.reads`).
 
         Raises:
             ValueError: No recipe is known (staleness cannot be decided from the constant).
         """
         if self.recipe is None:
             raise ValueError(f"no recipe is known for {self.name!r}")
-        return not self.recipe.same_values(self.recipe.compute(source), constant)
+        return not self.recipe.same_values(self.recipe.compute(source, *others), constant)
 
 
 @dataclass

@@ -3,13 +3,13 @@
 Each :class:`Recipe` computes the constant with numpy (:meth:`Recipe.compute`, to compare
 with the file), emits the nodes that compute it in the graph (:meth:`Recipe.nodes`), and
 says whether the source's own values can be read back from the constant
-(:meth:`Recipe.source_of`). :func:`recipe_by_value`, :func:`matching_source` and
-:func:`nearest_rows` find a recipe from values.
+(:meth:`Recipe.source_of`). :func:`matching_source` and :func:`nearest_rows` find a recipe
+from values across tensors; :mod:`graphpass.torch.folding.search` finds one from one
+source's values.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,9 +21,9 @@ import onnx
 from graphpass.ir import Node
 from graphpass.torch.folding.values import StateValues
 
-__all__ = ["FUSION_RTOL", "Broadcast", "Copy", "Recipe", "Rows", "Scale", "Transpose",
-           "broadcasts", "close", "first_slice", "matching_source", "nearest_rows",
-           "recipe_by_value"]
+__all__ = ["FUSION_RTOL", "Affine", "Broadcast", "Copy", "Recipe", "Reshape", "Rows", "Select",
+           "Transpose", "WeightNorm", "broadcasts", "close", "first_slice", "matching_source",
+           "nearest_rows", "permutations"]
 
 FUSION_RTOL: Final = 1e-4
 """Largest difference between a fused weight and the fusion of the checkpoint's tensors,
@@ -38,8 +38,18 @@ class Recipe:
     exact: bool = True
     """Whether :meth:`compute` gives the exporter's values bit for bit."""
 
-    def compute(self, source: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """The constant, computed from the source's values."""
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Further state the recipe reads besides the source, by name.
+
+        A reparametrization's other tensors; :meth:`compute` takes their values after the
+        source's, in this order.
+        """
+        return ()
+
+    def compute(self, source: np.ndarray[Any, Any],
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The constant, computed from the source's values (and those of :attr:`reads`)."""
         raise NotImplementedError
 
     def source_of(self, constant: np.ndarray[Any, Any],
@@ -76,7 +86,8 @@ class Transpose(Recipe):
     perm: tuple[int, ...] = (1, 0)
     kind = "transpose"
 
-    def compute(self, source: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # noqa: D102
+    def compute(self, source: np.ndarray[Any, Any],  # noqa: D102
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         return np.ascontiguousarray(np.transpose(source, self.perm))
 
     def source_of(self, constant: np.ndarray[Any, Any],  # noqa: D102
@@ -97,7 +108,8 @@ class Copy(Recipe):
 
     kind = "copy"
 
-    def compute(self, source: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # noqa: D102
+    def compute(self, source: np.ndarray[Any, Any],  # noqa: D102
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         return source
 
     def source_of(self, constant: np.ndarray[Any, Any],  # noqa: D102
@@ -118,7 +130,8 @@ class Rows(Recipe):
     indices: np.ndarray[Any, Any] = field(default_factory=lambda: np.zeros(0, np.int64))
     kind = "rows"
 
-    def compute(self, source: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # noqa: D102
+    def compute(self, source: np.ndarray[Any, Any],  # noqa: D102
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         return np.take(source, self.indices, axis=0)
 
     def source_of(self, constant: np.ndarray[Any, Any],  # noqa: D102
@@ -150,7 +163,8 @@ class Broadcast(Recipe):
     shape: tuple[int, ...] = ()
     kind = "broadcast"
 
-    def compute(self, source: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # noqa: D102
+    def compute(self, source: np.ndarray[Any, Any],  # noqa: D102
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         return np.ascontiguousarray(np.broadcast_to(source, self.shape))
 
     def source_of(self, constant: np.ndarray[Any, Any],  # noqa: D102
@@ -169,52 +183,196 @@ class Broadcast(Recipe):
 
 
 @dataclass(frozen=True)
-class Scale(Recipe):
-    """``constant = source * factor`` (a scaling folded into a weight)."""
+class Reshape(Recipe):
+    """``constant = Reshape(source, shape)`` (also an ``Unsqueeze`` or ``Squeeze``)."""
 
-    factor: float = 1.0
-    kind = "scale"
-    exact = False
+    shape: tuple[int, ...] = ()
+    source_shape: tuple[int, ...] = ()
+    kind = "reshape"
 
-    def compute(self, source: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # noqa: D102
-        return np.asarray(source * source.dtype.type(self.factor))
+    def compute(self, source: np.ndarray[Any, Any],  # noqa: D102
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        return np.ascontiguousarray(source.reshape(self.shape))
 
     def source_of(self, constant: np.ndarray[Any, Any],  # noqa: D102
                   shape: tuple[int, ...] | None) -> np.ndarray[Any, Any] | None:
-        return None  # dividing back is not exact
+        return np.ascontiguousarray(constant.reshape(self.source_shape))
 
     def nodes(self, source: str, output: str) -> list[Node]:  # noqa: D102
-        factor = _constant(f"{output}__factor", np.array(self.factor, np.float32))
-        return [factor, Node("Mul", [source, factor.outputs[0]], [output],
-                             name=f"{output}__scale")]
+        shape = _constant(f"{output}__shape", np.array(self.shape, dtype=np.int64))
+        return [shape, Node("Reshape", [source, shape.outputs[0]], [output],
+                            name=f"{output}__reshape")]
 
     def describe(self, source: str) -> str:  # noqa: D102
-        return f"Mul({source}, {self.factor:g})"
+        return f"Reshape({source}, {list(self.shape)})"
+
+
+@dataclass(frozen=True, eq=False)
+class Select(Recipe):
+    """``constant = Gather(Reshape(source, [-1]), indices)``: any copy of source elements.
+
+    Whatever chain of ``Gather``, ``Slice``, ``Transpose``, ``Reshape``, ``Expand``,
+    ``Unsqueeze``, ``Squeeze`` or ``Concat`` over one source the exporter folded, every
+    element of the constant is one element of the source: ``indices`` (the constant's
+    shape) holds, for each, its position in the flattened source.
+    """
+
+    indices: np.ndarray[Any, Any] = field(default_factory=lambda: np.zeros(0, np.int64))
+    source_shape: tuple[int, ...] = ()
+    kind = "selection"
+
+    def compute(self, source: np.ndarray[Any, Any],  # noqa: D102
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        return np.ascontiguousarray(source.reshape(-1)[self.indices])
+
+    def source_of(self, constant: np.ndarray[Any, Any],  # noqa: D102
+                  shape: tuple[int, ...] | None) -> np.ndarray[Any, Any] | None:
+        size = int(np.prod(self.source_shape))
+        flat = self.indices.reshape(-1)
+        if np.unique(flat).size != size:
+            return None  # the constant holds only some elements of the source
+        values = np.empty(size, dtype=constant.dtype)
+        values[flat] = constant.reshape(-1)
+        return values.reshape(self.source_shape)
+
+    def nodes(self, source: str, output: str) -> list[Node]:  # noqa: D102
+        shape = _constant(f"{output}__flat_shape", np.array([-1], dtype=np.int64))
+        indices = _constant(f"{output}__elements", self.indices.astype(np.int64))
+        flat = f"{output}__flat"
+        return [shape, Node("Reshape", [source, shape.outputs[0]], [flat],
+                            name=f"{output}__flatten"),
+                indices, Node("Gather", [flat, indices.outputs[0]], [output],
+                              name=f"{output}__gather", attributes={"axis": 0})]
+
+    def describe(self, source: str) -> str:  # noqa: D102
+        return (f"Gather(Reshape({source}, [-1]), {self.indices.size} element indices "
+                f"{list(self.indices.shape)})")
+
+
+@dataclass(frozen=True, eq=False)
+class Affine(Recipe):
+    """``constant = inner(source) * scale + offset``: a scaling or an offset folded in.
+
+    ``scale`` and ``offset`` are one number or one per channel (shaped to broadcast along
+    one axis of the constant): ``W * k``, RMSNorm's ``1 + w``, a per-channel ``a * w + b``.
+    """
+
+    inner: Recipe = field(default_factory=Copy)
+    scale: np.ndarray[Any, Any] = field(default_factory=lambda: np.ones((), np.float32))
+    offset: np.ndarray[Any, Any] = field(default_factory=lambda: np.zeros((), np.float32))
+    kind = "affine"
+    exact = False
+
+    def compute(self, source: np.ndarray[Any, Any],  # noqa: D102
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        selected = self.inner.compute(source, *others)
+        dtype = selected.dtype
+        return np.asarray(selected * self.scale.astype(dtype) + self.offset.astype(dtype),
+                          dtype=dtype)
+
+    def source_of(self, constant: np.ndarray[Any, Any],  # noqa: D102
+                  shape: tuple[int, ...] | None) -> np.ndarray[Any, Any] | None:
+        if not bool(np.all(self.scale != 0)):
+            return None
+        dtype = constant.dtype
+        selected = ((constant - self.offset.astype(dtype)) / self.scale.astype(dtype))
+        return self.inner.source_of(np.asarray(selected, dtype=dtype), shape)
+
+    def nodes(self, source: str, output: str) -> list[Node]:  # noqa: D102
+        nodes: list[Node] = []
+        current = source
+        if not isinstance(self.inner, Copy):
+            current = f"{output}__selected"
+            nodes += self.inner.nodes(source, current)
+        steps = [(self.scale, "Mul", "scale", 1.0), (self.offset, "Add", "offset", 0.0)]
+        steps = [step for step in steps if not bool(np.all(step[0] == step[3]))]
+        for number, (values, op_type, word, _) in enumerate(steps):
+            factor = _constant(f"{output}__{word}", values.astype(np.float32))
+            result = output if number == len(steps) - 1 else f"{output}__{op_type.lower()}"
+            nodes += [factor, Node(op_type, [current, factor.outputs[0]], [result],
+                                   name=f"{output}__{word}ed")]
+            current = result
+        if not steps:
+            nodes.append(Node("Identity", [current], [output], name=f"{output}__copy"))
+        return nodes
+
+    def describe(self, source: str) -> str:  # noqa: D102
+        text = source if isinstance(self.inner, Copy) else self.inner.describe(source)
+        if not bool(np.all(self.scale == 1.0)):
+            text = f"{text} * {_number(self.scale)}"
+        if not bool(np.all(self.offset == 0.0)):
+            text = f"{text} + {_number(self.offset)}"
+        return text
+
+
+@dataclass(frozen=True, eq=False)
+class WeightNorm(Recipe):
+    """``constant = inner(g * v / ||v||)``: ``torch.nn.utils.parametrizations.weight_norm``.
+
+    The source is the direction ``v`` (``...parametrizations.weight.original1``); the
+    magnitude ``g`` (``...original0``) is read too (:attr:`reads`). The norm is taken over
+    every axis but ``dim`` (all of them when ``dim`` is ``None``), as torch's
+    ``_weight_norm`` does; ``inner`` is what the exporter folded on top (the transpose an
+    ``nn.Linear`` reads).
+    """
+
+    magnitude: str = ""
+    dim: int | None = 0
+    inner: Recipe = field(default_factory=Copy)
+    kind = "weight-norm"
+    exact = False
+
+    rank: int = 2
+
+    @property
+    def reads(self) -> tuple[str, ...]:  # noqa: D102
+        return (self.magnitude,)
+
+    def axes(self, ndim: int) -> list[int]:
+        """The axes the norm is taken over."""
+        return [k for k in range(ndim) if k != self.dim]
+
+    def weight(self, direction: np.ndarray[Any, Any],
+               magnitude: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """``g * v / ||v||`` (in float64, then cast), before :attr:`inner`."""
+        v = direction.astype(np.float64)
+        norm = np.sqrt(np.square(v).sum(axis=tuple(self.axes(v.ndim)), keepdims=True))
+        return np.asarray(v * (magnitude.astype(np.float64) / norm), dtype=direction.dtype)
+
+    def compute(self, source: np.ndarray[Any, Any],  # noqa: D102
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        if len(others) != 1:
+            raise ValueError(f"a weight norm reads {self.magnitude!r} too")
+        return self.inner.compute(self.weight(source, others[0]))
+
+    def nodes(self, source: str, output: str) -> list[Node]:  # noqa: D102
+        axes = _constant(f"{output}__norm_axes", np.array(self.axes(self.rank), np.int64))
+        weight = output if isinstance(self.inner, Copy) else f"{output}__weight"
+        nodes = [
+            axes,
+            Node("ReduceL2", [source, axes.outputs[0]], [f"{output}__norm"],
+                 name=f"{output}__norm", attributes={"keepdims": 1}),
+            Node("Div", [self.magnitude, f"{output}__norm"], [f"{output}__factor"],
+                 name=f"{output}__divide"),
+            Node("Mul", [source, f"{output}__factor"], [weight], name=f"{output}__weigh")]
+        if not isinstance(self.inner, Copy):
+            nodes += self.inner.nodes(weight, output)
+        return nodes
+
+    def describe(self, source: str) -> str:  # noqa: D102
+        text = f"weight_norm({self.magnitude}, {source}, dim={self.dim})"
+        return text if isinstance(self.inner, Copy) else self.inner.describe(text)
+
+
+def _number(values: np.ndarray[Any, Any]) -> str:
+    if values.size == 1:
+        return f"{float(values.reshape(-1)[0]):g}"
+    return f"{values.size} per-channel values"
 
 
 def _constant(name: str, value: np.ndarray[Any, Any]) -> Node:
     return Node("Constant", [], [name], name=name,
                 attributes={"value": onnx.numpy_helper.from_array(value, name)})
-
-
-def recipe_by_value(constant: np.ndarray[Any, Any],
-                     source: np.ndarray[Any, Any]) -> Recipe | None:
-    """The recipe that computes ``constant`` from ``source``'s values, if any is known."""
-    if constant.dtype != source.dtype:
-        return None
-    if constant.shape == source.shape:
-        if np.array_equal(constant, source):
-            return Copy()
-        return _scale(constant, source)
-    if constant.ndim == source.ndim >= 2:
-        for perm in _permutations(source.shape, constant.shape):
-            if np.array_equal(np.transpose(source, perm), constant):
-                return Transpose(perm)
-    if broadcasts(source.shape, constant.shape) and \
-            np.array_equal(np.broadcast_to(source, constant.shape), constant):
-        return Broadcast(tuple(constant.shape))
-    indices = _row_indices(constant, source)
-    return Rows(indices=indices) if indices is not None else None
 
 
 def matching_source(constant: np.ndarray[Any, Any],
@@ -226,44 +384,6 @@ def matching_source(constant: np.ndarray[Any, Any],
     if not found:
         found = [(name, Copy()) for name in values.with_values(constant)]
     return found[0] if len(found) == 1 else None
-
-
-def _scale(constant: np.ndarray[Any, Any], source: np.ndarray[Any, Any]) -> Recipe | None:
-    if source.size == 0 or source.dtype.kind != "f":
-        return None
-    largest = int(np.argmax(np.abs(source)))
-    pivot = float(source.reshape(-1)[largest])
-    if pivot == 0.0:
-        return None
-    recipe = Scale(float(constant.reshape(-1)[largest]) / pivot)
-    return recipe if recipe.factor != 1.0 and close(recipe.compute(source), constant) else None
-
-
-def _row_indices(constant: np.ndarray[Any, Any],
-                 source: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
-    """Indices ``i`` with ``constant == source[i]``, each row found exactly once in source."""
-    if source.ndim < 1 or source.shape[0] == 0:
-        return None
-    row_shape = source.shape[1:]
-    lead = constant.ndim - len(row_shape)
-    if lead < 1 or tuple(constant.shape[lead:]) != tuple(row_shape):
-        return None
-    rows = np.ascontiguousarray(source).reshape(source.shape[0], -1)
-    index: dict[bytes, int] = {}
-    repeated: set[bytes] = set()
-    for number, row in enumerate(rows):
-        digest = hashlib.blake2b(row.tobytes(), digest_size=16).digest()
-        if digest in index:
-            repeated.add(digest)
-        index[digest] = number
-    wanted = np.ascontiguousarray(constant).reshape(-1, rows.shape[1])
-    found = np.empty(len(wanted), dtype=np.int64)
-    for number, row in enumerate(wanted):
-        digest = hashlib.blake2b(row.tobytes(), digest_size=16).digest()
-        if digest not in index or digest in repeated:
-            return None
-        found[number] = index[digest]
-    return found.reshape(constant.shape[:lead])
 
 
 _NEAR: Final = 0.25
@@ -299,7 +419,8 @@ def nearest_rows(constant: np.ndarray[Any, Any],
     return found.reshape(constant.shape[:lead])
 
 
-def _permutations(source: tuple[int, ...], target: tuple[int, ...]) -> list[tuple[int, ...]]:
+def permutations(source: tuple[int, ...], target: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The axis orders, other than the identity, that turn shape ``source`` into ``target``."""
     if len(source) > 4:
         return [tuple(reversed(range(len(source))))] if source[::-1] == target else []
     return [perm for perm in itertools.permutations(range(len(source)))

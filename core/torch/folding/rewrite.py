@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from typing import Final
 
@@ -74,12 +73,15 @@ def recompute(graph: Graph, fold: Fold, source: str | None = None) -> list[Node]
     if source not in graph.initializers:
         raise ValueError(f"{source!r} is no initializer of the graph")
     nodes = fold.recipe.nodes(source, fold.name)
-    for node in nodes:  # the small constants' names must be free
-        if node.op_type == "Constant":
-            node.set_outputs([_fresh(graph, node.outputs[0])])
-    for node, reader in itertools.pairwise(nodes):
-        if node.op_type == "Constant":
-            reader.set_inputs([reader.inputs[0], node.outputs[0], *reader.inputs[2:]])
+    renamed: dict[str, str] = {}  # the names of constants and intermediates must be free
+    for node in nodes:
+        node.set_inputs([renamed.get(name, name) for name in node.inputs])
+        outputs = []
+        for name in node.outputs:
+            if name != fold.name:
+                renamed[name] = _fresh(graph, name, taken=set(renamed.values()))
+            outputs.append(renamed.get(name, name))
+        node.set_outputs(outputs)
     if fold.name in graph.initializers:  # else undefined: the export was saved without it
         graph.remove_initializer(fold.name)
     value = graph.values[fold.name]
@@ -155,9 +157,9 @@ def _insert_before_first_use(graph: Graph, name: str, nodes: list[Node]) -> None
         graph.insert_before(first, nodes)
 
 
-def _fresh(graph: Graph, name: str) -> str:
+def _fresh(graph: Graph, name: str, taken: set[str] | None = None) -> str:
     candidate, number = name, 1
-    while graph.is_defined(candidate) or graph.is_used(candidate):
+    while graph.is_defined(candidate) or graph.is_used(candidate) or candidate in (taken or ()):
         number += 1
         candidate = f"{name}{number}"
     return candidate

@@ -1,0 +1,378 @@
+"""General recovery of folded constants: index selections, affine folds, weight norm.
+
+Each mechanism is tested on its own, on synthetic folds no export of the zoo contains (a
+chain of four shape ops, a gather and a concatenation, a per-channel affine fold, repeated
+source values), its recipe run in onnxruntime; then on real ``torch.onnx.export(...,
+dynamo=True)`` exports of small modules written as architectures outside the zoo write
+them (``x @ W.T`` with a square ``W``, a Swin-like relative position bias gathered by an
+index buffer then viewed, permuted and unsqueezed, Gemma's RMSNorm ``x * (1 + w)``,
+``weight_norm`` on a Linear and a Conv1d): ``graphpass run -p train-ready`` with the
+model's own ``state_dict()`` as checkpoint trains them, its training graph's gradients
+equal ``torch.autograd``'s for every parameter, and without the checkpoint what the file
+lacks is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from graphpass.cli import main
+from graphpass.ir import Node
+from graphpass.torch.folding import (
+    Affine,
+    Broadcast,
+    Recipe,
+    Reshape,
+    Rows,
+    Select,
+    Transpose,
+)
+from graphpass.torch.folding.search import recipe_by_value
+
+ort = pytest.importorskip("onnxruntime")
+
+RNG = np.random.default_rng(0)
+
+
+def _run_recipe(recipe: Recipe, source: np.ndarray, **others: np.ndarray) -> np.ndarray:
+    """The recipe's nodes run in onnxruntime on ``source`` (named ``w``)."""
+    nodes: list[Node] = recipe.nodes("w", "out")
+    protos = []
+    for node in nodes:
+        proto = helper.make_node(node.op_type, list(node.inputs), list(node.outputs))
+        proto.attribute.extend(attribute.proto for attribute in node.attributes.values())
+        protos.append(proto)
+    graph = helper.make_graph(
+        protos, "recipe", [], [helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT,
+                                                             None)],
+        [numpy_helper.from_array(source, "w"),
+         *(numpy_helper.from_array(v, k) for k, v in others.items())])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    return np.asarray(session.run(None, {})[0])
+
+
+def _source(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+# ------------------------------------------------------------------ index selections
+def test_a_chain_of_four_shape_ops_is_one_gather_over_the_flattened_source():
+    """Slice, transpose, reshape, unsqueeze: each element located, one Gather emitted."""
+    source = _source(6, 4)
+    constant = np.ascontiguousarray(source[1:5].T.reshape(2, 8)[None])  # [1, 2, 8]
+    found = recipe_by_value(constant, source)
+    assert isinstance(found.recipe, Select) and found.problem is None
+    np.testing.assert_array_equal(found.recipe.compute(source), constant)
+    np.testing.assert_array_equal(_run_recipe(found.recipe, source), constant)
+    # it holds only rows 1..4 of the source: the source cannot be read back from it
+    assert found.recipe.source_of(constant, None) is None
+
+
+def test_a_selection_of_every_element_gives_the_source_back():
+    source = _source(3, 4)
+    constant = np.ascontiguousarray(np.flip(source, 1).T.reshape(2, 6))
+    found = recipe_by_value(constant, source)
+    assert isinstance(found.recipe, Select)
+    np.testing.assert_array_equal(found.recipe.source_of(constant, None), source)
+
+
+def test_a_gather_and_a_concatenation_of_rows_is_a_row_gather():
+    source = _source(5, 3)
+    constant = np.concatenate([source[[4, 0]], source[[2]], source[[2]]])
+    found = recipe_by_value(constant, source)
+    assert isinstance(found.recipe, Rows)
+    assert found.recipe.indices.tolist() == [4, 0, 2, 2]
+    np.testing.assert_array_equal(_run_recipe(found.recipe, source), constant)
+
+
+@pytest.mark.parametrize(("make", "kind"), [
+    (lambda w: np.ascontiguousarray(w.T), Transpose),          # a square transpose
+    (lambda w: w.reshape(4, 2, 2)[:, None], Reshape),          # reshape and unsqueeze
+    (lambda w: np.broadcast_to(w, (3, 4, 4)).copy(), Broadcast),
+])
+def test_the_smallest_equivalent_is_a_known_shape_op_when_the_map_is_one(make, kind):
+    source = _source(4, 4)
+    constant = make(source)
+    found = recipe_by_value(constant, source)
+    assert isinstance(found.recipe, kind), found
+    np.testing.assert_array_equal(_run_recipe(found.recipe, source), constant)
+
+
+# ----------------------------------------------------------------------- affine folds
+def test_a_per_channel_affine_fold_of_a_transpose():
+    """``a[c] * W.T[c] + b[c]``: a scale and an offset per output channel."""
+    source = _source(5, 3)
+    scale = np.array([0.5, -2.0, 3.0], np.float32)[:, None]
+    offset = np.array([1.0, 0.0, -0.25], np.float32)[:, None]
+    constant = (source.T * scale + offset).astype(np.float32)
+    found = recipe_by_value(constant, source)
+    recipe = found.recipe
+    assert isinstance(recipe, Affine) and isinstance(recipe.inner, Transpose)
+    assert recipe.scale.shape == (3, 1) and not found.inferred
+    np.testing.assert_allclose(recipe.scale, scale, rtol=1e-5)
+    np.testing.assert_allclose(_run_recipe(recipe, source), constant, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(recipe.compute(recipe.source_of(constant, None)), constant,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_an_offset_is_one_plus_w_and_an_assumption_where_the_source_is_constant():
+    trained = _source(8)
+    found = recipe_by_value((1 + trained).astype(np.float32), trained)
+    assert isinstance(found.recipe, Affine) and not found.inferred
+    assert found.recipe.describe("w") == "w + 1"
+    fresh = np.zeros(8, np.float32)  # Gemma's RMSNorm weight before training
+    found = recipe_by_value(np.ones(8, np.float32), fresh)
+    assert isinstance(found.recipe, Affine) and found.inferred
+    assert "scale cannot be read" in found.how
+    np.testing.assert_array_equal(_run_recipe(found.recipe, fresh), np.ones(8, np.float32))
+
+
+def test_a_scaling_is_an_affine_fold_without_offset():
+    source = _source(4, 6)
+    found = recipe_by_value((source * 0.125).astype(np.float32), source)
+    assert isinstance(found.recipe, Affine)
+    assert found.recipe.describe("w") == "w * 0.125"
+
+
+# ------------------------------------------------------------------- repeated values
+def test_repeated_source_values_are_decided_by_the_recorded_index_tensor_or_refused():
+    table = _source(6, 2)
+    table[5] = table[2]  # two rows hold the same values
+    constant = np.ascontiguousarray(table[[0, 2, 1, 2]].T[None])
+    refused = recipe_by_value(constant, table)
+    assert refused.recipe is None and refused.problem is not None
+    assert "4 of its 8 elements" in refused.problem and "[4, 10]" in refused.problem
+    # an index tensor recorded with the fold that reads row 2 and never row 5 decides
+    decided = recipe_by_value(constant, table, rows_read=np.array([0, 1, 2, 3, 4]))
+    assert isinstance(decided.recipe, Select) and "index tensor" in decided.how
+    assert set((decided.recipe.indices // 2).reshape(-1).tolist()) == {0, 1, 2}
+    # one that reads both does not
+    both = recipe_by_value(constant, table, rows_read=np.array([0, 1, 2, 5]))
+    assert both.recipe is None and both.problem is not None
+
+
+def test_a_symmetric_weight_is_both_a_copy_and_a_transpose_and_is_refused():
+    half = _source(4, 4)
+    symmetric = (half + half.T).astype(np.float32)
+    found = recipe_by_value(symmetric.copy(), symmetric)
+    assert found.recipe is None and "ambiguous" in (found.problem or "")
+
+
+def test_a_constant_of_one_repeated_value_is_no_selection():
+    """Placeholder zeros say nothing about where they came from, even from a unique zero."""
+    source = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+    assert recipe_by_value(np.zeros((4, 3), np.float32), source).recipe is None
+
+
+# --------------------------------------------------------------- real torch exports
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.nn.utils.parametrizations import weight_norm  # noqa: E402
+
+
+class SquareTranspose(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.W = nn.Parameter(torch.randn(8, 8) / 3)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.tanh(x @ self.W.T))
+
+
+class WindowAttention(nn.Module):
+    """Swin's relative position bias: a table gathered by an index buffer, then viewed."""
+
+    def __init__(self, extra_rows: int = 0, direct: bool = False) -> None:
+        super().__init__()
+        window, heads = 3, 2
+        self.heads, self.direct = heads, direct
+        self.table = nn.Parameter(torch.randn((2 * window - 1) ** 2 + extra_rows, heads))
+        coords = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window),
+                                            indexing="ij")).flatten(1)
+        relative = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + window - 1
+        index = relative[..., 0] * (2 * window - 1) + relative[..., 1]
+        self.register_buffer("index", index)
+        self.qkv = nn.Linear(8, 24)
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(
+            2, 0, 3, 1, 4)
+        bias = self.table[self.index.view(-1)].view(n, n, -1).permute(2, 0, 1).contiguous()
+        attention = torch.softmax(q @ k.transpose(-2, -1) + bias.unsqueeze(0), dim=-1)
+        out = self.proj((attention @ v).transpose(1, 2).reshape(b, n, c))
+        if self.direct:  # a use that depends on the input: the file keeps the table itself
+            out = out + (self.table * x.mean()).sum()
+        return out
+
+
+class GemmaNorm(nn.Module):
+    def __init__(self, trained: bool) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8) / 4 if trained else torch.zeros(8))
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.out(normed * (1 + self.weight))
+
+
+class WeightNormed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = weight_norm(nn.Linear(8, 6))
+        self.conv = weight_norm(nn.Conv1d(6, 4, 3, padding=1))
+        self.point = weight_norm(nn.Conv1d(4, 4, 1))             # v: [4, 4, 1]
+        self.whole = weight_norm(nn.Linear(4, 4), dim=None)      # one g for the whole weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = torch.relu(self.lin(x))                       # [B, T, 6]
+        hidden = torch.relu(self.conv(hidden.transpose(1, 2)))
+        return self.whole(self.point(hidden).transpose(1, 2))
+
+
+INPUTS = {"square": (2, 5, 8), "window": (2, 9, 8), "window-extra": (2, 9, 8),
+          "window-direct": (2, 9, 8),
+          "gemma": (2, 5, 8), "gemma-trained": (2, 5, 8), "weight-norm": (2, 5, 8)}
+
+
+def _module(name: str) -> nn.Module:
+    torch.manual_seed(0)
+    module: nn.Module = {
+        "square": SquareTranspose, "window": WindowAttention,
+        "window-extra": lambda: WindowAttention(extra_rows=1),
+        "window-direct": lambda: WindowAttention(direct=True),
+        "gemma": lambda: GemmaNorm(False), "gemma-trained": lambda: GemmaNorm(True),
+        "weight-norm": WeightNormed}[name]()
+    if name == "window-extra":  # its unused last row repeats row 4, which the index reads
+        with torch.no_grad():
+            module.table[-1] = module.table[4]
+    return module.eval()
+
+
+def _export(name: str, directory: Path) -> tuple[nn.Module, Path, Path, np.ndarray]:
+    from safetensors.torch import save_model
+
+    module = _module(name)
+    x = torch.from_numpy(RNG.standard_normal(INPUTS[name]).astype(np.float32))
+    path = directory / f"{name}.onnx"
+    torch.onnx.export(module, (x,), dynamo=True, input_names=["x"],
+                      output_names=["y"]).save(str(path))
+    checkpoint = directory / f"{name}.safetensors"
+    save_model(module, str(checkpoint))
+    return module, path, checkpoint, x.numpy()
+
+
+def _gradients(directory: Path, x: np.ndarray, target: np.ndarray
+               ) -> tuple[list[str], dict[str, np.ndarray]]:
+    from safetensors.numpy import load_file
+
+    manifest = json.loads((directory / "manifest.json").read_text())
+    session = ort.InferenceSession(str(directory / "gradient.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    feeds = {"x": x, "target": target, **load_file(str(directory / "weights.safetensors"))}
+    names = {i.name for i in session.get_inputs()}
+    outputs = session.run(None, {k: v for k, v in feeds.items() if k in names})
+    trainable = list(manifest["trainable"])
+    return trainable, dict(zip(trainable, outputs[1:1 + len(trainable)], strict=True))
+
+
+def _torch_gradients(module: nn.Module, x: np.ndarray, target: np.ndarray
+                     ) -> dict[str, np.ndarray]:
+    module.zero_grad()
+    loss = nn.functional.mse_loss(module(torch.from_numpy(x)), torch.from_numpy(target))
+    loss.backward()
+    return {name: p.grad.numpy() for name, p in module.named_parameters()}
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", list(INPUTS))
+def test_train_ready_with_the_models_state_dict_trains_every_parameter_as_torch(
+        name: str, tmp_path: Path, capsys: Any) -> None:
+    module, path, checkpoint, x = _export(name, tmp_path)
+    capsys.readouterr()  # the exporter's own messages
+    code = main(["run", str(path), "-o", str(tmp_path / "ready.onnx"), "-p", "train-ready",
+                 "--checkpoint", str(checkpoint), "--emit-training-graph",
+                 str(tmp_path / "train"), "--format", "json"])
+    report = capsys.readouterr().out
+    assert code == 0, report
+    evidence = {name: fold["evidence"] for finding in json.loads(report)["findings"]
+                if finding["code"] == "GP204" for name, fold in finding["data"]["folds"].items()}
+    with torch.no_grad():
+        target = (module(torch.from_numpy(x)) + 0.1).numpy()
+    trainable, got = _gradients(tmp_path / "train", x, target)
+    expected = _torch_gradients(module, x, target)
+    assert sorted(trainable) == sorted(expected)  # every parameter, under torch's name
+    for weight, grad in got.items():
+        reference = expected[weight]
+        scale = max(float(np.abs(reference).max()), 1e-6)
+        assert float(np.abs(grad - reference).max()) / scale < 1e-4, weight
+    if name == "gemma":  # a zero weight cannot show its scale: said, as a warning
+        [warning] = [f for f in json.loads(report)["findings"]
+                     if f["code"] == "GP204" and f["severity"] == "warning"]
+        assert "scale cannot be read" in warning["message"]
+    if name == "window-extra":
+        assert any("index tensor recorded with it" in text for text in evidence.values())
+    if name.startswith("window"):
+        assert any(text.startswith("values: equals Gather(Reshape(table, [-1])")
+                   for text in evidence.values()), evidence
+
+
+@pytest.mark.torch
+def test_repeated_rows_the_index_reads_both_of_are_refused_naming_the_ambiguity(
+        tmp_path: Path, capsys: Any) -> None:
+    from safetensors.torch import save_model
+
+    module, path, _, _ = _export("window", tmp_path)
+    with torch.no_grad():
+        module.table[7] = module.table[4]  # both rows are read by the index
+    torch.onnx.export(module, (torch.zeros(INPUTS["window"]),), dynamo=True,
+                      input_names=["x"], output_names=["y"]).save(str(path))
+    save_model(module, str(tmp_path / "repeated.safetensors"))
+    out = tmp_path / "ready.onnx"
+    code = main(["run", str(path), "-o", str(out), "-p", "train-ready", "--checkpoint",
+                 str(tmp_path / "repeated.safetensors")])
+    report = capsys.readouterr().out
+    assert code == 1 and not out.exists()
+    assert "GP211" in report and "several places" in " ".join(report.split())
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(("name", "trains"), [
+    ("square", True), ("window-direct", True), ("window", False), ("gemma", False),
+    ("weight-norm", False)])
+def test_without_a_checkpoint_only_what_the_file_lacks_is_refused(
+        name: str, trains: bool, tmp_path: Path, capsys: Any) -> None:
+    """The square transpose is torch's record (a permute of W alone); a selection of a table
+    the file still holds (another use keeps it) is found from its values and checked in
+    onnxruntime; the others' sources are not in the file at all."""
+    module, path, _, x = _export(name, tmp_path)
+    capsys.readouterr()
+    code = main(["run", str(path), "-o", str(tmp_path / "ready.onnx"), "-p", "train-ready",
+                 "--emit-training-graph", str(tmp_path / "train")])
+    report = " ".join(capsys.readouterr().out.split())
+    if not trains:
+        assert code == 1 and "GP251" in report, report
+        assert "no checkpoint is given" in report
+        return
+    assert code == 0, report
+    if name == "window-direct":
+        assert "unsqueeze = Gather(Reshape(table, [-1])" in report
+    with torch.no_grad():
+        target = (module(torch.from_numpy(x)) + 0.1).numpy()
+    trainable, got = _gradients(tmp_path / "train", x, target)
+    expected = _torch_gradients(module, x, target)
+    assert sorted(trainable) == sorted(expected)
+    for weight, grad in got.items():
+        np.testing.assert_allclose(grad, expected[weight], rtol=1e-4, atol=1e-6)
