@@ -12,7 +12,6 @@ graphpass.save(result.model, "out.onnx")
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from graphpass import _moved
 from graphpass.errors import (
     CheckpointError,
     ConfigError,
@@ -144,5 +143,3 @@ __all__ = [
     "save",
     "validate",
 ]
-
-_moved.install()  # the module paths of 0.1 keep working until 0.3, with a warning

@@ -49,11 +49,11 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import onnx
 
-from graphpass.files.proto import model_to_proto
 from graphpass.findings import Finding, Severity
 from graphpass.framework.hookspecs import hookimpl
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Model
+from graphpass.ir.proto import model_to_proto
 from graphpass.plugins._training_check import StepInputs, StepOutcome, step_inputs
 from graphpass.torch.export_record import TRAINABLE_TYPES
 from graphpass.training.gradient_rules import select_weights
