@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from graphpass.errors import PassError, PluginError
 from graphpass.findings import Finding, Severity, shortened_list
@@ -96,6 +96,30 @@ CODES: Final = {
     "parameter-left-out": "GP426",
 }
 """The finding codes of ``lint-gradients`` by problem (stable)."""
+
+_DESCRIPTIONS: Final = {
+    "missing": "No gradient builder for a node's operator.",
+    "unreachable": "A trainable weight reaches no loss through differentiable edges.",
+    "broken": "A registered gradient builder fails on this node (a known condition).",
+    "no-gradient": "A weight reaches the loss only through non-differentiable inputs.",
+    "duplicate": "One node reads a weight at two differentiable inputs.",
+    "captured": "A trainable weight is read inside a subgraph.",
+    "loss-type": "The loss has an element type the trainer does not accept.",
+    "function": "A call of a model-local function has no gradient builder (run "
+                "inline-functions).",
+    "borrowed": "A function or custom-domain op is named like a registered operator of "
+                "another domain: the trainer would silently use that gradient.",
+    "no-match": "A trainable or frozen pattern matches no weight.",
+    "not-float": "A requested trainable weight is not of a float type.",
+    "not-parameters": "Float weights left out of the default trainable set, with the rule "
+                      "that left out each.",
+    "few-values": "A BatchNormalization on the gradient path normalises so few values a "
+                  "channel that its float32 gradient is rounding noise.",
+    "wrong-gradient": "A registered gradient builder computes a wrong gradient on this node "
+                      "(a known condition).",
+    "parameter-left-out": "Torch parameters the model still computes with are left out of "
+                          "the default trainable set.",
+}
 
 _SHOWN: Final = 4
 _MAX_FUNCTION_DEPTH: Final = 32
@@ -183,6 +207,8 @@ class LintGradients(AnalysisPass):
     """Name every node on the trainable path that the trainer cannot differentiate."""
 
     name = "lint-gradients"
+    codes: ClassVar[Mapping[str, str]] = {CODES[problem]: text
+                                          for problem, text in _DESCRIPTIONS.items()}
     description = "Name every node on the trainable path that the trainer cannot differentiate."
     after = ("inline-functions", "reconcile-initializers", "detect-missing-buffers")
 
