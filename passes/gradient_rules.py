@@ -13,10 +13,8 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-import onnx
-
-from graphpass.ir import Graph
 from graphpass.passes._broadcast_dims import hidden_ones
+from graphpass.training.constants import constant_value
 from graphpass.training.gradient_rules import Check, GradientRules, NodeSite
 
 __all__ = ["CHECKS", "ORT_TRAINING", "builtin_rule_sets", "onnxruntime_training_rules"]
@@ -25,18 +23,6 @@ ORT_TRAINING = "onnxruntime-training"
 """The name of the built-in (and default) rule set."""
 
 _DATA = "onnxruntime_training.toml"
-
-
-def _constant_value(graph: Graph, name: str, trainable: frozenset[str]) -> Any:
-    """The value of a constant (Constant node or non-trainable initializer), else ``None``."""
-    if name in graph.initializers and name not in trainable:
-        return graph.initializers[name].numpy()
-    producer = graph.producer(name)
-    if producer is not None and producer.op_type == "Constant" and not producer.domain:
-        tensor = producer.attribute("value")
-        if isinstance(tensor, onnx.TensorProto):
-            return onnx.numpy_helper.to_array(tensor)
-    return None
 
 
 def _dropout_kept(site: NodeSite) -> bool:
@@ -56,7 +42,7 @@ def _dropout_kept(site: NodeSite) -> bool:
     ratio = node.inputs[1] if len(node.inputs) > 1 else ""
     if not ratio:
         return False
-    value = _constant_value(graph, ratio, site.trainable)
+    value = constant_value(graph, ratio, variables=site.trainable)
     return value is None or float(value) != 0.0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
@@ -227,3 +228,31 @@ def test_summary_is_json_ready():
     summary = ORT.summary()
     assert summary["builders"] == 84 and summary["lookup"] == "op_type"
     assert InputNeedsGradient(1).describe() == "input 1 needs a gradient"
+
+
+# ------------------------------------------------------------------ constants
+def _dropout_model(ratio: onnx.NodeProto) -> onnx.ModelProto:
+    """x * W -> Dropout (no mask output; ``ratio`` from a Constant) -> ReduceSum."""
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Mul", ["x", "W"], ["a"], name="mul"), ratio,
+         onnx.helper.make_node("Dropout", ["a", "ratio"], ["d"], name="dropout"),
+         onnx.helper.make_node("ReduceSum", ["d"], ["y"], keepdims=0, name="loss")],
+        "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [])],
+        [onnx.numpy_helper.from_array(np.ones(3, np.float32), "W")])
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(("ratio", "kept"), [
+    (onnx.helper.make_node("Constant", [], ["ratio"], value=onnx.numpy_helper.from_array(
+        np.array(0.0, np.float32))), False),
+    (onnx.helper.make_node("Constant", [], ["ratio"], value_float=0.0), False),
+    (onnx.helper.make_node("Constant", [], ["ratio"], value_float=0.5), True),
+])
+def test_a_dropout_of_constant_ratio_0_is_removed_whatever_the_constant_s_form(ratio, kept):
+    """ORT's optimizer removes a Dropout whose ratio is a constant 0 (it turns every
+    Constant into an initializer first, ``value_float`` as well as ``value``); a kept
+    Dropout without its mask output has no gradient (GP403)."""
+    model = graphpass.Model.from_proto(_dropout_model(ratio))
+    result = graphpass.PassManager(["lint-gradients"]).run(model)
+    assert ("GP403" in [finding.code for finding in result.findings]) is kept
