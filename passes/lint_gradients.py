@@ -4,7 +4,7 @@ Training an exported model with onnxruntime-training fails late and one node at 
 time (``The gradient builder has not been registered: M for node M_1``). This pass
 computes the region gradients flow through (forward from the trainable weights,
 backward from the loss, through float edges that are not stop edges: see
-:mod:`graphpass.passes._gradient_region`) and judges every node in it against a
+:mod:`graphpass.training._region`) and judges every node in it against a
 :class:`~graphpass.GradientRules` (default: onnxruntime-training).
 
 Findings, in the order the trainer meets the problems (the first error is the one
@@ -51,12 +51,6 @@ from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.framework.pass_base import AnalysisPass, PassContext, PassResult
 from graphpass.ir import CAPTURE, Function, Graph, Model, Node, dtype_name
 from graphpass.ir._gc import paused_gc
-from graphpass.passes._gradient_region import (
-    Region,
-    differentiable_region,
-    names_of,
-    weight_bits,
-)
 from graphpass.passes._gradient_view import resolve_constant_ifs
 from graphpass.torch.export_record import (
     INPUT_KIND,
@@ -64,6 +58,12 @@ from graphpass.torch.export_record import (
     default_trainable_rules,
     parameters_left_out,
     signature_parameters,
+)
+from graphpass.training._region import (
+    Region,
+    differentiable_region,
+    names_of,
+    weight_bits,
 )
 from graphpass.training.gradient_rules import (
     GradientRules,
