@@ -57,7 +57,6 @@ from graphpass.torch.export_record import (
     NOT_SAVED,
     default_trainable_rules,
     parameters_left_out,
-    signature_parameters,
 )
 from graphpass.training._region import (
     Region,
@@ -70,7 +69,7 @@ from graphpass.training.gradient_rules import (
     NodeSite,
     TrainerFailureKind,
     normalize_domain,
-    select_weights,
+    trainable_weights,
 )
 from graphpass.training.rules import RULES_NAME, rules_from_builders
 from graphpass.training.table import registered_builders
@@ -295,26 +294,13 @@ def _select_trainable(graph: Graph, options: Any, rules: GradientRules
         The findings of the selection, the trainable and the frozen weights, and for
         the weights the default took, the rule that made each trainable.
     """
-    findings: list[Finding] = []
-    initializers = graph.initializers
-    selection = select_weights(graph, options.trainable, options.frozen)
-    parameters = signature_parameters(graph)
-    for option, patterns in (("trainable", options.trainable), ("frozen", options.frozen)):
-        for pattern in selection.matching_nothing(patterns):
-            if option == "frozen" and any(fnmatch.fnmatchcase(p, pattern) for p in parameters):
-                continue  # a torch parameter the export folded away: frozen on purpose
-            findings.append(Finding(
-                CODES["no-match"], Severity.WARNING,
-                f"{option} pattern {pattern!r} matches no initializer or graph input",
-                value=pattern,
-                hint="check the spelling; patterns use fnmatch syntax (* ? [...])"))
-    left_out = selection.left_out
-    chosen: Sequence[str] = selection.chosen
+    weights = trainable_weights(graph, options.trainable, options.frozen, codes=CODES,
+                                trainer=rules.label, types=rules.differentiable_types)
+    findings = [f for f in weights.findings if f.data["selection"] == "no-match"]
+    left_out = weights.selection.left_out
     rules_of: dict[str, str] = {}
     if not options.trainable:
         rules_of = default_trainable_rules(graph)
-        chosen = [name for name in chosen
-                  if initializers[name].dtype in rules.differentiable_types]
         if left_out:
             why = {name: rules_of[name] for name in left_out}
             findings.append(Finding(
@@ -324,21 +310,8 @@ def _select_trainable(graph: Graph, options: Any, rules: GradientRules
                 hint='to train them anyway, name them with the trainable option '
                      '(trainable = ["*"] takes every float weight)',
                 data={"left_out": dict(left_out), "rules": why}))
-    trainable = []
-    frozen = frozenset(selection.frozen)
-    for name in chosen:
-        if name in frozen:
-            continue
-        elem_type = initializers[name].dtype if name in initializers else \
-            graph.value(name).elem_type
-        if not rules.is_differentiable_type(elem_type):
-            findings.append(Finding(
-                CODES["not-float"], Severity.WARNING,
-                f"{name!r} is {dtype_name(elem_type or 0)}, which {rules.label} cannot "
-                "train; it is left out", value=name,
-                hint="only float, float16, double and bfloat16 weights get gradients"))
-            continue
-        trainable.append(name)
+    findings += [f for f in weights.findings if f.data["selection"] == "not-float"]
+    trainable, frozen = weights.trainable, frozenset(weights.frozen)
     return findings, trainable, frozen, {name: rules_of[name] for name in trainable
                                          if name in rules_of}
 
