@@ -48,7 +48,7 @@ if TYPE_CHECKING:
         Use,
         Value,
     )
-    from graphpass.training.gradient_rules import GradientRules
+    from graphpass.training.rules.model import GradientRules
 
 _LAZY: dict[str, str] = {
     "Checkpoint": "graphpass.checkpoint",
@@ -78,7 +78,7 @@ _LAZY: dict[str, str] = {
     "Tensor": "graphpass.ir",
     "Use": "graphpass.ir",
     "Value": "graphpass.ir",
-    "GradientRules": "graphpass.training.gradient_rules",
+    "GradientRules": "graphpass.training.rules.model",
 }
 """The public names that need onnx (and numpy) to import, and the modules that give them.
 

@@ -34,10 +34,10 @@ from graphpass.torch.folding import find_ties
 from graphpass.training import GradientError
 from graphpass.training.batch_norm import BatchNormMode
 from graphpass.training.directory import write_training_directory
-from graphpass.training.gradient_rules import trainable_weights
 from graphpass.training.graphs import TrainingGraphs, build_training_graphs
 from graphpass.training.optimizers import SGD, AdamW, Optimizer
 from graphpass.training.recompute import RecomputePolicy
+from graphpass.training.rules.model import trainable_weights
 from graphpass.training.table import registered_builders
 
 __all__ = ["CODES", "TORCH_EXTRA", "BuildTrainingGraph"]

@@ -64,14 +64,14 @@ from graphpass.training._region import (
     names_of,
     weight_bits,
 )
-from graphpass.training.gradient_rules import (
+from graphpass.training.rules.derived import RULES_NAME, rules_from_builders
+from graphpass.training.rules.model import (
     GradientRules,
     NodeSite,
     TrainerFailureKind,
     normalize_domain,
     trainable_weights,
 )
-from graphpass.training.rules import RULES_NAME, rules_from_builders
 from graphpass.training.table import registered_builders
 from graphpass.training.value_types import FunctionTypes, ModelTypes, TypeInfo
 

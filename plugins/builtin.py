@@ -67,9 +67,9 @@ def graphpass_gradient_rules() -> Iterable[Any]:
     ``graphpass`` is derived from the gradient builders; ``lint-gradients`` derives it
     again from every registered builder (plugins' too) when it judges by it.
     """
-    from graphpass.passes.gradient_rules import builtin_rule_sets
     from graphpass.training.builders import builtin_builders
-    from graphpass.training.rules import rules_from_builders
+    from graphpass.training.rules.derived import rules_from_builders
+    from graphpass.training.rules.onnxruntime_training import builtin_rule_sets
     from graphpass.training.table import BuilderTable
 
     return [*builtin_rule_sets(), rules_from_builders(BuilderTable(builtin_builders()))]

@@ -56,7 +56,7 @@ from graphpass.ir import Model
 from graphpass.ir.proto import model_to_proto
 from graphpass.plugins._training_check import StepInputs, StepOutcome, step_inputs
 from graphpass.torch.export_record import TRAINABLE_TYPES
-from graphpass.training.gradient_rules import trainable_weights
+from graphpass.training.rules.model import trainable_weights
 
 __all__ = ["EXTERNAL_DATA_BYTES", "EmitTrainingArtifacts", "graphpass_passes",
            "training_available"]

@@ -12,8 +12,7 @@ import pytest
 import graphpass
 from graphpass.framework.plugin_loading import default_registry
 from graphpass.framework.registry import Registry
-from graphpass.passes.gradient_rules import builtin_rule_sets, onnxruntime_training_rules
-from graphpass.training.gradient_rules import (
+from graphpass.training.rules.model import (
     AttributeIn,
     AttributeMissing,
     AttributeNotIn,
@@ -25,6 +24,10 @@ from graphpass.training.gradient_rules import (
     NodeSite,
     OutputsFewerThan,
     normalize_domain,
+)
+from graphpass.training.rules.onnxruntime_training import (
+    builtin_rule_sets,
+    onnxruntime_training_rules,
 )
 
 ORT = onnxruntime_training_rules()

@@ -17,7 +17,7 @@ from _training_models import exported
 import graphpass
 from graphpass.training._region import differentiable_region, gradient_region
 from graphpass.training.autodiff import _builtin, _Engine
-from graphpass.training.rules import rules_from_builders
+from graphpass.training.rules.derived import rules_from_builders
 from graphpass.training.value_types import ModelTypes
 
 

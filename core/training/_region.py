@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from graphpass.ir import CAPTURE, Graph, Node
-from graphpass.training.gradient_rules import GradientRules, NodeSite
+from graphpass.training.rules.model import GradientRules, NodeSite
 from graphpass.training.value_types import TypeInfo
 
 __all__ = ["Region", "differentiable_region", "gradient_region", "names_of", "weight_bits"]

@@ -1,6 +1,6 @@
 """The ``graphpass`` gradient rule set, derived from the registered builders.
 
-``lint-gradients`` judges a model by a :class:`~graphpass.training.gradient_rules.GradientRules`.
+``lint-gradients`` judges a model by a :class:`~graphpass.training.rules.model.GradientRules`.
 The rules of graphpass's own trainer are not written down separately: they are
 computed from the :class:`~graphpass.training.BuilderTable` (the built-in builders and
 every plugin's), so that the lint says exactly what ``build-training-graph`` will do:
@@ -24,7 +24,7 @@ import onnx
 
 from graphpass.training.autodiff import CARRIER_TYPES, model_opset
 from graphpass.training.builder import GradientBuilder
-from graphpass.training.gradient_rules import (
+from graphpass.training.rules.model import (
     DIFFERENTIABLE_TYPES,
     Check,
     GradientRules,

@@ -11,7 +11,7 @@ graphpass ships the rules of onnxruntime-training. A plugin gives another traine
 rules through the ``graphpass_gradient_rules`` hook, built in Python or read from a
 TOML file with :meth:`GradientRules.from_toml`::
 
-    from graphpass.training.gradient_rules import GradientRules
+    from graphpass.training.rules.model import GradientRules
     from graphpass.plugins import hookimpl
 
     @hookimpl
@@ -727,7 +727,7 @@ class GradientRules:
         """Read a rule set from a TOML file.
 
         The format (the built-in rules are an example:
-        ``graphpass/passes/data/onnxruntime_training.toml``)::
+        ``graphpass/training/rules/data/onnxruntime_training.toml``)::
 
             name = "mytrainer"
             trainer = "mytrainer"
