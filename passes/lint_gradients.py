@@ -64,7 +64,7 @@ from graphpass.training._region import (
     names_of,
     weight_bits,
 )
-from graphpass.training.rules.derived import RULES_NAME, rules_from_builders
+from graphpass.training.rules.derived import DerivedRules
 from graphpass.training.rules.model import (
     GradientRules,
     NodeSite,
@@ -275,13 +275,13 @@ class LintGradients(AnalysisPass):
 
     def _rules(self, context: PassContext) -> GradientRules:
         rules = context.registry.gradient_rule_set(self.options.rules)
+        if isinstance(rules, DerivedRules):  # graphpass's own: from every registered builder
+            rules = rules.resolve(registered_builders(context.registry))
         if not isinstance(rules, GradientRules):
             raise PluginError(
                 f"gradient rule set {getattr(rules, 'name', rules)!r} is a "
                 f"{type(rules).__name__}, not a graphpass.GradientRules",
                 hint="a plugin's graphpass_gradient_rules hook must return GradientRules objects")
-        if rules.name == RULES_NAME:  # graphpass's own: from every registered builder
-            rules = rules_from_builders(registered_builders(context.registry), rules.version)
         return rules
 
 

@@ -259,3 +259,18 @@ def test_a_dropout_of_constant_ratio_0_is_removed_whatever_the_constant_s_form(r
     model = graphpass.Model.from_proto(_dropout_model(ratio))
     result = graphpass.PassManager(["lint-gradients"]).run(model)
     assert ("GP403" in [finding.code for finding in result.findings]) is kept
+
+
+def test_graphpass_s_own_set_is_registered_once_and_derived_when_used():
+    """The built-in plugin registers graphpass's set underived (no plugin's hook sees
+    the other plugins' builders); the lint derives it from the registry it is handed."""
+    from graphpass.training.rules.derived import DerivedRules, rules_from_builders
+    from graphpass.training.table import registered_builders
+
+    registry = default_registry()
+    own = registry.gradient_rule_set("graphpass")
+    assert isinstance(own, DerivedRules) and registry.plugin_of("gradient_rules",
+                                                                "graphpass") == "builtin"
+    builders = registered_builders(registry)
+    assert own.resolve(builders).builders == rules_from_builders(builders).builders
+    assert ("", "MatMul") in own.resolve(builders).builders

@@ -19,6 +19,7 @@ every plugin's), so that the lint says exactly what ``build-training-graph`` wil
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import onnx
 
@@ -36,12 +37,34 @@ from graphpass.training.rules.model import (
 )
 from graphpass.training.table import BuilderTable
 
-__all__ = ["RULES_NAME", "rules_from_builders"]
+__all__ = ["RULES_NAME", "DerivedRules", "rules_from_builders"]
 
 RULES_NAME = "graphpass"
 """The name of the derived rule set (``lint-gradients`` option ``rules = "graphpass"``)."""
 
 _MAX_ARITY = 64
+
+
+@dataclass(frozen=True)
+class DerivedRules:
+    """graphpass's own rule set as the built-in plugin registers it: derived when used.
+
+    Its rules depend on every registered builder (plugins' too), which no single
+    plugin's hook sees; :meth:`resolve` derives them from the registry's builders.
+
+    Attributes:
+        name: The rule set's name (``graphpass``).
+        version: The graphpass version, for messages.
+        default: Never the default set (onnxruntime-training's is).
+    """
+
+    name: str = RULES_NAME
+    version: str = ""
+    default: bool = False
+
+    def resolve(self, builders: BuilderTable) -> GradientRules:
+        """The rules that describe what ``builders`` differentiate."""
+        return rules_from_builders(builders, self.version)
 
 
 def _opset_of(site: NodeSite, domain: str) -> int:
