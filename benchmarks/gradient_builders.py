@@ -340,7 +340,8 @@ def _write_docs(nodes: dict[str, Counter[str]], random: dict[str, dict[str, obje
         "",
         f"`benchmarks/gradient_builders.py`: {len(random)} operators with built-in builders. "
         f"ONNX node tests: {passed} of {cases} cases pass in float64 against central "
-        f"differences, {refused} are declared refusals (`AveragePool` with `ceil_mode`, "
+        f"differences, {refused} are declared refusals (`Resize` with `tf_crop_and_resize` or "
+        "`keep_aspect_ratio_policy`, "
         "`MaxPool` with `storage_order`, an `Einsum` diagonal, models below opset 13), the "
         "rest have no float input and output or sit on a kink. Random models: "
         f"{random_passed} of {random_examples} examples ({examples} per operator) pass, "

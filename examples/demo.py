@@ -233,11 +233,59 @@ def story_checkpoint_and_lost_buffer(out: Path) -> None:
     _train_if_possible(model, out, "--checkpoint", str(folder / "full_state.safetensors"))
 
 
+def story_torch_loop(out: Path) -> None:
+    """The same model in your own torch loop: graphpass.torch.Module, ORTModule's successor.
+
+    onnxruntime deprecated ORTModule, the seed user's way to train this model in their own
+    loop. graphpass.torch.Module(model, export={...functions...}) exports it on the first
+    call, makes it train-ready and runs forward and backward in stock onnxruntime; the
+    loss, the optimizer, gradient clipping and the parameters stay torch's. Ten AdamW
+    steps beside torch eager give torch's weights.
+    """
+    import copy
+
+    import torch
+
+    import graphpass.torch
+
+    sys.path.insert(0, str(STORIES_DIR))
+    try:
+        from make_models import Regressor, ResidualBlock
+    finally:
+        sys.path.pop(0)
+    torch.manual_seed(0)
+    eager = Regressor()
+    wrapped = graphpass.torch.Module(
+        copy.deepcopy(eager),
+        export={"dynamo": False, "export_modules_as_functions": {ResidualBlock}})
+    optimizers = [torch.optim.AdamW(net.parameters(), lr=1e-2) for net in (eager, wrapped)]
+    generator = torch.Generator().manual_seed(1)
+    losses: dict[str, list[float]] = {"torch eager": [], "graphpass.torch.Module": []}
+    for _ in range(10):
+        x = torch.randn(16, 8, generator=generator)
+        y = torch.randn(16, 4, generator=generator)
+        for net, optimizer, name in zip((eager, wrapped), optimizers, losses, strict=True):
+            loss = torch.nn.functional.mse_loss(net(x), y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
+            losses[name].append(loss.item())
+    for name, values in losses.items():
+        console.print(f"{name:>22}: {', '.join(f'{v:.4f}' for v in values[::3])} ...")
+    largest = max(float((a - b).detach().abs().max())
+                  for a, b in zip(eager.parameters(), wrapped.parameters(), strict=True))
+    assert largest < 1e-4, f"the weights left torch's: {largest}"
+    console.print(f"after 10 steps the weights are torch's within {largest:.1e} "
+                  f"({wrapped.exports} export)")
+
+
 STORIES: list[Callable[[Path], None]] = [
     story_inspect_and_round_trip,
     story_functions_for_training,
     story_own_training_graph,
     story_checkpoint_and_lost_buffer,
+    story_torch_loop,
 ]
 
 

@@ -15,7 +15,7 @@ The evidence, strongest first:
    ``module.`` or ``_orig_mod.``, a base-model prefix such as ``model.``).
 4. The name itself: a module path (``block.linear.weight``), a name torch's
    exporters make up for folded constants (``onnx::MatMul_4``, ``val_12``) or for
-   tensors created inside ``forward`` (``lifted_tensor_0``).
+   tensors created inside ``forward`` (``lifted_tensor_0``, ``block.lifted_tensor_0``).
 """
 
 from __future__ import annotations
@@ -76,6 +76,8 @@ STATE_KINDS: Final[frozenset[str]] = frozenset({
 _IDENTIFIER: Final = r"[A-Za-z_][A-Za-z0-9_]*"
 _MODULE_PATH: Final = re.compile(rf"{_IDENTIFIER}(?:\.(?:{_IDENTIFIER}|[0-9]+))*\.{_IDENTIFIER}")
 _LIFTED: Final = re.compile(r"(?:lifted_tensor_|_tensor_constant)[0-9]+")
+"""The name torch.export gives a tensor made in ``forward`` (the name's last part: one
+made in submodule ``block`` is ``block.lifted_tensor_0``)."""
 _FOLDED: Final = re.compile(r"onnx::\w+|val_[0-9]+")
 _KINDS: Final[Mapping[StateKind, Kind]] = {
     "parameter": "parameter", "buffer": "buffer", "constant": "tensor constant",
@@ -84,6 +86,11 @@ _BUFFERS: Final[Mapping[str, Kind]] = {
     "True": "persistent buffer", "False": "non-persistent buffer"}
 _WRAPPERS: Final = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module"})
 _LEADING_WRAPPERS: Final = frozenset({"module", "_orig_mod"})
+
+
+def _is_lifted(name: str) -> bool:
+    """Whether ``name`` (its last dotted part) is one torch.export gives lifted tensors."""
+    return _LIFTED.fullmatch(name.rpartition(".")[2]) is not None
 
 
 def looks_like_module_path(name: str) -> bool:
@@ -186,7 +193,7 @@ def classify(gap: Gap, model: Model, checkpoints: CheckpointNames) -> Classifica
     elif match is not None:
         result.kind = "checkpoint tensor"
         result.strong = True
-    elif _LIFTED.fullmatch(name):
+    elif _is_lifted(name):
         result.kind = "lifted constant"
         result.evidence.append("the name is one torch.export gives tensors made in forward()")
     elif _FOLDED.fullmatch(name):
@@ -230,7 +237,7 @@ def _from_metadata(gap: Gap, model: Model, result: Classification) -> bool:
         result.kind = _BUFFERS.get(persistent or "", "buffer")
     else:
         result.kind = _KINDS[kind]
-    if result.kind == "tensor constant" and _LIFTED.fullmatch(gap.name):
+    if result.kind == "tensor constant" and _is_lifted(gap.name):
         result.kind = "lifted constant"
     detail = f"InputSpec.kind={metadata[INPUT_KIND]}"
     if kind == "buffer":
@@ -249,7 +256,7 @@ def _from_fx_nodes(gap: Gap, result: Classification) -> bool:
         if placeholder is None:
             continue
         result.kind = _KINDS[placeholder.kind]
-        if result.kind == "tensor constant" and _LIFTED.fullmatch(gap.name):
+        if result.kind == "tensor constant" and _is_lifted(gap.name):
             result.kind = "lifted constant"
         result.evidence.append(
             f"node {consumer.node_name!r} was traced from torch.export placeholder "

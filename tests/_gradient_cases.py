@@ -509,11 +509,11 @@ def _pool(op_type: str) -> Callable[[Draw], Case]:
         spatial = [draw(st.integers(k, k + 3)) for k in kernel]
         x = b.tensor("x", [draw(st.integers(1, 2)), draw(st.integers(1, 2)), *spatial])
         attributes: dict[str, Any] = {"kernel_shape": kernel, "strides": strides, "pads": pads}
+        attributes["ceil_mode"] = int(draw(st.booleans()))
         if op_type == "AveragePool":
             attributes["count_include_pad"] = int(draw(st.booleans()))
         else:
             attributes["dilations"] = [draw(st.integers(1, 2)) for _ in range(n)]
-            attributes["ceil_mode"] = int(draw(st.booleans()))
             reach = [(k - 1) * d + 1 for k, d in zip(kernel, attributes["dilations"],
                                                      strict=True)]
             if any(r > s + 2 * p for r, s, p in zip(reach, spatial, pads[:n], strict=True)):
@@ -528,6 +528,44 @@ def _global_pool(op_type: str) -> Callable[[Draw], Case]:
         shape = [draw(st.integers(1, 2)), draw(st.integers(1, 3)), *_shape(draw, 1, 2, 4)]
         return b.model(op_type, [b.tensor("x", shape)])
     return case
+
+
+# ================================================================= resizing
+def _resize(draw: Draw) -> Case:
+    b = _Builder(draw)
+    spatial = _shape(draw, 1, 2, 4)
+    x = b.tensor("x", [draw(st.integers(1, 2)), draw(st.integers(1, 2)), *spatial])
+    mode = draw(st.sampled_from(["nearest", "linear", "cubic"]))
+    attributes: dict[str, Any] = {"mode": mode, "coordinate_transformation_mode": draw(
+        st.sampled_from(["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+                         "half_pixel_symmetric"]))}
+    if mode == "nearest":
+        attributes["nearest_mode"] = draw(st.sampled_from(
+            ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]))
+    else:
+        attributes["antialias"] = int(draw(st.booleans()))
+    if mode == "cubic":
+        attributes["exclude_outside"] = int(draw(st.booleans()))
+        attributes["cubic_coeff_a"] = draw(st.sampled_from([-0.75, -0.5]))
+    axes = list(range(2, 2 + len(spatial)))
+    if draw(st.booleans()):  # scales (and sizes) for the spatial axes only
+        attributes["axes"] = axes
+        sizes_of = spatial
+    else:
+        axes = list(range(2 + len(spatial)))
+        sizes_of = [1] * 2 + spatial
+    if draw(st.booleans()):
+        factors = [draw(st.sampled_from([0.5, 0.75, 1.0, 1.5, 2.0, 2.5])) if a >= 2 else 1.0
+                   for a in axes]
+        factors = [f if int(d * f) >= 1 else 1.0 for d, f in zip(sizes_of[-len(axes):],
+                                                                 factors, strict=True)]
+        b.initializers.append(numpy_helper.from_array(np.array(factors, np.float32), "scales"))
+        inputs = [x, "", "scales"]
+    else:
+        sizes = [draw(st.integers(1, 6)) if a >= 2 else d
+                 for a, d in zip(axes, sizes_of[-len(axes):], strict=True)]
+        inputs = [x, "", "", b.ints("sizes", sizes)]
+    return b.model("Resize", inputs, **attributes)
 
 
 # =================================================================== losses
@@ -587,7 +625,7 @@ CASES: dict[str, Callable[[Draw], Case]] = {
     "ReduceL2": _reduction("ReduceL2"), "ReduceLogSumExp": _reduction("ReduceLogSumExp"),
     "Conv": _conv, "MaxPool": _pool("MaxPool"), "AveragePool": _pool("AveragePool"),
     "GlobalAveragePool": _global_pool("GlobalAveragePool"),
-    "GlobalMaxPool": _global_pool("GlobalMaxPool"),
+    "GlobalMaxPool": _global_pool("GlobalMaxPool"), "Resize": _resize,
     "SoftmaxCrossEntropyLoss": _cross_entropy("SoftmaxCrossEntropyLoss"),
     "NegativeLogLikelihoodLoss": _cross_entropy("NegativeLogLikelihoodLoss"),
 }

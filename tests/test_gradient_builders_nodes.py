@@ -20,7 +20,8 @@ from _gradcheck import TABLE, check_node_case, node_cases
 
 # Cases whose refusal is declared by the builder (and so reported by lint-gradients).
 DECLARED_REFUSALS = {
-    "ceil_mode": "AveragePool with ceil_mode",
+    "a crop's positions outside the region": "Resize with tf_crop_and_resize",
+    "not the one each axis's size gives": "Resize with sizes and keep_aspect_ratio_policy",
     "storage_order": "MaxPool with storage_order 1",
     "repeats a subscript": "Einsum with a diagonal",
     "at opset 13 or later": "a model below opset 13 (graphpass writes opset 13 or later)",

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
+import graphpass  # noqa: E402
 import graphpass.torch  # noqa: E402
 from graphpass.torch.module import ExportError, PreparationError  # noqa: E402
 
@@ -191,22 +192,34 @@ def test_a_forward_that_returns_a_python_number_is_refused_clearly():
         wrapped(torch.randn(2, 4))
 
 
-class Upsample(nn.Module):
+class Running(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.conv = nn.Conv2d(2, 2, 3, padding=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.interpolate(self.conv(x), scale_factor=2.0, mode="bilinear")
+        return torch.cumsum(self.conv(x), dim=-1)
+
+
+class WithRunning(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.running = Running()
+        self.head = nn.Conv2d(2, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.running(x))
 
 
 def test_an_op_without_gradient_builder_is_named_and_the_fallback_runs_torch():
     x = torch.randn(1, 2, 4, 4)
-    with pytest.raises(PreparationError, match=r"Resize") as caught:
-        graphpass.torch.Module(Upsample())(x)
-    assert caught.value.hint
-    reference, _, wrapped = _pair(Upsample, fallback=True)
-    with pytest.warns(RuntimeWarning, match="runs Upsample in torch"):
+    with pytest.raises(PreparationError, match=r"CumSum") as caught:
+        graphpass.torch.Module(WithRunning())(x)
+    # the op, the node and the torch module it came from (the export's scope)
+    assert "module 'running' (Running), node " in str(caught.value)
+    assert "fallback=True" in caught.value.hint
+    reference, _, wrapped = _pair(Running, fallback=True)
+    with pytest.warns(RuntimeWarning, match="runs Running in torch"):
         out = wrapped(x)
     assert torch.allclose(out, reference(x))
     out.sum().backward()  # torch's own autograd, on the model's parameters
@@ -381,3 +394,27 @@ def test_gradients_accumulate_in_grad_and_hooks_see_them():
     assert torch.allclose(model.head.weight.grad, 2 * seen[0], atol=1e-6)
     for a, b in zip(reference.parameters(), model.parameters(), strict=True):
         assert torch.allclose(a.grad, b.grad, atol=1e-5)
+
+
+def test_a_legacy_export_that_merges_equal_parameters_still_trains_them_apart():
+    """With the exporter's own defaults the two fresh LayerNorms are merged into one
+    initializer (block2.ln.weight = Identity(block1.ln.weight)); train-ready splits them."""
+    reference, model, wrapped = _pair(
+        Seed, export={"dynamo": False, "export_modules_as_functions": {Block},
+                      "keep_initializers_as_inputs": False, "do_constant_folding": True})
+    opt_ref = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-2)
+    for _ in range(5):
+        x, y = torch.randn(4, 8), torch.randn(4, 3)
+        for net, opt_ in ((reference, opt_ref), (wrapped, opt)):
+            ((net(x) - y) ** 2).mean().backward()
+            opt_.step()
+            opt_.zero_grad()
+    assert _largest_difference(reference, model) < 1e-4
+    assert not torch.equal(model.block1.ln.weight, model.block2.ln.weight)
+
+
+def test_a_tensor_off_the_cpu_is_refused_clearly():
+    wrapped = graphpass.torch.Module(nn.Linear(2, 2).to("meta"))
+    with pytest.raises(graphpass.GraphpassError, match=r"CPU provider.*on meta"):
+        wrapped(torch.randn(1, 2))

@@ -94,10 +94,12 @@ CASES = {
     "a declared refusal": _model(
         [helper.make_node("Reshape", ["x", "shape"], ["x4"]),
          helper.make_node("Mul", ["x4", "scale"], ["h"]),
-         helper.make_node("AveragePool", ["h"], ["y"], name="pool", kernel_shape=[2, 2],
-                          ceil_mode=1, strides=[2, 2])],
-        [_x([1, 9])], _y([1, 1, 2, 2]), {"shape": np.array([1, 1, 3, 3], np.int64),
-                             "scale": np.full((1, 1, 3, 3), 2.0, np.float32)}),
+         helper.make_node("Resize", ["h", "roi", "scales"], ["y"], name="crop",
+                          coordinate_transformation_mode="tf_crop_and_resize")],
+        [_x([1, 9])], _y([1, 1, 6, 6]), {"shape": np.array([1, 1, 3, 3], np.int64),
+                             "scale": np.full((1, 1, 3, 3), 2.0, np.float32),
+                             "roi": np.array([0, 0, 0, 0, 1, 1, 1, 1], np.float32),
+                             "scales": np.array([1, 1, 2, 2], np.float32)}),
     "an opset outside the builder's range": _model(
         [helper.make_node("Gather", ["w", "i"], ["y"], name="gather")],
         [helper.make_tensor_value_info("i", TensorProto.INT64, [3])], _y([3, 4]), W,
@@ -132,7 +134,7 @@ def test_lint_agrees_with_the_pass_on_handmade_models(case: str, tmp_path: Path)
 def test_handmade_verdicts(tmp_path: Path) -> None:
     expectations = {
         "no builder on the path": "cumsum", "no builder off the path": None,
-        "a declared refusal": "pool", "an opset outside the builder's range": "gather",
+        "a declared refusal": "crop", "an opset outside the builder's range": "gather",
         "a custom-domain operator": "fancy", "a sequence on the path": "construct",
         "a weight used twice by one node": None, "a weight no gradient reaches": None,
     }

@@ -96,6 +96,7 @@ class Module(torch.nn.Module):
         try:
             training = self.module.training  # train() and eval() on the wrapper reach it
             signature, tensors = signature_of(args, kwargs, training)
+            _check_on_cpu(self.module, tensors)
             entry = self._entry(signature, tensors, args, kwargs)
             grad = torch.is_grad_enabled()
             wanted = tuple(i for i, t in enumerate(tensors)
@@ -156,6 +157,18 @@ class Module(torch.nn.Module):
                     running[: -len("running_mean")] + "num_batches_tracked")
             if counter is not None:
                 counter.add_(1)
+
+
+def _check_on_cpu(module: torch.nn.Module, tensors: Sequence[torch.Tensor]) -> None:
+    """Refuse tensors onnxruntime's CPU provider cannot read where they are."""
+    found = next((t.device for t in (*tensors, *module.parameters(), *module.buffers())
+                  if t.device.type != "cpu"), None)
+    if found is not None:
+        raise GraphpassError(
+            f"graphpass.torch.Module runs its graphs on onnxruntime's CPU provider, and a "
+            f"tensor of {type(module).__name__} (or an input) is on {found}",
+            hint="keep the module and its inputs on the CPU (.to('cpu')), or wrap with "
+                 "fallback=True to run the module in torch")
 
 
 def _return_freed_memory() -> None:

@@ -20,8 +20,10 @@ def builtin_builders() -> list[GradientBuilder]:
         loss,
         normalization,
         reduction,
+        resize,
         shape,
     )
 
     return [*elementwise.BUILDERS, *linear.BUILDERS, *normalization.BUILDERS,
-            *shape.BUILDERS, *reduction.BUILDERS, *conv.BUILDERS, *loss.BUILDERS]
+            *shape.BUILDERS, *reduction.BUILDERS, *conv.BUILDERS, *resize.BUILDERS,
+            *loss.BUILDERS]

@@ -14,7 +14,8 @@
 * ``MaxPool``: the forward node also outputs its ``Indices`` (flat positions in X);
   dX scatter-adds dY there.
 * ``AveragePool``: a transposed convolution of dY with a constant kernel, divided by
-  each window's element count (with or without padding, as the node counts).
+  each window's element count (with or without padding, as the node counts; with
+  ``ceil_mode``, the last windows' taps past the padded input never count).
 """
 
 from __future__ import annotations
@@ -119,11 +120,16 @@ def _output_padding(ctx: GradientContext, x: str, y: str, kernel: list[int],
 
 
 def _transposed(ctx: GradientContext, dy: str, weight: str, x: str, y: str, kernel: list[int],
-                geometry: dict[str, list[int]], group: int) -> str:
-    """``ConvTranspose(dy, weight)`` shaped like ``x`` (zeros where no window reached)."""
+                geometry: dict[str, list[int]], group: int, *,
+                output_shape_known: bool = True) -> str:
+    """``ConvTranspose(dy, weight)`` shaped like ``x`` (zeros where no window reached).
+
+    ``output_shape_known=False``: ``y``'s declared shape is not trusted (a pool with
+    ``ceil_mode``, whose windows may reach past the padded input).
+    """
     e = ctx.emit
     n = len(kernel)
-    padding = _output_padding(ctx, x, y, kernel, geometry)
+    padding = _output_padding(ctx, x, y, kernel, geometry) if output_shape_known else None
     attributes: dict[str, Any] = {
         "strides": geometry["strides"], "dilations": geometry["dilations"],
         "pads": geometry["pads"], "group": group, "kernel_shape": kernel}
@@ -287,33 +293,56 @@ def _max_pool(ctx: GradientContext) -> BuilderResult:
     return [e.reshape_like(flat, x)]
 
 
-@builder("AveragePool", FIRST, refusals=(rank_known(0), Refusal(
-    (AttributeIn("ceil_mode", (1,)),),
-    "with ceil_mode the last windows' divisors follow rules the builder does not model",
-    "use ceil_mode 0"), _auto_pad_needs_shape(0)),
-    description="dX = ConvTranspose(dY / count, ones) over N*C single-channel maps")
+@builder("AveragePool", FIRST, refusals=(rank_known(0), _auto_pad_needs_shape(0)),
+         description="dX = ConvTranspose(dY / count, ones) over N*C single-channel maps")
 def _average_pool(ctx: GradientContext) -> BuilderResult:
+    """DX spreads each ``dY / count`` over its window.
+
+    ``count`` is the number of elements the window averages: all its taps with
+    ``count_include_pad``, else the taps that read X. With ``ceil_mode`` the last
+    windows may reach past the padded input: those taps are never counted (as torch
+    and onnxruntime count), and the output sizes are read at run time, since
+    ``onnx``'s shape inference keeps a last window that starts in the end padding,
+    which torch and the runtimes drop.
+    """
     e = ctx.emit
     dy = ctx.output_gradient(0)
     assert dy is not None
     x, y = ctx.input(0), ctx.output(0)
     rank = ctx.rank(x)
+    n = rank - 2
     kernel = [int(k) for k in ctx.attribute("kernel_shape")]
     geometry = _geometry(ctx, x, kernel)
     include_pad = bool(ctx.attribute("count_include_pad", 0))
+    ceil = bool(ctx.attribute("ceil_mode", 0))
     ones_kernel = e.constant(np.ones([1, 1, *kernel]), ctx.type_of(x).elem_type or 1)
     x_dims = e.dims(x)
     spatial = e.op("Slice", x_dims, e.ints([2]), e.ints([rank]))
     maps = e.reshape(dy, e.op("Concat", e.ints([-1, 1]), e.shape(dy, 2), axis=0))
-    conv_geometry = {"strides": geometry["strides"], "dilations": geometry["dilations"],
-                     "pads": geometry["pads"]}
-    if include_pad or not any(geometry["pads"]):
+    pads = geometry["pads"]
+    if not ceil and (include_pad or not any(pads)):
         scaled = e.op("Div", maps, e.scalar(float(np.prod(kernel)), like=x))
     else:
-        ones = e.filled(e.op("Concat", e.ints([1, 1]), spatial, axis=0), 1.0, like=x)
-        counts = e.op("Conv", ones, ones_kernel, **conv_geometry)
+        counted = e.filled(e.op("Concat", e.ints([1, 1]), spatial, axis=0), 1.0, like=x)
+        conv_pads = pads
+        if include_pad:  # the padding counts: ones there too
+            counted = e.op("Pad", counted, e.ints([0, 0, *pads[:n], 0, 0, *pads[n:]]),
+                           e.scalar(1.0, like=x), mode="constant")
+            conv_pads = [0] * (2 * n)
+        if ceil:  # zeros past the padded input, as far as the last window reaches
+            reach = [(k - 1) * d + 1 for k, d in zip(kernel, geometry["dilations"], strict=True)]
+            last_end = e.op("Add", e.op("Mul", e.op("Sub", e.shape(dy, 2), e.ints([1] * n)),
+                                        e.ints(geometry["strides"])), e.ints(reach))
+            padded = e.op("Add", spatial, e.ints([b + a for b, a in zip(pads[:n], pads[n:],
+                                                                        strict=True)]))
+            beyond = e.op("Max", e.op("Sub", last_end, padded), e.ints([0] * n))
+            counted = e.op("Pad", counted, e.op("Concat", e.ints([0] * (n + 4)), beyond,
+                                                axis=0), mode="constant")
+        counts = e.op("Conv", counted, ones_kernel, strides=geometry["strides"],
+                      dilations=geometry["dilations"], pads=conv_pads)
         scaled = e.op("Div", maps, counts)
-    spread = _transposed(ctx, scaled, ones_kernel, x, y, kernel, geometry, 1)
+    spread = _transposed(ctx, scaled, ones_kernel, x, y, kernel, geometry, 1,
+                         output_shape_known=not ceil)
     return [e.reshape(spread, x_dims)]
 
 
