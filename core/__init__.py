@@ -12,7 +12,6 @@ graphpass.save(result.model, "out.onnx")
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from graphpass import _moved
 from graphpass.errors import (
     CheckpointError,
     ConfigError,
@@ -49,7 +48,7 @@ if TYPE_CHECKING:
         Use,
         Value,
     )
-    from graphpass.training.gradient_rules import GradientRules
+    from graphpass.training.rules.model import GradientRules
 
 _LAZY: dict[str, str] = {
     "Checkpoint": "graphpass.checkpoint",
@@ -79,7 +78,7 @@ _LAZY: dict[str, str] = {
     "Tensor": "graphpass.ir",
     "Use": "graphpass.ir",
     "Value": "graphpass.ir",
-    "GradientRules": "graphpass.training.gradient_rules",
+    "GradientRules": "graphpass.training.rules.model",
 }
 """The public names that need onnx (and numpy) to import, and the modules that give them.
 
@@ -144,5 +143,3 @@ __all__ = [
     "save",
     "validate",
 ]
-
-_moved.install()  # the module paths of 0.1 keep working until 0.3, with a warning

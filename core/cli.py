@@ -32,7 +32,7 @@ import os
 import sys
 import tempfile
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import replace
 from pathlib import Path
@@ -923,9 +923,7 @@ def _print_report_written(summary: Text, report: str) -> None:
 def _rule_descriptions(registry: Registry) -> dict[str, str]:
     rules: dict[str, str] = {}
     for entry in registry.passes.values():
-        codes = getattr(entry.item, "codes", None)
-        if isinstance(codes, Mapping):
-            rules.update({str(k): str(v) for k, v in codes.items()})
+        rules.update(entry.item.codes)
     return rules
 
 

@@ -89,7 +89,7 @@ class _Constants:
                   name: str) -> np.ndarray | None:
         from onnx.reference import ReferenceEvaluator
 
-        from graphpass.files.proto import node_to_proto
+        from graphpass.ir.proto import node_to_proto
 
         feeds = {}
         graph_inputs = []

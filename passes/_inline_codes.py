@@ -7,6 +7,9 @@ starts with its code.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Final
+
 from graphpass.errors import PassError
 
 __all__ = [
@@ -15,6 +18,7 @@ __all__ = [
     "BAD_FUNCTION_BODY",
     "BODY_CONVERTED",
     "CALLS_INLINED",
+    "CODES",
     "DEFAULT_PROMOTED",
     "DEPTH_EXCEEDED",
     "FUNCTION_REMOVED",
@@ -29,38 +33,52 @@ __all__ = [
 
 # Notes (info).
 CALLS_INLINED = "GP101"
-"""The calls of one function were replaced by its body."""
 FUNCTION_REMOVED = "GP102"
-"""A function was dropped from the model: nothing calls it any more."""
 BODY_CONVERTED = "GP103"
-"""A function body was converted to the opset version of the graph it was inlined into."""
 DEFAULT_PROMOTED = "GP104"
-"""A kept function received an attribute default so that an inlined callee's default survives."""
 KEPT_FOR_BUILDER = "GP105"
-"""The calls of a function were kept: the plan builds a training graph, and a registered
-gradient builder differentiates the function's operator (it wins over the body)."""
 
 # Warnings.
 UNKNOWN_SELECTOR = "GP110"
-"""``only`` or ``exclude`` names a function the model does not have."""
 ATTRIBUTE_NOT_DECLARED = "GP111"
-"""A call passes an attribute the function does not declare; it has no effect and is dropped."""
 KEPT_RECURSION = "GP112"
-"""Functions that are not inlined call each other in a cycle; they are left as they are."""
 
 # Errors (raised).
 RECURSION = "GP120"
-"""A function calls itself, directly or through others: it cannot be inlined."""
 BAD_CALL = "GP121"
-"""A call does not fit the function: too many inputs or outputs, or a mistyped attribute."""
 BAD_FUNCTION_BODY = "GP122"
-"""A function body uses a name it does not define, or does not produce an output."""
 OPSET_CONFLICT = "GP123"
-"""A function's opset imports cannot be reconciled with the graph it is inlined into."""
 DEPTH_EXCEEDED = "GP124"
-"""Calls nest deeper than ``max_depth``."""
 UNREPRESENTABLE_DEFAULT = "GP125"
-"""A kept function would need different defaults for one attribute (see ``GP104``)."""
+
+
+CODES: Final[Mapping[str, str]] = {
+    CALLS_INLINED: "The calls of one function were replaced by its body.",
+    FUNCTION_REMOVED: "A function was dropped from the model: nothing calls it any more.",
+    BODY_CONVERTED: "A function body was converted to the opset version of the graph it was "
+                    "inlined into.",
+    DEFAULT_PROMOTED: "A kept function received an attribute default so that an inlined callee's "
+                      "default survives.",
+    KEPT_FOR_BUILDER: "The calls of a function were kept: the plan builds a training graph, and a"
+                      " registered gradient builder differentiates the function's operator (it "
+                      "wins over the body).",
+    UNKNOWN_SELECTOR: "``only`` or ``exclude`` names a function the model does not have.",
+    ATTRIBUTE_NOT_DECLARED: "A call passes an attribute the function does not declare; it has no "
+                            "effect and is dropped.",
+    KEPT_RECURSION: "Functions that are not inlined call each other in a cycle; they are left as "
+                    "they are.",
+    RECURSION: "A function calls itself, directly or through others: it cannot be inlined.",
+    BAD_CALL: "A call does not fit the function: too many inputs or outputs, or a mistyped "
+              "attribute.",
+    BAD_FUNCTION_BODY: "A function body uses a name it does not define, or does not produce an "
+                       "output.",
+    OPSET_CONFLICT: "A function's opset imports cannot be reconciled with the graph it is inlined"
+                    " into.",
+    DEPTH_EXCEEDED: "Calls nest deeper than ``max_depth``.",
+    UNREPRESENTABLE_DEFAULT: "A kept function would need different defaults for one attribute "
+                             "(see ``GP104``).",
+}
+"""Every code of ``inline-functions``, with its description."""
 
 
 class InlineError(PassError):

@@ -17,8 +17,8 @@ import onnx
 import onnx.checker
 import onnx.version_converter
 
-from graphpass.files.proto import graph_from_proto, graph_to_proto
 from graphpass.ir import Graph
+from graphpass.ir.proto import graph_from_proto, graph_to_proto
 from graphpass.passes._inline_callgraph import graphs_of
 from graphpass.passes._inline_codes import OPSET_CONFLICT, InlineError
 

@@ -61,9 +61,31 @@ from graphpass.passes._reconcile_verify import Verification
 from graphpass.torch.folding import Fold
 from graphpass.torch.producers import Producer, separate_weights_advice
 
-__all__ = ["MatchTable", "NameList", "build_report"]
+__all__ = ["CODES", "MatchTable", "NameList", "build_report"]
 
 PASS_NAME: Final = "reconcile-initializers"
+CODES: Final[Mapping[str, str]] = {
+    "GP200": "The summary: how many weights were filled, by which rule.",
+    "GP201": "A weight no checkpoint key fills; it keeps its placeholder value.",
+    "GP202": "Checkpoint keys nothing used.",
+    "GP203": "No base-prefix change was applied: several matched equally many keys.",
+    "GP204": "Constants the exporter folded from weights are computed again from their "
+             "sources' keys, so that the parameters train.",
+    "GP205": "An initializer the exporter shared between weights was split, each consumer "
+             "reading its own key.",
+    "GP206": "Graph inputs that stood for weights became initializers.",
+    "GP207": "Names the model used without declaring them were filled from the checkpoint.",
+    "GP208": "Graph inputs that follow filled weight inputs matched no key and stay inputs.",
+    "GP209": "Checkpoint entries the loader could not represent.",
+    "GP210": "Tied weights filled from the key of another of their names.",
+    "GP211": "A folded constant whose source the checkpoint fills cannot be computed again, "
+             "or a fused batch norm is filled only in part.",
+    "GP212": "Batch norms the exporter fused into convolutions were separated again.",
+    "GP213": "Folded constants kept as the export made them.",
+    "GP215": "Tied weights the checkpoint gives different values under their names.",
+}
+"""Every code of ``reconcile-initializers``, with its description (the module
+documentation says more)."""
 RULES: Final = (*LEVELS, "tied-alias", "folded-transpose", "folded-rows", "folded-broadcast",
                 "folded-reshape", "folded-selection", "folded-affine", "folded-copy",
                 "folded-weight-norm", "fused-batch-norm", "merged-split")

@@ -35,9 +35,9 @@ from typing import Final
 import onnx
 
 from graphpass.files.checking import infer_shapes
-from graphpass.files.proto import model_to_proto
 from graphpass.findings import shortened_list
 from graphpass.ir import Graph, Model, Node, Tensor
+from graphpass.ir.proto import model_to_proto
 from graphpass.torch.export_record import FX_NODE, fx_target
 from graphpass.training.value_types import ModelTypes
 

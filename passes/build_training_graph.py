@@ -34,10 +34,10 @@ from graphpass.torch.folding import find_ties
 from graphpass.training import GradientError
 from graphpass.training.batch_norm import BatchNormMode
 from graphpass.training.directory import write_training_directory
-from graphpass.training.gradient_rules import DIFFERENTIABLE_TYPES, select_weights
 from graphpass.training.graphs import TrainingGraphs, build_training_graphs
 from graphpass.training.optimizers import SGD, AdamW, Optimizer
 from graphpass.training.recompute import RecomputePolicy
+from graphpass.training.rules.model import trainable_weights
 from graphpass.training.table import registered_builders
 
 __all__ = ["CODES", "TORCH_EXTRA", "BuildTrainingGraph"]
@@ -139,7 +139,7 @@ class BuildTrainingGraph(Pass):
         """Build and write the training graphs."""
         options = self.options
         findings: list[Finding] = []
-        trainable, frozen = self._weights(model, findings)
+        trainable, frozen = self._weights(model, findings, context)
         if not trainable:
             findings.append(Finding(
                 CODES["no-trainable"], Severity.ERROR, "no trainable weight: nothing to train",
@@ -187,31 +187,23 @@ class BuildTrainingGraph(Pass):
             "gradient nodes": len(graphs.gradient.graph),
             "recomputed values": len(graphs.recomputed.values)})
 
-    def _weights(self, model: Model, findings: list[Finding]) -> tuple[list[str], list[str]]:
-        """The weights to train and to freeze: ``lint-gradients``' selection."""
+    def _weights(self, model: Model, findings: list[Finding],
+                 context: PassContext) -> tuple[list[str], list[str]]:
+        """The weights to train and to freeze: ``lint-gradients``' selection.
+
+        A problem of the request that ``lint-gradients`` already reported in this run
+        (same option values: the same fact) is not reported again.
+        """
         options = self.options
-        graph = model.graph
-        initializers = graph.initializers
-        selection = select_weights(graph, options.trainable, options.frozen)
-        for option, patterns in (("trainable", options.trainable), ("frozen", options.frozen)):
-            for pattern in selection.matching_nothing(patterns):
-                findings.append(Finding(
-                    CODES["selection"], Severity.WARNING,
-                    f"{option} pattern {pattern!r} matches no initializer or graph input",
-                    value=pattern, hint="check the spelling; patterns use fnmatch syntax"))
-        trainable = []
-        for name in selection.trainable:
-            tensor = initializers.get(name)
-            if tensor is None or tensor.dtype not in DIFFERENTIABLE_TYPES:
-                if options.trainable:
-                    findings.append(Finding(
-                        CODES["selection"], Severity.WARNING,
-                        f"{name!r} is not a float initializer; it is not trained", value=name,
-                        hint="only float, float16, double and bfloat16 initializers train"))
-                continue
-            trainable.append(name)
-        frozen = [name for name in selection.frozen if name in initializers]
-        return trainable, frozen
+        weights = trainable_weights(
+            model.graph, options.trainable, options.frozen, trainer="build-training-graph",
+            codes={"no-match": CODES["selection"], "not-float": CODES["selection"]},
+            initializers_only=True)
+        linted = context.results.get("lint-gradients")
+        seen = {(f.data.get("selection"), f.value) for f in linted.findings} if linted else set()
+        findings.extend(f for f in weights.findings
+                        if (f.data["selection"], f.value) not in seen)
+        return weights.trainable, weights.frozen
 
     def _optimizer(self) -> Optimizer:
         o = self.options

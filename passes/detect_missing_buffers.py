@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -45,6 +46,11 @@ __all__ = ["DetectMissingBuffers"]
 _RECONCILE: Final = "reconcile-initializers"
 _LEGACY_VALUE: Final = re.compile(r"onnx::\w+?_([0-9]+)")
 _CODES: Final = {"undefined": "GP301", "no-data": "GP302", "input": "GP303"}
+_DESCRIPTIONS: Final[Mapping[str, str]] = {
+    "GP301": "A name nodes use that nothing defines.",
+    "GP302": "An initializer whose data is not all there.",
+    "GP303": "A graph input without an initializer that stands for model state.",
+}
 _STAT_LABELS: Final = {"undefined": "undefined", "no-data": "without data",
                        "input": "state inputs"}
 _SHOWN_CONSUMERS: Final = 3
@@ -61,6 +67,7 @@ class DetectMissingBuffers(AnalysisPass):
     """Name every weight, buffer or constant the graph needs and nothing provides."""
 
     name = "detect-missing-buffers"
+    codes = _DESCRIPTIONS
     description = "Name every weight, buffer or constant the graph needs and nothing provides."
     after = (_RECONCILE,)
 

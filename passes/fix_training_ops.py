@@ -19,7 +19,7 @@ an equivalent form trains fine:
   gives only a symbol there (ONNX cannot type a ``Slice`` with computed ends: Optimum's
   ``Gather(position_embeddings, Slice(position_ids, 0, seq_len))`` is ``[unk__0, unk__1,
   H]``) gets a wrong gradient from ORT, which sums over the broadcast dimensions it sees
-  in the static shapes (:mod:`graphpass.passes._broadcast_dims`). The pass puts a
+  in the static shapes (:mod:`graphpass.training.rules._broadcast_dims`). The pass puts a
   ``Reshape`` by a constant (``[1, 0, 0]``: 1 where the graph proves it, ``0`` keeps a
   dimension) before the node, so that the 1 is in the inferred shape.
 
@@ -37,7 +37,7 @@ import onnx
 from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Attribute, Graph, Model, Node
-from graphpass.passes._broadcast_dims import BROADCAST_OPS, hidden_ones
+from graphpass.training.rules._broadcast_dims import BROADCAST_OPS, hidden_ones
 from graphpass.training.sequences import split_sequences
 from graphpass.training.value_types import ModelTypes
 

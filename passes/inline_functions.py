@@ -55,6 +55,7 @@ from graphpass.passes._inline_codes import (
     ATTRIBUTE_NOT_DECLARED,
     BODY_CONVERTED,
     CALLS_INLINED,
+    CODES,
     DEFAULT_PROMOTED,
     FUNCTION_REMOVED,
     KEPT_FOR_BUILDER,
@@ -104,6 +105,7 @@ class InlineFunctions(Pass):
 
     name = _PASS
     description = "Replace every call of a model-local function with the function's body."
+    codes = CODES
     Options = InlineOptions
 
     def __init__(self, options: InlineOptions | dict[str, object] | None = None,

@@ -4,7 +4,7 @@ Training an exported model with onnxruntime-training fails late and one node at 
 time (``The gradient builder has not been registered: M for node M_1``). This pass
 computes the region gradients flow through (forward from the trainable weights,
 backward from the loss, through float edges that are not stop edges: see
-:mod:`graphpass.passes._gradient_region`) and judges every node in it against a
+:mod:`graphpass.training._region`) and judges every node in it against a
 :class:`~graphpass.GradientRules` (default: onnxruntime-training).
 
 Findings, in the order the trainer meets the problems (the first error is the one
@@ -42,37 +42,36 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from graphpass.errors import PassError, PluginError
 from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.framework.pass_base import AnalysisPass, PassContext, PassResult
 from graphpass.ir import CAPTURE, Function, Graph, Model, Node, dtype_name
 from graphpass.ir._gc import paused_gc
-from graphpass.passes._gradient_region import (
-    Region,
-    differentiable_region,
-    names_of,
-    weight_bits,
-)
 from graphpass.passes._gradient_view import resolve_constant_ifs
 from graphpass.torch.export_record import (
     INPUT_KIND,
     NOT_SAVED,
     default_trainable_rules,
     parameters_left_out,
-    signature_parameters,
 )
-from graphpass.training.gradient_rules import (
+from graphpass.training._region import (
+    Region,
+    differentiable_region,
+    names_of,
+    weight_bits,
+)
+from graphpass.training.rules.derived import DerivedRules
+from graphpass.training.rules.model import (
     GradientRules,
     NodeSite,
     TrainerFailureKind,
     normalize_domain,
-    select_weights,
+    trainable_weights,
 )
-from graphpass.training.rules import RULES_NAME, rules_from_builders
 from graphpass.training.table import registered_builders
 from graphpass.training.value_types import FunctionTypes, ModelTypes, TypeInfo
 
@@ -96,6 +95,30 @@ CODES: Final = {
     "parameter-left-out": "GP426",
 }
 """The finding codes of ``lint-gradients`` by problem (stable)."""
+
+_DESCRIPTIONS: Final = {
+    "missing": "No gradient builder for a node's operator.",
+    "unreachable": "A trainable weight reaches no loss through differentiable edges.",
+    "broken": "A registered gradient builder fails on this node (a known condition).",
+    "no-gradient": "A weight reaches the loss only through non-differentiable inputs.",
+    "duplicate": "One node reads a weight at two differentiable inputs.",
+    "captured": "A trainable weight is read inside a subgraph.",
+    "loss-type": "The loss has an element type the trainer does not accept.",
+    "function": "A call of a model-local function has no gradient builder (run "
+                "inline-functions).",
+    "borrowed": "A function or custom-domain op is named like a registered operator of "
+                "another domain: the trainer would silently use that gradient.",
+    "no-match": "A trainable or frozen pattern matches no weight.",
+    "not-float": "A requested trainable weight is not of a float type.",
+    "not-parameters": "Float weights left out of the default trainable set, with the rule "
+                      "that left out each.",
+    "few-values": "A BatchNormalization on the gradient path normalises so few values a "
+                  "channel that its float32 gradient is rounding noise.",
+    "wrong-gradient": "A registered gradient builder computes a wrong gradient on this node "
+                      "(a known condition).",
+    "parameter-left-out": "Torch parameters the model still computes with are left out of "
+                          "the default trainable set.",
+}
 
 _SHOWN: Final = 4
 _MAX_FUNCTION_DEPTH: Final = 32
@@ -183,6 +206,8 @@ class LintGradients(AnalysisPass):
     """Name every node on the trainable path that the trainer cannot differentiate."""
 
     name = "lint-gradients"
+    codes: ClassVar[Mapping[str, str]] = {CODES[problem]: text
+                                          for problem, text in _DESCRIPTIONS.items()}
     description = "Name every node on the trainable path that the trainer cannot differentiate."
     after = ("inline-functions", "reconcile-initializers", "detect-missing-buffers")
 
@@ -250,13 +275,13 @@ class LintGradients(AnalysisPass):
 
     def _rules(self, context: PassContext) -> GradientRules:
         rules = context.registry.gradient_rule_set(self.options.rules)
+        if isinstance(rules, DerivedRules):  # graphpass's own: from every registered builder
+            rules = rules.resolve(registered_builders(context.registry))
         if not isinstance(rules, GradientRules):
             raise PluginError(
                 f"gradient rule set {getattr(rules, 'name', rules)!r} is a "
                 f"{type(rules).__name__}, not a graphpass.GradientRules",
                 hint="a plugin's graphpass_gradient_rules hook must return GradientRules objects")
-        if rules.name == RULES_NAME:  # graphpass's own: from every registered builder
-            rules = rules_from_builders(registered_builders(context.registry), rules.version)
         return rules
 
 
@@ -269,26 +294,13 @@ def _select_trainable(graph: Graph, options: Any, rules: GradientRules
         The findings of the selection, the trainable and the frozen weights, and for
         the weights the default took, the rule that made each trainable.
     """
-    findings: list[Finding] = []
-    initializers = graph.initializers
-    selection = select_weights(graph, options.trainable, options.frozen)
-    parameters = signature_parameters(graph)
-    for option, patterns in (("trainable", options.trainable), ("frozen", options.frozen)):
-        for pattern in selection.matching_nothing(patterns):
-            if option == "frozen" and any(fnmatch.fnmatchcase(p, pattern) for p in parameters):
-                continue  # a torch parameter the export folded away: frozen on purpose
-            findings.append(Finding(
-                CODES["no-match"], Severity.WARNING,
-                f"{option} pattern {pattern!r} matches no initializer or graph input",
-                value=pattern,
-                hint="check the spelling; patterns use fnmatch syntax (* ? [...])"))
-    left_out = selection.left_out
-    chosen: Sequence[str] = selection.chosen
+    weights = trainable_weights(graph, options.trainable, options.frozen, codes=CODES,
+                                trainer=rules.label, types=rules.differentiable_types)
+    findings = [f for f in weights.findings if f.data["selection"] == "no-match"]
+    left_out = weights.selection.left_out
     rules_of: dict[str, str] = {}
     if not options.trainable:
         rules_of = default_trainable_rules(graph)
-        chosen = [name for name in chosen
-                  if initializers[name].dtype in rules.differentiable_types]
         if left_out:
             why = {name: rules_of[name] for name in left_out}
             findings.append(Finding(
@@ -298,21 +310,8 @@ def _select_trainable(graph: Graph, options: Any, rules: GradientRules
                 hint='to train them anyway, name them with the trainable option '
                      '(trainable = ["*"] takes every float weight)',
                 data={"left_out": dict(left_out), "rules": why}))
-    trainable = []
-    frozen = frozenset(selection.frozen)
-    for name in chosen:
-        if name in frozen:
-            continue
-        elem_type = initializers[name].dtype if name in initializers else \
-            graph.value(name).elem_type
-        if not rules.is_differentiable_type(elem_type):
-            findings.append(Finding(
-                CODES["not-float"], Severity.WARNING,
-                f"{name!r} is {dtype_name(elem_type or 0)}, which {rules.label} cannot "
-                "train; it is left out", value=name,
-                hint="only float, float16, double and bfloat16 weights get gradients"))
-            continue
-        trainable.append(name)
+    findings += [f for f in weights.findings if f.data["selection"] == "not-float"]
+    trainable, frozen = weights.trainable, frozenset(weights.frozen)
     return findings, trainable, frozen, {name: rules_of[name] for name in trainable
                                          if name in rules_of}
 

@@ -46,7 +46,7 @@ from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Graph, Model, Node
 from graphpass.passes._reconcile_match import match_names
 from graphpass.passes._reconcile_plan import Fill, Plan, checkpoint_state, plan_fills
-from graphpass.passes._reconcile_report import build_report
+from graphpass.passes._reconcile_report import CODES, build_report
 from graphpass.passes._reconcile_shapes import ShapeCheck, check_undeclared
 from graphpass.passes._reconcile_targets import Target, collect_targets
 from graphpass.passes._reconcile_verify import BatchNormCheck, FoldCheck, verify
@@ -88,6 +88,7 @@ class ReconcileInitializers(Pass):
     description = ("Fill the model's weights from a checkpoint, matching names across "
                    "prefixes and separators.")
     preserves_semantics = False
+    codes = CODES
 
     @dataclass
     class Options:

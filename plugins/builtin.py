@@ -64,15 +64,13 @@ def graphpass_checkpoint_loaders() -> Iterable[Any]:
 def graphpass_gradient_rules() -> Iterable[Any]:
     """The built-in gradient rules (onnxruntime-training, and graphpass's own).
 
-    ``graphpass`` is derived from the gradient builders; ``lint-gradients`` derives it
-    again from every registered builder (plugins' too) when it judges by it.
+    ``graphpass`` is derived from every registered builder (plugins' too) when
+    ``lint-gradients`` judges by it (:class:`~graphpass.training.rules.derived.DerivedRules`).
     """
-    from graphpass.passes.gradient_rules import builtin_rule_sets
-    from graphpass.training.builders import builtin_builders
-    from graphpass.training.rules import rules_from_builders
-    from graphpass.training.table import BuilderTable
+    from graphpass.training.rules.derived import DerivedRules
+    from graphpass.training.rules.onnxruntime_training import builtin_rule_sets
 
-    return [*builtin_rule_sets(), rules_from_builders(BuilderTable(builtin_builders()))]
+    return [*builtin_rule_sets(), DerivedRules()]
 
 
 @hookimpl

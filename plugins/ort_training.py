@@ -49,14 +49,14 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import onnx
 
-from graphpass.files.proto import model_to_proto
 from graphpass.findings import Finding, Severity
 from graphpass.framework.hookspecs import hookimpl
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Model
+from graphpass.ir.proto import model_to_proto
 from graphpass.plugins._training_check import StepInputs, StepOutcome, step_inputs
 from graphpass.torch.export_record import TRAINABLE_TYPES
-from graphpass.training.gradient_rules import select_weights
+from graphpass.training.rules.model import trainable_weights
 
 __all__ = ["EXTERNAL_DATA_BYTES", "EmitTrainingArtifacts", "graphpass_passes",
            "training_available"]
@@ -441,11 +441,10 @@ def _weights(model: Model, trainable: list[str], frozen: list[str]) -> tuple[lis
 
     Only float initializers are trained, and only initializers are frozen.
     """
-    initializers = model.graph.initializers
-    selection = select_weights(model.graph, trainable, frozen)
-    chosen = [name for name in selection.trainable
-              if name in initializers and initializers[name].dtype in TRAINABLE_TYPES]
-    return chosen, [name for name in selection.frozen if name in initializers]
+    weights = trainable_weights(model.graph, trainable, frozen, trainer="onnxruntime-training",
+                                codes={"no-match": "GP421", "not-float": "GP422"},
+                                types=TRAINABLE_TYPES, initializers_only=True)
+    return weights.trainable, weights.frozen  # the findings: lint-gradients' (required)
 
 
 def _weight_bytes(model: Model) -> int:

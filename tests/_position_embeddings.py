@@ -3,7 +3,7 @@
 ``Gather(P, Slice(position_ids, 0, seq_len))`` with ``position_ids`` a constant
 ``[1, N]``: ONNX's shape inference cannot type a ``Slice`` with computed ends, so the rows
 are ``[unk__0, unk__1, H]``, and onnxruntime-training 1.19.2 does not sum their gradient
-over the batch of the ``Add`` (see ``passes/_broadcast_dims.py``).
+over the batch of the ``Add`` (see ``core/training/rules/_broadcast_dims.py``).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("reporting", ("graphpass.reporting",)),
     ("checkpoint", ("graphpass.checkpoint",)),
     ("training", ("graphpass.training",)),
-    ("api", ("graphpass", "graphpass._moved")),
+    ("api", ("graphpass",)),
     ("torch-module", ("graphpass.torch.module",)),
     ("passes", ("graphpass.passes",)),
     ("plugins", ("graphpass.plugins",)),
@@ -187,14 +187,6 @@ def test_the_ir_imports_nothing_above_it() -> None:
     assert not above, "the IR imports layers above it:\n  " + "\n  ".join(above)
 
 
-def test_the_old_proto_path_is_the_irs_conversion() -> None:
-    import graphpass.files.proto as old
-    import graphpass.ir.proto as new
-
-    for name in new.__all__:
-        assert getattr(old, name) is getattr(new, name), name
-
-
 def test_no_pass_imports_another_pass() -> None:
     found = []
     for importer, target in sorted(GRAPH.edges):
@@ -220,7 +212,14 @@ def test_passes_get_the_registry_from_their_context() -> None:
 
 # ------------------------------------------------------------------ old import paths
 _PYTHON_ROOTS = ("core", "passes", "plugins", "tests", "benchmarks", "examples")
-_OLD_PATH_TEST = REPO / "tests" / "test_old_paths.py"
+# The module paths of 0.1 (never published) and 0.2's path of the proto conversion: gone.
+GONE = ("graphpass.checking", "graphpass.config", "graphpass.gradients",
+        "graphpass.instruments", "graphpass.listings", "graphpass.manager",
+        "graphpass.pass_base", "graphpass.pipeline", "graphpass.planning",
+        "graphpass.plugins.hookspecs", "graphpass.plugins.manager", "graphpass.progress",
+        "graphpass.proto", "graphpass.registry", "graphpass.render", "graphpass.results",
+        "graphpass.summary", "graphpass.torch_export", "graphpass.validate",
+        "graphpass.value_types", "graphpass.verify", "graphpass.files.proto")
 _DOC_IMPORT = re.compile(r"^\s*(?:from\s+(graphpass[\w.]*)\s+import|import\s+(graphpass[\w.]*))",
                          re.MULTILINE)
 
@@ -228,7 +227,7 @@ _DOC_IMPORT = re.compile(r"^\s*(?:from\s+(graphpass[\w.]*)\s+import|import\s+(gr
 def _python_files() -> Iterator[Path]:
     for folder in _PYTHON_ROOTS:
         for path in sorted((REPO / folder).rglob("*.py")):
-            if path != _OLD_PATH_TEST and ".cache" not in path.parts:
+            if ".cache" not in path.parts:
                 yield path
 
 
@@ -246,20 +245,29 @@ def _imported_names(path: Path) -> Iterator[tuple[int, str]]:
                 yield node.lineno, f"{node.module}.{alias.name}"
 
 
+def test_the_old_paths_are_gone() -> None:
+    import sys
+
+    assert not [finder for finder in sys.meta_path if "graphpass" in type(finder).__module__]
+    for old in GONE:
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(old)
+
+
 def test_nothing_imports_an_old_path() -> None:
-    moved = importlib.import_module("graphpass._moved").MOVED
+    moved = set(GONE)
     found = []
     for path in _python_files():
         for line, name in _imported_names(path):
             if name in moved:
-                found.append(f"{path.relative_to(REPO)}:{line}: {name} -> {moved[name]}")
+                found.append(f"{path.relative_to(REPO)}:{line}: {name}")
     for path in sorted([*(REPO / "docs").rglob("*.md"), REPO / "README.md"]):
         text = path.read_text(encoding="utf-8")
         for match in _DOC_IMPORT.finditer(text):
             name = match.group(1) or match.group(2)
             if name in moved:
                 line = text.count("\n", 0, match.start()) + 1
-                found.append(f"{path.relative_to(REPO)}:{line}: {name} -> {moved[name]}")
+                found.append(f"{path.relative_to(REPO)}:{line}: {name}")
     assert not found, "old import paths (use the new one):\n  " + "\n  ".join(found)
 
 
@@ -283,16 +291,6 @@ def test_the_docs_list_the_layers_of_this_test() -> None:
     documented = [(layer, tuple(re.findall(r"`([\w.]+)`", packages)))
                   for layer, packages, _ in reversed(rows)]
     assert documented == LAYERS
-
-
-def test_the_docs_list_every_old_path() -> None:
-    moved = importlib.import_module("graphpass._moved").MOVED
-    rows = _table_after(_PAGE.read_text(encoding="utf-8"), "| old path (0.1)")
-    documented = {re.findall(r"`([\w.]+)`", old)[0]: re.findall(r"`([\w.]+)`", new)
-                  for old, new in rows}
-    assert sorted(documented) == sorted(moved)
-    for old, targets in moved.items():
-        assert set(targets) <= set(documented[old]), old
 
 
 def test_the_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -152,7 +152,7 @@ def test_the_broadcast_reshape_can_be_turned_off() -> None:
 
 
 def test_what_the_graph_proves_of_a_shape_stops_at_invalid_nodes() -> None:
-    from graphpass.passes._broadcast_dims import proven_dims
+    from graphpass.training.rules._broadcast_dims import proven_dims
 
     ids = numpy_helper.from_array(np.zeros((1, 8), np.int64), "ids")
     nodes = [helper.make_node("Constant", [], ["twice"],

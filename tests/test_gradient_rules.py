@@ -5,14 +5,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
 import graphpass
 from graphpass.framework.plugin_loading import default_registry
 from graphpass.framework.registry import Registry
-from graphpass.passes.gradient_rules import builtin_rule_sets, onnxruntime_training_rules
-from graphpass.training.gradient_rules import (
+from graphpass.training.rules.model import (
     AttributeIn,
     AttributeMissing,
     AttributeNotIn,
@@ -24,6 +24,10 @@ from graphpass.training.gradient_rules import (
     NodeSite,
     OutputsFewerThan,
     normalize_domain,
+)
+from graphpass.training.rules.onnxruntime_training import (
+    builtin_rule_sets,
+    onnxruntime_training_rules,
 )
 
 ORT = onnxruntime_training_rules()
@@ -227,3 +231,46 @@ def test_summary_is_json_ready():
     summary = ORT.summary()
     assert summary["builders"] == 84 and summary["lookup"] == "op_type"
     assert InputNeedsGradient(1).describe() == "input 1 needs a gradient"
+
+
+# ------------------------------------------------------------------ constants
+def _dropout_model(ratio: onnx.NodeProto) -> onnx.ModelProto:
+    """x * W -> Dropout (no mask output; ``ratio`` from a Constant) -> ReduceSum."""
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Mul", ["x", "W"], ["a"], name="mul"), ratio,
+         onnx.helper.make_node("Dropout", ["a", "ratio"], ["d"], name="dropout"),
+         onnx.helper.make_node("ReduceSum", ["d"], ["y"], keepdims=0, name="loss")],
+        "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [])],
+        [onnx.numpy_helper.from_array(np.ones(3, np.float32), "W")])
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(("ratio", "kept"), [
+    (onnx.helper.make_node("Constant", [], ["ratio"], value=onnx.numpy_helper.from_array(
+        np.array(0.0, np.float32))), False),
+    (onnx.helper.make_node("Constant", [], ["ratio"], value_float=0.0), False),
+    (onnx.helper.make_node("Constant", [], ["ratio"], value_float=0.5), True),
+])
+def test_a_dropout_of_constant_ratio_0_is_removed_whatever_the_constant_s_form(ratio, kept):
+    """ORT's optimizer removes a Dropout whose ratio is a constant 0 (it turns every
+    Constant into an initializer first, ``value_float`` as well as ``value``); a kept
+    Dropout without its mask output has no gradient (GP403)."""
+    model = graphpass.Model.from_proto(_dropout_model(ratio))
+    result = graphpass.PassManager(["lint-gradients"]).run(model)
+    assert ("GP403" in [finding.code for finding in result.findings]) is kept
+
+
+def test_graphpass_s_own_set_is_registered_once_and_derived_when_used():
+    """The built-in plugin registers graphpass's set underived (no plugin's hook sees
+    the other plugins' builders); the lint derives it from the registry it is handed."""
+    from graphpass.training.rules.derived import DerivedRules, rules_from_builders
+    from graphpass.training.table import registered_builders
+
+    registry = default_registry()
+    own = registry.gradient_rule_set("graphpass")
+    assert isinstance(own, DerivedRules) and registry.plugin_of("gradient_rules",
+                                                                "graphpass") == "builtin"
+    builders = registered_builders(registry)
+    assert own.resolve(builders).builders == rules_from_builders(builders).builders
+    assert ("", "MatMul") in own.resolve(builders).builders

@@ -1,7 +1,7 @@
 """What makes load, passes and save cheap must not change what they produce.
 
 * A saved model's bytes are ``SerializeToString`` of ``Model.to_proto()``, however its
-  nodes changed since loading (``graphpass.files.proto.model_to_chunks`` writes nodes
+  nodes changed since loading (``graphpass.ir.proto.model_to_chunks`` writes nodes
   from their fields and the unchanged parts of their loaded proto).
 * A graph remembers that its nodes are in order only until it changes.
 * Values keep their uses in a list while few, then in a dict: the bookkeeping stays right.
@@ -29,10 +29,10 @@ from onnx import TensorProto, helper
 import graphpass
 from graphpass import Attribute, Node
 from graphpass.files.checking import run_checker, strict_inference
-from graphpass.files.proto import model_to_bytes
 from graphpass.framework.pass_base import PassContext
 from graphpass.framework.plugin_loading import default_registry
 from graphpass.ir import _gc
+from graphpass.ir.proto import model_to_bytes
 from graphpass.passes import _inline_expand
 from graphpass.passes.inline_functions import InlineFunctions
 

@@ -18,9 +18,9 @@ import graphpass
 from graphpass import Finding, PassContext, Severity
 from graphpass.framework.plugin_loading import default_registry
 from graphpass.framework.registry import Registry
-from graphpass.passes.gradient_rules import onnxruntime_training_rules
 from graphpass.passes.lint_gradients import CODES, LintGradients
-from graphpass.training.gradient_rules import Check, GradientRules
+from graphpass.training.rules.model import Check, GradientRules
+from graphpass.training.rules.onnxruntime_training import onnxruntime_training_rules
 
 F = TensorProto.FLOAT
 

@@ -64,6 +64,8 @@ def test_sarif_report(cli, failing: Path):
     assert (result["ruleId"], result["level"]) == ("GP401", "error")
     assert result["locations"][0]["logicalLocations"][0]["name"] == "cumsum"
     assert "GP401" in [rule["id"] for rule in run["tool"]["driver"]["rules"]]
+    (rule,) = run["tool"]["driver"]["rules"]
+    assert rule["shortDescription"]["text"] == "No gradient builder for a node's operator."
 
 
 def test_a_clean_model_exits_0(cli, clean: Path):

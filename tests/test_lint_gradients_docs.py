@@ -15,8 +15,8 @@ import graphpass
 from graphpass import PassContext
 from graphpass.framework.plugin_loading import default_registry
 from graphpass.framework.registry import Registry
-from graphpass.passes.gradient_rules import onnxruntime_training_rules
 from graphpass.passes.lint_gradients import LintGradients
+from graphpass.training.rules.onnxruntime_training import onnxruntime_training_rules
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "passes" / "lint-gradients.md"
 

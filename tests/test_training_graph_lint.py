@@ -141,3 +141,29 @@ def test_handmade_verdicts(tmp_path: Path) -> None:
     for case, node in expectations.items():
         _, _, refused, _ = _verdicts(CASES[case], tmp_path / case.replace(" ", "-"))
         assert refused == node, case
+
+
+def test_a_selection_problem_is_one_finding_in_a_run_of_both_passes(tmp_path: Path) -> None:
+    """lint-gradients and build-training-graph pick the weights one way; a pattern that
+    matches nothing or an integer weight asked for is reported once, by the lint (and
+    by the pass when it runs alone)."""
+    proto = _model([helper.make_node("MatMul", ["x", "w"], ["h"]),
+                    helper.make_node("Reshape", ["h", "step"], ["y"])],
+                   [_x([2, 4])], _y([2, 4]), {**W, "step": np.array([2, 4], np.int64)})
+    selection = {"trainable": ["w", "step", "nope*"], "frozen": ["gone"]}
+    options = {"lint-gradients": {"rules": "graphpass", **selection},
+               "build-training-graph": {"directory": str(tmp_path / "both"), "loss": "mse",
+                                        **selection}}
+    both = graphpass.PassManager(["lint-gradients", "build-training-graph"],
+                                 options=options).run(graphpass.Model.from_proto(proto))
+    facts = sorted((f.value, f.pass_name) for f in both.findings
+                   if f.code in ("GP421", "GP422", "GP854"))
+    assert facts == [("gone", "lint-gradients"), ("nope*", "lint-gradients"),
+                     ("step", "lint-gradients")]
+    alone = graphpass.PassManager(["build-training-graph"], options={
+        "build-training-graph": {**options["build-training-graph"],
+                                 "directory": str(tmp_path / "alone")}}).run(
+        graphpass.Model.from_proto(proto))
+    assert sorted(f.value for f in alone.findings if f.code == "GP854") == [
+        "gone", "nope*", "step"]
+    assert next(f for f in alone.findings if f.code == "GP850").data["trainable"] == ["w"]

@@ -28,7 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 import graphpass
 from graphpass.framework.plugin_loading import build_registry
 from graphpass.training.builders import builtin_builders
-from graphpass.training.rules import rules_from_builders
+from graphpass.training.rules.derived import rules_from_builders
 from graphpass.training.table import BuilderTable, registered_builders
 
 DOMAIN = "example.graphpass"

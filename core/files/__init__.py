@@ -2,8 +2,6 @@
 
 * :mod:`graphpass.files.model_io`: :func:`load` and :func:`save` (atomic, external
   data kept external);
-* :mod:`graphpass.files.proto`: the lossless conversion between ``onnx`` protos and
-  the IR, which is the IR's own (:mod:`graphpass.ir.proto`), under its 0.2 path;
 * :mod:`graphpass.files.onnx_ir_bridge`: the conversion to ``onnx_ir`` and back, keeping
   what a pass did not change as it was;
 * :mod:`graphpass.files.validate`: the structural rules every saved model keeps;

@@ -46,8 +46,8 @@ from typing import Final
 import onnx
 
 from graphpass.files import _onnx_worker as _worker
-from graphpass.files.proto import model_to_chunks, model_to_proto, subgraph_protos
 from graphpass.ir import Model, Tensor
+from graphpass.ir.proto import model_to_chunks, model_to_proto, subgraph_protos
 
 __all__ = ["ISOLATION_ENV", "TIMEOUT_ENV", "CheckerProblem", "check_model", "infer_shapes",
            "run_checker", "strict_inference", "structural_bytes", "structural_proto"]
@@ -140,7 +140,7 @@ def structural_bytes(model: Model, *, inline_limit: int = INLINE_LIMIT) -> bytes
     """``structural_proto(model).SerializeToString()``, in about half the time.
 
     The main graph is written node by node from the protos it was loaded from
-    (:func:`graphpass.files.proto.model_to_chunks`), not built as a proto first.
+    (:func:`graphpass.ir.proto.model_to_chunks`), not built as a proto first.
     """
     decided: dict[int, bool] = {}  # by id: the model holds every tensor during the call
 

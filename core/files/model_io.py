@@ -30,15 +30,15 @@ from graphpass.errors import (
     first_line,
 )
 from graphpass.files._commit import Transaction, is_temporary
-from graphpass.files.proto import (
+from graphpass.files.validate import validate as validate_model
+from graphpass.ir import Model, Tensor
+from graphpass.ir.proto import (
     TENSOR_ATTRIBUTE_TYPES,
     attribute_tensors,
     model_from_proto,
     model_to_chunks,
     subgraph_protos,
 )
-from graphpass.files.validate import validate as validate_model
-from graphpass.ir import Model, Tensor
 
 __all__ = ["AUTO_EXTERNAL_BYTES", "load", "same_file", "save"]
 

@@ -51,11 +51,11 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from graphpass.errors import InvalidModelError
-from graphpass.files.proto import model_from_proto, model_to_proto
 from graphpass.ir import Graph, Model, Node, Tensor
 from graphpass.ir._gc import paused_gc
 from graphpass.ir._model import UNKNOWN_FIELDS
 from graphpass.ir._serde import _unknown_fields
+from graphpass.ir.proto import model_from_proto, model_to_proto
 
 if TYPE_CHECKING:
     import onnx_ir as ir

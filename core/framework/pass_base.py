@@ -120,6 +120,8 @@ class Pass:
         preserves_semantics: Whether the model computes the same outputs after the pass.
             ``False`` for passes that change values on purpose (filling weights from a
             checkpoint); semantic verification re-takes its reference after them.
+        codes: Every finding code the pass can report, with a one-line description
+            (the SARIF report's rule descriptions).
         Options: A dataclass of the pass's options, with defaults.
         options: The validated options of this instance.
     """
@@ -131,6 +133,7 @@ class Pass:
     after: ClassVar[Sequence[str]] = ()
     before: ClassVar[Sequence[str]] = ()
     preserves_semantics: ClassVar[bool] = True
+    codes: ClassVar[Mapping[str, str]] = {}
     Options: ClassVar[type[Any]] = NoOptions
 
     def __init__(self, options: Any = None, **option_values: Any):

@@ -22,13 +22,13 @@ import numpy as np
 import onnx
 
 from graphpass.errors import GraphpassError
-from graphpass.files.proto import model_to_proto
 from graphpass.findings import Finding, Severity
 from graphpass.framework.instruments import Instrument
 from graphpass.framework.pass_base import PassContext
 from graphpass.framework.planning import PlannedPass
 from graphpass.framework.results import PassRecord
 from graphpass.ir import Graph, Model, numpy_dtype
+from graphpass.ir.proto import model_to_proto
 
 __all__ = [
     "VERIFIED_CODE",

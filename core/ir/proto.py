@@ -4,8 +4,7 @@ The conversion is lossless: ``model_to_proto(model_from_proto(p)) == p`` for any
 the IR can represent (fields the IR does not model are carried over verbatim). It is
 the IR's own, as ``onnx_ir.serde`` is onnx-ir's: :meth:`Model.from_proto
 <graphpass.Model.from_proto>` and :meth:`~graphpass.Model.to_proto` stand on it, and it
-imports nothing above the IR. (``graphpass.files.proto``, its home in 0.2, gives
-the same functions.)
+imports nothing above the IR.
 """
 
 from __future__ import annotations

@@ -54,6 +54,9 @@ FRAMEWORK_CODES: Final[Mapping[str, str]] = {
     "GP004": "Options were given for a pass that is not planned; they are ignored.",
     "GP010": "The model fails the ONNX checker after a transforming pass (verify-each).",
     "GP011": "The model was saved after a pass (dump-after).",
+    "GP600": "The outputs after the pipeline equal the reference outputs (verify).",
+    "GP601": "A pass changed what the model computes (verify).",
+    "GP602": "Nothing could be verified: the model could not run, or inputs could not be made.",
 }
 """Short descriptions of the framework's own finding codes."""
 

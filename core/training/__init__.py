@@ -1,6 +1,6 @@
 """Training: what a trainer can differentiate, and graphpass's own training graphs.
 
-* :mod:`graphpass.training.gradient_rules`: :class:`GradientRules`, which
+* :mod:`graphpass.training.rules.model`: :class:`GradientRules`, which
   ``(domain, op)`` a trainer differentiates and under which conditions;
 * :mod:`graphpass.training.value_types`: element types and shapes of values, declared
   or inferred;
@@ -25,7 +25,7 @@ from graphpass.training.builder import (
     GradientError,
     Refusal,
 )
-from graphpass.training.gradient_rules import GradientRules
+from graphpass.training.rules.model import GradientRules
 from graphpass.training.table import BuilderTable, registered_builders
 from graphpass.training.trainer import (
     Evaluation,

@@ -42,7 +42,7 @@ from graphpass.training.builder import (
     node_label,
     op_label,
 )
-from graphpass.training.gradient_rules import DIFFERENTIABLE_TYPES, NodeSite, normalize_domain
+from graphpass.training.rules.model import DIFFERENTIABLE_TYPES, NodeSite, normalize_domain
 from graphpass.training.table import BuilderTable
 from graphpass.training.value_types import ModelTypes, TypeInfo
 

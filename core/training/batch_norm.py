@@ -39,7 +39,7 @@ import onnx
 from graphpass.ir import Attribute, Graph, Node
 from graphpass.training._emit import Emitter
 from graphpass.training.builder import GradientError, node_label
-from graphpass.training.gradient_rules import normalize_domain
+from graphpass.training.rules.model import normalize_domain
 
 __all__ = ["BATCH_NORM_MODES", "BatchNormMode", "RunningStatistics", "finish_batch_statistics",
            "use_batch_statistics"]

@@ -4,7 +4,7 @@ A :class:`GradientBuilder` covers one ``(domain, op_type)`` over a range of opse
 versions. It declares which inputs are differentiable (every other input stops
 gradients: shapes, indices, masks), the conditions under which it refuses a node
 (:class:`Refusal`, written with the predicates of
-:mod:`graphpass.training.gradient_rules`, so that ``lint-gradients`` says exactly what
+:mod:`graphpass.training.rules.model`, so that ``lint-gradients`` says exactly what
 the builder will do), and a function that emits the backward nodes::
 
     from graphpass.training import GradientBuilder, GradientContext
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphpass.errors import GraphpassError
 from graphpass.training.constants import constant_value
-from graphpass.training.gradient_rules import NodeSite, Predicate, normalize_domain
+from graphpass.training.rules.model import NodeSite, Predicate, normalize_domain
 from graphpass.training.value_types import TypeInfo
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class Refusal:
 
     Attributes:
         when: Conditions that must all hold (predicates of
-            :mod:`graphpass.training.gradient_rules`).
+            :mod:`graphpass.training.rules.model`).
         reason: Why, in one sentence.
         hint: What to do about it.
     """

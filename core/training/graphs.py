@@ -49,7 +49,6 @@ from graphpass.training.batch_norm import (
 )
 from graphpass.training.builder import GradientError
 from graphpass.training.conv_pads import fold_conv_pads
-from graphpass.training.gradient_rules import DIFFERENTIABLE_TYPES, normalize_domain
 from graphpass.training.losses import LOSS, TARGET, LossKind, add_loss
 from graphpass.training.optimizers import LR, STEP, Optimizer, add_update
 from graphpass.training.recompute import (
@@ -58,6 +57,7 @@ from graphpass.training.recompute import (
     RecomputePolicy,
     recompute,
 )
+from graphpass.training.rules.model import DIFFERENTIABLE_TYPES, normalize_domain
 from graphpass.training.sequences import split_sequences
 from graphpass.training.table import BuilderTable
 from graphpass.training.value_types import ModelTypes

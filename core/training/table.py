@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from graphpass.errors import PluginError
 from graphpass.framework.registry import Registry
 from graphpass.training.builder import GradientBuilder
-from graphpass.training.gradient_rules import normalize_domain
+from graphpass.training.rules.model import normalize_domain
 
 __all__ = ["BuilderTable", "registered_builders"]
 

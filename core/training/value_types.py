@@ -19,8 +19,8 @@ from typing import NamedTuple
 import onnx
 
 from graphpass.files.checking import strict_inference, structural_proto
-from graphpass.files.proto import function_to_proto
 from graphpass.ir import Function, Graph, Model, Tensor
+from graphpass.ir.proto import function_to_proto
 
 __all__ = ["FunctionTypes", "ModelTypes", "TypeInfo"]
 

@@ -42,7 +42,7 @@ from graphpass.training.batch_norm import (
 )
 from graphpass.training.builder import GradientError
 from graphpass.training.conv_pads import fold_conv_pads
-from graphpass.training.gradient_rules import DIFFERENTIABLE_TYPES
+from graphpass.training.rules.model import DIFFERENTIABLE_TYPES
 from graphpass.training.sequences import split_sequences
 from graphpass.training.table import BuilderTable
 from graphpass.training.value_types import ModelTypes, TypeInfo

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from graphpass.training.builder import BuilderResult, GradientBuilder, GradientContext, Refusal
-from graphpass.training.gradient_rules import Check, NodeSite
+from graphpass.training.rules.model import Check, NodeSite
 
 __all__ = ["FIRST", "builder", "rank_known", "unary"]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from graphpass.training.builder import BuilderResult, GradientContext, Refusal
 from graphpass.training.builders._common import builder, rank_known
-from graphpass.training.gradient_rules import Check, NodeSite
+from graphpass.training.rules.model import Check, NodeSite
 from graphpass.training.value_types import TypeInfo
 
 __all__ = ["BUILDERS"]

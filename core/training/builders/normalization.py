@@ -12,7 +12,7 @@ from __future__ import annotations
 from graphpass.ir import Node
 from graphpass.training.builder import BuilderResult, GradientContext, Refusal
 from graphpass.training.builders._common import FIRST, builder, rank_known
-from graphpass.training.gradient_rules import Check, NodeSite, normalize_domain
+from graphpass.training.rules.model import Check, NodeSite, normalize_domain
 
 __all__ = ["BUILDERS"]
 

@@ -22,7 +22,7 @@ import onnx
 
 from graphpass.training.builder import BuilderResult, GradientContext, Refusal
 from graphpass.training.builders._common import FIRST, builder, rank_known
-from graphpass.training.gradient_rules import AttributeIn, Check, NodeSite
+from graphpass.training.rules.model import AttributeIn, Check, NodeSite
 
 __all__ = ["BUILDERS"]
 

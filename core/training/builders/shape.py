@@ -16,7 +16,7 @@ import numpy as np
 from graphpass.training._emit import Emitter
 from graphpass.training.builder import BuilderResult, GradientContext, Refusal
 from graphpass.training.builders._common import FIRST, builder, rank_known
-from graphpass.training.gradient_rules import AttributeNotIn
+from graphpass.training.rules.model import AttributeNotIn
 
 __all__ = ["BUILDERS"]
 

@@ -11,7 +11,7 @@ graphpass ships the rules of onnxruntime-training. A plugin gives another traine
 rules through the ``graphpass_gradient_rules`` hook, built in Python or read from a
 TOML file with :meth:`GradientRules.from_toml`::
 
-    from graphpass.training.gradient_rules import GradientRules
+    from graphpass.training.rules.model import GradientRules
     from graphpass.plugins import hookimpl
 
     @hookimpl
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import fnmatch
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -42,8 +42,14 @@ from typing import Any, Literal
 import onnx
 
 from graphpass.errors import PluginError
-from graphpass.ir import Graph, Node
-from graphpass.torch.export_record import TRAINABLE_TYPES, StateKind, default_trainable
+from graphpass.findings import Finding, Severity
+from graphpass.ir import Graph, Node, dtype_name
+from graphpass.torch.export_record import (
+    TRAINABLE_TYPES,
+    StateKind,
+    default_trainable,
+    signature_parameters,
+)
 
 Shape = tuple["int | str | None", ...]
 """A tensor shape: numbers, symbolic names, or ``None`` for unknown dimensions."""
@@ -73,11 +79,13 @@ __all__ = [
     "OutputsFewerThan",
     "Predicate",
     "StopEdges",
+    "TrainableWeights",
     "TrainerFailure",
     "TrainerFailureKind",
     "WeightSelection",
     "normalize_domain",
     "select_weights",
+    "trainable_weights",
 ]
 
 DIFFERENTIABLE_TYPES: frozenset[int] = TRAINABLE_TYPES
@@ -719,7 +727,7 @@ class GradientRules:
         """Read a rule set from a TOML file.
 
         The format (the built-in rules are an example:
-        ``graphpass/passes/data/onnxruntime_training.toml``)::
+        ``graphpass/training/rules/data/onnxruntime_training.toml``)::
 
             name = "mytrainer"
             trainer = "mytrainer"
@@ -934,3 +942,75 @@ def select_weights(graph: Graph, trainable: Sequence[str] = (),
         chosen, left_out = default_trainable(graph)
     fixed = tuple(name for name in candidates if _matches(name, frozen) or name in left_out)
     return WeightSelection(candidates, tuple(chosen), fixed, MappingProxyType(left_out))
+
+
+@dataclass(frozen=True)
+class TrainableWeights:
+    """The weights a trainer trains and keeps fixed (see :func:`trainable_weights`).
+
+    Attributes:
+        trainable: The weights to train, in order.
+        frozen: The weights kept fixed.
+        findings: One warning per problem of the request: a ``trainable`` or ``frozen``
+            pattern that matches nothing (its ``data`` says ``{"selection":
+            "no-match"}``), a weight named in ``trainable`` that cannot train
+            (``{"selection": "not-float"}``); ``value`` is the pattern or the weight.
+        selection: What the options picked, before element types were looked at.
+    """
+
+    trainable: list[str]
+    frozen: list[str]
+    findings: list[Finding]
+    selection: WeightSelection
+
+
+def trainable_weights(graph: Graph, trainable: Sequence[str] = (), frozen: Sequence[str] = (),
+                      *, codes: Mapping[str, str], trainer: str,
+                      types: Collection[int] = DIFFERENTIABLE_TYPES,
+                      initializers_only: bool = False) -> TrainableWeights:
+    """The weights to train and to keep fixed, and the findings of the request.
+
+    The one selection of ``lint-gradients``, ``build-training-graph`` and
+    ``emit-training-artifacts`` (:func:`select_weights`, then element types).
+
+    Args:
+        graph: The main graph.
+        trainable: The ``trainable`` option: names or ``fnmatch`` patterns (none: the
+            default trainable weights, whose non-float ones are left out silently).
+        frozen: The ``frozen`` option: names or patterns.
+        codes: The finding code of each problem: ``no-match`` and ``not-float``.
+        trainer: Who trains, for messages (``onnxruntime-training``).
+        types: The element types the trainer trains.
+        initializers_only: Whether only initializers train and freeze (graph inputs
+            that stand for weights do not).
+    """
+    findings: list[Finding] = []
+    selection = select_weights(graph, trainable, frozen)
+    parameters = signature_parameters(graph)
+    for option, patterns in (("trainable", trainable), ("frozen", frozen)):
+        for pattern in selection.matching_nothing(patterns):
+            if option == "frozen" and any(fnmatch.fnmatchcase(p, pattern) for p in parameters):
+                continue  # a torch parameter the export folded away: frozen on purpose
+            findings.append(Finding(
+                codes["no-match"], Severity.WARNING,
+                f"{option} pattern {pattern!r} matches no initializer or graph input",
+                value=pattern, data={"selection": "no-match", "option": option},
+                hint="check the spelling; patterns use fnmatch syntax (* ? [...])"))
+    initializers = graph.initializers
+    chosen: list[str] = []
+    for name in selection.trainable:
+        is_input = name not in initializers
+        elem_type = graph.value(name).elem_type if is_input else initializers[name].dtype
+        if (elem_type in types or elem_type is None) and not (is_input and initializers_only):
+            chosen.append(name)  # an unknown type may be one the trainer trains
+        elif trainable:
+            what = "a graph input, not an initializer" if is_input and initializers_only \
+                else dtype_name(elem_type or 0)
+            findings.append(Finding(
+                codes["not-float"], Severity.WARNING,
+                f"{name!r} is {what}, which {trainer} cannot train; it is left out",
+                value=name, data={"selection": "not-float"},
+                hint="only float, float16, double and bfloat16 weights get gradients"))
+    fixed = [name for name in selection.frozen
+             if name in initializers or not initializers_only]
+    return TrainableWeights(chosen, fixed, findings, selection)

@@ -1,6 +1,6 @@
 """The ``graphpass`` gradient rule set, derived from the registered builders.
 
-``lint-gradients`` judges a model by a :class:`~graphpass.training.gradient_rules.GradientRules`.
+``lint-gradients`` judges a model by a :class:`~graphpass.training.rules.model.GradientRules`.
 The rules of graphpass's own trainer are not written down separately: they are
 computed from the :class:`~graphpass.training.BuilderTable` (the built-in builders and
 every plugin's), so that the lint says exactly what ``build-training-graph`` will do:
@@ -19,12 +19,13 @@ every plugin's), so that the lint says exactly what ``build-training-graph`` wil
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import onnx
 
 from graphpass.training.autodiff import CARRIER_TYPES, model_opset
 from graphpass.training.builder import GradientBuilder
-from graphpass.training.gradient_rules import (
+from graphpass.training.rules.model import (
     DIFFERENTIABLE_TYPES,
     Check,
     GradientRules,
@@ -36,12 +37,34 @@ from graphpass.training.gradient_rules import (
 )
 from graphpass.training.table import BuilderTable
 
-__all__ = ["RULES_NAME", "rules_from_builders"]
+__all__ = ["RULES_NAME", "DerivedRules", "rules_from_builders"]
 
 RULES_NAME = "graphpass"
 """The name of the derived rule set (``lint-gradients`` option ``rules = "graphpass"``)."""
 
 _MAX_ARITY = 64
+
+
+@dataclass(frozen=True)
+class DerivedRules:
+    """graphpass's own rule set as the built-in plugin registers it: derived when used.
+
+    Its rules depend on every registered builder (plugins' too), which no single
+    plugin's hook sees; :meth:`resolve` derives them from the registry's builders.
+
+    Attributes:
+        name: The rule set's name (``graphpass``).
+        version: The graphpass version, for messages.
+        default: Never the default set (onnxruntime-training's is).
+    """
+
+    name: str = RULES_NAME
+    version: str = ""
+    default: bool = False
+
+    def resolve(self, builders: BuilderTable) -> GradientRules:
+        """The rules that describe what ``builders`` differentiate."""
+        return rules_from_builders(builders, self.version)
 
 
 def _opset_of(site: NodeSite, domain: str) -> int:

@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 
 from graphpass.ir import Graph, Node
+from graphpass.training.constants import constant_value
 
 __all__ = ["BROADCAST_OPS", "hidden_ones", "proven_dims"]
 
@@ -54,19 +55,15 @@ def _constant(graph: Graph, name: str, depth: int = 0) -> np.ndarray | None:
     folding writes ``axes`` that way).
     """
     tensor = graph.initializers.get(name)
-    if tensor is not None:
-        if tensor.size > 4096 or tensor.is_external:
-            return None
-        return np.asarray(tensor.numpy())
+    if tensor is not None and (tensor.size > 4096 or tensor.is_external):
+        return None
+    value = constant_value(graph, name, variables=())  # an initializer fixes its shape
+    if value is not None:
+        return np.asarray(value)
     producer = graph.producer(name)
     if producer is None or producer.domain not in ("", "ai.onnx") or depth >= _MAX_DEPTH:
         return None
     op = producer.op_type
-    if op == "Constant":
-        value = producer.attribute("value", None)
-        if isinstance(value, onnx.TensorProto):
-            return np.asarray(onnx.numpy_helper.to_array(value))
-        return None
     if op not in ("Unsqueeze", "Squeeze", "Concat", "Cast", "Identity"):
         return None
     values = [_constant(graph, item, depth + 1) if item else None for item in producer.inputs]

@@ -13,11 +13,9 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-import onnx
-
-from graphpass.ir import Graph
-from graphpass.passes._broadcast_dims import hidden_ones
-from graphpass.training.gradient_rules import Check, GradientRules, NodeSite
+from graphpass.training.constants import constant_value
+from graphpass.training.rules._broadcast_dims import hidden_ones
+from graphpass.training.rules.model import Check, GradientRules, NodeSite
 
 __all__ = ["CHECKS", "ORT_TRAINING", "builtin_rule_sets", "onnxruntime_training_rules"]
 
@@ -25,18 +23,6 @@ ORT_TRAINING = "onnxruntime-training"
 """The name of the built-in (and default) rule set."""
 
 _DATA = "onnxruntime_training.toml"
-
-
-def _constant_value(graph: Graph, name: str, trainable: frozenset[str]) -> Any:
-    """The value of a constant (Constant node or non-trainable initializer), else ``None``."""
-    if name in graph.initializers and name not in trainable:
-        return graph.initializers[name].numpy()
-    producer = graph.producer(name)
-    if producer is not None and producer.op_type == "Constant" and not producer.domain:
-        tensor = producer.attribute("value")
-        if isinstance(tensor, onnx.TensorProto):
-            return onnx.numpy_helper.to_array(tensor)
-    return None
 
 
 def _dropout_kept(site: NodeSite) -> bool:
@@ -56,7 +42,7 @@ def _dropout_kept(site: NodeSite) -> bool:
     ratio = node.inputs[1] if len(node.inputs) > 1 else ""
     if not ratio:
         return False
-    value = _constant_value(graph, ratio, site.trainable)
+    value = constant_value(graph, ratio, variables=site.trainable)
     return value is None or float(value) != 0.0
 
 
@@ -212,7 +198,7 @@ def _broadcast_dimension_seen_as_symbol(site: NodeSite) -> bool:
     the static shapes; a dimension known only as a symbol (ONNX's ``unk__0`` after a
     ``Slice`` with computed ends) is taken to equal the other side's and is not summed.
     It holds where the graph proves the dimension is 1 and the other input's is not
-    known to be 1 (see :mod:`graphpass.passes._broadcast_dims`).
+    known to be 1 (see :mod:`graphpass.training.rules._broadcast_dims`).
     """
     node, graph = site.node, site.node.graph
     needing = sorted(site.inputs_needing_gradient & {0, 1})
@@ -277,7 +263,7 @@ CHECKS: dict[str, Check] = {
 @functools.lru_cache(maxsize=1)
 def onnxruntime_training_rules() -> GradientRules:
     """The rules of onnxruntime-training 1.19.2 (read once, shared: they are immutable)."""
-    path = resources.files("graphpass.passes").joinpath("data", _DATA)
+    path = resources.files("graphpass.training.rules").joinpath("data", _DATA)
     return GradientRules.from_toml_text(path.read_text(encoding="utf-8"), checks=CHECKS,
                                         where=_DATA)
 
