@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.metadata
+import io
 import json
 import logging
 import os
@@ -58,6 +59,7 @@ from graphpass.batch import (
 from graphpass.batch._tasks import Command
 from graphpass.errors import GraphpassError
 from graphpass.files import load
+from graphpass.files.atomic import replace_file
 from graphpass.framework.config import PipelineFile, load_pipeline_file, parse_value
 from graphpass.framework.plugin_loading import default_registry
 from graphpass.framework.registry import Registry
@@ -878,15 +880,16 @@ def _report_batch(args: argparse.Namespace, results: Sequence[ModelResult],
     info = _report_info(args, config, registry, command, None, None)
     if args.format == "text":
         if args.report:
-            with open(args.report, "w", encoding="utf-8") as handle:
-                render_batch_text(results, Console(file=handle, width=120, markup=False), info)
+            buffer = io.StringIO()
+            render_batch_text(results, Console(file=buffer, width=120, markup=False), info)
+            replace_file(args.report, buffer.getvalue(), step="report")
         else:
             render_batch_text(results, _stdout_console(), info)
         return
     text = (render_batch_json(results, info) if args.format == "json"
             else render_batch_sarif(results, info))
     if args.report:
-        Path(args.report).write_text(text + "\n", encoding="utf-8")
+        replace_file(args.report, text + "\n", step="report")
     else:
         sys.stdout.write(text + "\n")
 
@@ -896,14 +899,15 @@ def _report(args: argparse.Namespace, result: RunSummary, config: PipelineFile |
     info = _report_info(args, config, registry, command, model, output)
     if args.format == "text":
         if getattr(args, "report", None):
-            with open(args.report, "w", encoding="utf-8") as handle:
-                render_text(result, Console(file=handle, width=120, markup=False), info)
+            buffer = io.StringIO()
+            render_text(result, Console(file=buffer, width=120, markup=False), info)
+            replace_file(args.report, buffer.getvalue(), step="report")
         else:
             render_text(result, _stdout_console(), info)
         return
     text = render_json(result, info) if args.format == "json" else render_sarif(result, info)
     if getattr(args, "report", None):
-        Path(args.report).write_text(text + "\n", encoding="utf-8")
+        replace_file(args.report, text + "\n", step="report")
     else:
         sys.stdout.write(text + "\n")
 

@@ -267,6 +267,8 @@ class Tally:
     runs: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     left_over: int = 0
+    missing: int = 0
+    """Kills that left nothing at the path until a reader opened it (and recovered it)."""
     recovered: int = 0
     failures: list[str] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
@@ -276,7 +278,8 @@ class Tally:
                 "outcomes": dict(sorted(self.outcomes.items())),
                 "lost": self.outcomes.get("lost", 0),
                 "torn": sum(v for k, v in self.outcomes.items() if k.startswith("torn")),
-                "left over": self.left_over, "recovered": self.recovered,
+                "left over": self.left_over, "missing before recovery": self.missing,
+                "recovered": self.recovered,
                 "failures": self.failures[:12], "steps": self.steps}
 
 
@@ -315,6 +318,9 @@ class Case:
 
     def judge(self, tally: Tally, code: int, what: str) -> None:
         """Classify the output after a killed write, then write again and check the folder."""
+        target = self.out / OUTPUT[self.writer]
+        if self.references["old"] and not target.exists() and not target.is_symlink():
+            tally.missing += 1
         verdict = classify(self.writer, self.out, self.references)
         tally.runs += 1
         tally.outcomes[verdict.split(":")[0]] += 1

@@ -46,6 +46,7 @@ import re
 import secrets
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -196,6 +197,9 @@ def replace_file(path: str | os.PathLike[str], content: bytes | str | Callable[[
             given (``safetensors``' ``save_file``, matplotlib's ``savefig`` ...).
         step: What the file is, in the names of the :func:`crash_point` steps.
 
+    A link is followed: the file it leads to is replaced. A path that is not a regular
+    file (a pipe, ``/dev/stdout``) is written as it is, since nothing can replace it.
+
     Returns:
         ``path``.
 
@@ -204,17 +208,18 @@ def replace_file(path: str | os.PathLike[str], content: bytes | str | Callable[[
             temporary is left.
     """
     target = Path(path)
+    with contextlib.suppress(OSError):
+        if not stat.S_ISREG(os.stat(target).st_mode):  # a pipe, a device (/dev/stdout)
+            _write(target, content)  # nothing there to replace
+            return target
+        if target.is_symlink():
+            target = Path(os.path.realpath(target))  # the file the link leads to
     folder = target.parent
     remove_stale(folder, target.name)
     tmp = new_temporary(folder, target.name)
     try:
         crash_point(f"{step} temporary created")
-        if callable(content):
-            content(tmp)
-        else:
-            data = content.encode("utf-8") if isinstance(content, str) else content
-            with open(tmp, "wb") as handle:
-                handle.write(data)
+        _write(tmp, content)
         crash_point(f"{step} written")
         sync_file(tmp)
         crash_point(f"{step} synced")
@@ -226,6 +231,14 @@ def replace_file(path: str | os.PathLike[str], content: bytes | str | Callable[[
     sync_folders([folder])
     crash_point(f"{step} folder synced")
     return target
+
+
+def _write(path: Path, content: bytes | str | Callable[[Path], None]) -> None:
+    if callable(content):
+        content(path)
+        return
+    with open(path, "wb") as handle:
+        handle.write(content.encode("utf-8") if isinstance(content, str) else content)
 
 
 def publish(tmp: Path, final: Path) -> None:
