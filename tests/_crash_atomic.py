@@ -421,7 +421,8 @@ def _calls(trace: Path) -> list[tuple[str, int, str, str]]:
         if match["pid"] != main_pid:
             continue
         counts[match["name"]] += 1
-        summary = re.sub(r"\.\d+\.\w+\.graphpass-tmp|\.\w{8}(?=\W)", ".*", match["args"])
+        # (temporaries are hidden names with random parts: they differ from run to run)
+        summary = re.sub(r"/\.[^/\"<>]*", "/.*", match["args"])
         calls.append((match["name"], counts[match["name"]],
                       f"{match['name']}({summary[:160]})", match["args"]))
     return calls

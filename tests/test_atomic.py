@@ -150,3 +150,16 @@ def test_without_a_marker_recovery_touches_nothing(tmp_path: Path) -> None:
     running.mkdir()
     atomic.recover_folder(tmp_path / "train")
     assert running.exists() and not (tmp_path / "train").exists()
+
+
+def test_recovery_takes_the_paths_a_user_types(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """``train/`` and ``.`` (inside the folder) name the folder as its absolute path does."""
+    new = _folder(tmp_path, f".train.{_dead_pid()}.aaaa1111.graphpass-tmp", {"f": b"new"})
+    (tmp_path / ".train.graphpass-swap").write_text(json.dumps({"new": new.name, "old": "x"}))
+    monkeypatch.chdir(tmp_path)
+    atomic.recover_folder("train/")
+    assert _contents(tmp_path / "train") == {"f": b"new"}
+    monkeypatch.chdir(tmp_path / "train")
+    atomic.recover_folder(".")  # no marker for it: nothing to do, no error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train"]

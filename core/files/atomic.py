@@ -293,7 +293,7 @@ def replace_folder(path: str | os.PathLike[str], source: Path, *, step: str = "f
     Raises:
         OSError: The folder cannot be replaced; ``path`` is then as it was.
     """
-    target = Path(path)
+    target = Path(os.path.abspath(path))  # ("train/" and "." have a name and a parent)
     folder = target.parent
     _sync_tree(source)
     crash_point(f"{step} files synced")
@@ -330,8 +330,8 @@ def recover_folder(path: str | os.PathLike[str]) -> None:
     Only where the system had no exchange can a kill leave such a replacement: the
     marker ``.<name>.graphpass-swap`` is then there. Cheap when it is not (one ``stat``).
     """
-    target = Path(path)
-    if not _marker(target).exists():
+    target = Path(os.path.abspath(path))
+    if not target.name or not _marker(target).exists():
         return
     lock = Lock(target.parent, target.name)
     lock.acquire()

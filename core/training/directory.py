@@ -53,8 +53,8 @@ def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
     """
     try:
         recover_folder(directory)
-    except OSError:
-        return None
+    except (OSError, ModelSaveError):
+        return None  # (a marker, but the folder above cannot be written: nothing to read)
     path = Path(directory) / MANIFEST
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
