@@ -33,7 +33,7 @@ import os
 import sys
 import tempfile
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import replace
 from pathlib import Path
@@ -878,38 +878,36 @@ def _report_info(args: argparse.Namespace, config: PipelineFile | None, registry
 def _report_batch(args: argparse.Namespace, results: Sequence[ModelResult],
                   config: PipelineFile | None, registry: Registry, *, command: str) -> None:
     info = _report_info(args, config, registry, command, None, None)
-    if args.format == "text":
-        if args.report:
-            buffer = io.StringIO()
-            render_batch_text(results, Console(file=buffer, width=120, markup=False), info)
-            replace_file(args.report, buffer.getvalue(), step="report")
-        else:
-            render_batch_text(results, _stdout_console(), info)
-        return
-    text = (render_batch_json(results, info) if args.format == "json"
-            else render_batch_sarif(results, info))
-    if args.report:
-        replace_file(args.report, text + "\n", step="report")
-    else:
-        sys.stdout.write(text + "\n")
+    _emit(args, lambda console: render_batch_text(results, console, info),
+          lambda: render_batch_json(results, info) if args.format == "json"
+          else render_batch_sarif(results, info))
 
 
 def _report(args: argparse.Namespace, result: RunSummary, config: PipelineFile | None,
             registry: Registry, *, command: str, model: str, output: str | None) -> None:
     info = _report_info(args, config, registry, command, model, output)
-    if args.format == "text":
-        if getattr(args, "report", None):
-            buffer = io.StringIO()
-            render_text(result, Console(file=buffer, width=120, markup=False), info)
-            replace_file(args.report, buffer.getvalue(), step="report")
-        else:
-            render_text(result, _stdout_console(), info)
+    _emit(args, lambda console: render_text(result, console, info),
+          lambda: render_json(result, info) if args.format == "json"
+          else render_sarif(result, info))
+
+
+def _emit(args: argparse.Namespace, as_text: Callable[[Console], None],
+          as_data: Callable[[], str]) -> None:
+    """Print the report, or write it to ``--report FILE`` whole (``replace_file``)."""
+    report = getattr(args, "report", None)
+    if args.format == "text" and not report:
+        as_text(_stdout_console())
         return
-    text = render_json(result, info) if args.format == "json" else render_sarif(result, info)
-    if getattr(args, "report", None):
-        replace_file(args.report, text + "\n", step="report")
+    if args.format == "text":
+        buffer = io.StringIO()
+        as_text(Console(file=buffer, width=120, markup=False))
+        text = buffer.getvalue()
     else:
-        sys.stdout.write(text + "\n")
+        text = as_data() + "\n"
+    if report:
+        replace_file(report, text, step="report")
+    else:
+        sys.stdout.write(text)
 
 
 def _rule_descriptions(registry: Registry) -> dict[str, str]:
