@@ -216,7 +216,11 @@ def replace_file(path: str | os.PathLike[str], content: bytes | str | Callable[[
             target = Path(os.path.realpath(target))  # the file the link leads to
     folder = target.parent
     remove_stale(folder, target.name)
-    tmp = new_temporary(folder, target.name)
+    # A writer function gets its file inside a temporary folder of ours, under the
+    # file's own name: what it makes beside the file (safetensors writes a ``.tmpXXXX``
+    # and renames it) is ours to remove too, and its suffix tells the format.
+    scratch = new_temporary(folder, target.name, is_folder=True) if callable(content) else None
+    tmp = scratch / target.name if scratch else new_temporary(folder, target.name)
     try:
         crash_point(f"{step} temporary created")
         _write(tmp, content)
@@ -227,6 +231,9 @@ def replace_file(path: str | os.PathLike[str], content: bytes | str | Callable[[
     except BaseException:
         _unlink(tmp)
         raise
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     crash_point(f"{step} renamed into place")
     sync_folders([folder])
     crash_point(f"{step} folder synced")
