@@ -49,7 +49,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import onnx
 
-from graphpass.files.atomic import replace_file, replace_folder, temporary_folder
+from graphpass.files.atomic import owner_of, replace_file, replace_folder, temporary_folder
 from graphpass.files.proto import model_to_proto
 from graphpass.findings import Finding, Severity
 from graphpass.framework.hookspecs import hookimpl
@@ -216,7 +216,7 @@ class EmitTrainingArtifacts(Pass):
                 step = made  # no usable inputs: the artifacts are still built and loaded
             else:
                 prepared = made
-        with temporary_folder(scratch.parent, scratch.name) as job_dir:
+        with temporary_folder(scratch.parent, owner_of(scratch)) as job_dir:  # the output's
             child = _run_child(model, job_dir, scratch, options, trainable, frozen, prepared)
         if child.crashed:
             return [_crash_finding(child, prepared, inputs)], None
