@@ -163,3 +163,11 @@ def test_recovery_takes_the_paths_a_user_types(tmp_path: Path,
     monkeypatch.chdir(tmp_path / "train")
     atomic.recover_folder(".")  # no marker for it: nothing to do, no error
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train"]
+
+
+def test_a_folder_where_the_file_goes_is_an_error_and_stays(tmp_path: Path) -> None:
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(IsADirectoryError):
+        atomic.replace_file(tmp_path / "taken", b"x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+    assert not any((tmp_path / "taken").iterdir())

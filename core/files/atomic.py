@@ -208,12 +208,17 @@ def replace_file(path: str | os.PathLike[str], content: bytes | str | Callable[[
             temporary is left.
     """
     target = Path(path)
-    with contextlib.suppress(OSError):
-        if not stat.S_ISREG(os.stat(target).st_mode):  # a pipe, a device (/dev/stdout)
-            _write(target, content)  # nothing there to replace
-            return target
-        if target.is_symlink():
-            target = Path(os.path.realpath(target))  # the file the link leads to
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        mode = None  # nothing there yet (or nothing readable: the write will say)
+    if mode is not None and stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
+    if mode is not None and not stat.S_ISREG(mode):  # a pipe, a device (/dev/stdout)
+        _write(target, content)  # nothing there to replace
+        return target
+    if target.is_symlink():
+        target = Path(os.path.realpath(target))  # the file the link leads to
     folder = target.parent
     remove_stale(folder, target.name)
     # A writer function gets its file inside a temporary folder of ours, under the
