@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _crash_writes import strace_works
 from onnx import TensorProto, helper, numpy_helper
 
 WRITERS = ("metrics", "plot", "checkpoint", "torch state", "snapshot", "artifacts",
@@ -359,13 +360,6 @@ def sweep_points(case: Case) -> Tally:
 KILLABLE = ("rename", "renameat", "renameat2", "unlink", "unlinkat", "rmdir", "mkdir",
             "mkdirat", "link", "linkat", "symlink", "symlinkat", "fsync", "fdatasync")
 _CALL = re.compile(r"^(?P<pid>\d+)\s+(?P<name>\w+)\((?P<args>.*)\)\s+=\s+(?P<result>-?\d+|\?)")
-
-
-def strace_works() -> bool:
-    if shutil.which("strace") is None:
-        return False
-    return subprocess.run(["strace", "-o", os.devnull, "true"], capture_output=True,
-                          check=False).returncode == 0
 
 
 def _strace(case: Case, log: Path, *extra: str) -> int:
