@@ -26,13 +26,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.metadata
+import io
 import json
 import logging
 import os
 import sys
 import tempfile
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import replace
 from pathlib import Path
@@ -864,7 +865,6 @@ def _report_info(args: argparse.Namespace, config: PipelineFile | None, registry
 
 def _report_batch(args: argparse.Namespace, results: Sequence[ModelResult],
                   config: PipelineFile | None, registry: Registry, *, command: str) -> None:
-    from rich.console import Console
 
     from graphpass.batch import (
         batch_totals,
@@ -873,44 +873,47 @@ def _report_batch(args: argparse.Namespace, results: Sequence[ModelResult],
         render_batch_text,
     )
     info = _report_info(args, config, registry, command, None, None)
-    if args.format == "text":
-        if args.report:
-            with open(args.report, "w", encoding="utf-8") as handle:
-                render_batch_text(results, Console(file=handle, width=120, markup=False), info)
-        else:
-            render_batch_text(results, _stdout_console(), info)
-    else:
-        text = (render_batch_json(results, info) if args.format == "json"
-                else render_batch_sarif(results, info))
-        if args.report:
-            Path(args.report).write_text(text + "\n", encoding="utf-8")
-        else:
-            sys.stdout.write(text + "\n")
+    _emit(args, lambda console: render_batch_text(results, console, info),
+          lambda: render_batch_json(results, info) if args.format == "json"
+          else render_batch_sarif(results, info))
     if args.report:
         _print_report_written(batch_totals(results), args.report)
 
 
 def _report(args: argparse.Namespace, result: RunSummary, config: PipelineFile | None,
             registry: Registry, *, command: str, model: str, output: str | None) -> None:
-    from rich.console import Console
 
     from graphpass.reporting.render import render_json, render_sarif, render_text, summary_line
     info = _report_info(args, config, registry, command, model, output)
     report = getattr(args, "report", None)
-    if args.format == "text":
-        if report:
-            with open(report, "w", encoding="utf-8") as handle:
-                render_text(result, Console(file=handle, width=120, markup=False), info)
-        else:
-            render_text(result, _stdout_console(), info)
-    else:
-        text = render_json(result, info) if args.format == "json" else render_sarif(result, info)
-        if report:
-            Path(report).write_text(text + "\n", encoding="utf-8")
-        else:
-            sys.stdout.write(text + "\n")
+    _emit(args, lambda console: render_text(result, console, info),
+          lambda: render_json(result, info) if args.format == "json"
+          else render_sarif(result, info))
     if report:
         _print_report_written(summary_line(result, info), report)
+
+
+def _emit(args: argparse.Namespace, as_text: Callable[[Console], None],
+          as_data: Callable[[], str]) -> None:
+    """Print the report, or write it to ``--report FILE`` whole (``replace_file``)."""
+    from rich.console import Console
+
+    from graphpass.files.atomic import replace_file
+
+    report = getattr(args, "report", None)
+    if args.format == "text" and not report:
+        as_text(_stdout_console())
+        return
+    if args.format == "text":
+        buffer = io.StringIO()
+        as_text(Console(file=buffer, width=120, markup=False))
+        text = buffer.getvalue()
+    else:
+        text = as_data() + "\n"
+    if report:
+        replace_file(report, text, step="report")
+    else:
+        sys.stdout.write(text)
 
 
 def _print_report_written(summary: Text, report: str) -> None:

@@ -42,6 +42,8 @@ from typing import Any
 import numpy as np
 import onnx
 
+from graphpass.files.atomic import replace_file
+
 __all__ = ["main"]
 
 
@@ -154,10 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else argv
     job = json.loads(Path(arguments[0]).read_text(encoding="utf-8"))
     result = _run(job)
-    target = Path(job["result"])
-    partial = target.with_name(target.name + ".partial")
-    partial.write_text(json.dumps(result), encoding="utf-8")
-    partial.replace(target)
+    replace_file(job["result"], json.dumps(result), step="result")
     return 0
 
 

@@ -37,10 +37,10 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +49,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import onnx
 
+from graphpass.files.atomic import owner_of, replace_file, replace_folder, temporary_folder
 from graphpass.findings import Finding, Severity
 from graphpass.framework.hookspecs import hookimpl
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
@@ -171,14 +172,11 @@ class EmitTrainingArtifacts(Pass):
                 NO_TRAINABLE_CODE, Severity.ERROR, "no trainable weight: nothing to train",
                 hint="name weights with the trainable option, or check that the model has float "
                      "initializers (run reconcile-initializers to fill them from a checkpoint)")])
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=f".{directory.name}.",
-                                         dir=directory.parent) as scratch_name:
-            scratch = Path(scratch_name)
+        with temporary_folder(directory.parent, directory.name) as scratch:
             findings, step = self._build_and_check(model, context, scratch, trainable, frozen)
             if any(f.severity is Severity.ERROR for f in findings):
                 return PassResult(findings=findings)
-            files = _move_into(scratch, directory)
+            files = _publish(scratch, directory)
         max_ir = options.max_ir_version or _max_ir_version()
         checked = "" if step is None or step.relative_error is None else (
             f"; one training step ran (loss {step.loss:.6g}) and its gradient agrees with "
@@ -218,10 +216,8 @@ class EmitTrainingArtifacts(Pass):
                 step = made  # no usable inputs: the artifacts are still built and loaded
             else:
                 prepared = made
-        with tempfile.TemporaryDirectory(prefix=".graphpass-training-job-",
-                                         dir=scratch.parent) as job_name:
-            child = _run_child(model, Path(job_name), scratch, options, trainable, frozen,
-                               prepared)
+        with temporary_folder(scratch.parent, owner_of(scratch)) as job_dir:  # the output's
+            child = _run_child(model, job_dir, scratch, options, trainable, frozen, prepared)
         if child.crashed:
             return [_crash_finding(child, prepared, inputs)], None
         if child.generation_error is not None:
@@ -427,13 +423,37 @@ def _forward_node(model: Model, node: str | None) -> str | None:
     return None
 
 
-def _move_into(scratch: Path, directory: Path) -> list[str]:
-    """Move every file of ``scratch`` into ``directory`` (replacing files of those names)."""
-    directory.mkdir(parents=True, exist_ok=True)
+def _publish(scratch: Path, directory: Path) -> list[str]:
+    """Put the artifacts written into ``scratch`` into place as ``directory``, as one.
+
+    What an earlier ``directory`` holds besides the files of the new artifacts is
+    carried over (hard links; copies where the filesystem has none), then the folder
+    is replaced whole (:func:`~graphpass.files.atomic.replace_folder`): a reader finds
+    the earlier artifacts or the new ones, never a mix. Returns the artifacts' names.
+    """
     names = sorted(p.name for p in scratch.iterdir())
-    for name in names:
-        os.replace(scratch / name, directory / name)
+    if directory.is_dir() and not directory.is_symlink():
+        for entry in sorted(directory.iterdir()):
+            if entry.name in names:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.copytree(entry, scratch / entry.name, symlinks=True,
+                                copy_function=_link_or_copy)
+            else:
+                _link_or_copy(str(entry), str(scratch / entry.name))
+    replace_folder(directory, scratch, step="artifacts")
     return names
+
+
+def _link_or_copy(source: str, destination: str) -> str:
+    if os.path.islink(source):
+        os.symlink(os.readlink(source), destination)
+        return destination
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
+    return destination
 
 
 def _weights(model: Model, trainable: list[str], frozen: list[str]) -> tuple[list[str], list[str]]:
@@ -496,9 +516,7 @@ def _cap_ir_versions(directory: Path, max_ir: int) -> list[str]:
         proto = onnx.load(str(path), load_external_data=False)
         if proto.ir_version > max_ir:
             proto.ir_version = max_ir
-            tmp = path.with_name(f".{path.name}.graphpass-tmp")
-            onnx.save(proto, str(tmp))
-            tmp.replace(path)
+            replace_file(path, proto.SerializeToString(), step="artifact")
             rewritten.append(path.name)
     return rewritten
 

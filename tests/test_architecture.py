@@ -210,6 +210,79 @@ def test_passes_get_the_registry_from_their_context() -> None:
                        "plugin loading or the plugins:\n  " + "\n  ".join(found))
 
 
+# ------------------------------------------------------------------ one writer module
+WRITER_MODULE = "graphpass.files.atomic"
+"""The one module that renames files into place and makes temporaries beside outputs."""
+_RENAMING = {("os", "replace"), ("os", "rename"), ("os", "renames"), ("shutil", "move"),
+             ("tempfile", "mkstemp"), ("tempfile", "mkdtemp")}
+"""Calls that put a file in place or make a temporary that a kill leaves behind."""
+_BESIDE = {("tempfile", name) for name in ("TemporaryDirectory", "NamedTemporaryFile",
+                                           "TemporaryFile", "SpooledTemporaryFile")}
+"""Temporaries that are the writer module's business when made beside an output (``dir=``)."""
+_NOT_A_PATH = {"dataclasses", "matcher"}
+"""Receivers of ``.replace(x)``/``.rename(x)`` that are not paths (``dataclasses.replace``,
+the reconcile matcher's ``rename``)."""
+
+
+def _writing_calls(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """Where a module renames a file or makes a temporary beside an output itself."""
+    imported: dict[str, tuple[str, str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in ("os", "shutil", "tempfile"):
+            for alias in node.names:
+                imported[alias.asname or alias.name] = (node.module, alias.name)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        function = node.func
+        target: tuple[str, str] | None = None
+        if isinstance(function, ast.Attribute) and isinstance(function.value, ast.Name):
+            target = (function.value.id, function.attr)
+        elif isinstance(function, ast.Name):
+            target = imported.get(function.id)
+        beside = any(keyword.arg == "dir" for keyword in node.keywords)
+        if target in _RENAMING or (target in _BESIDE and beside):
+            yield node.lineno, f"{target[0]}.{target[1]}"
+        elif (isinstance(function, ast.Attribute) and function.attr in ("replace", "rename")
+              and len(node.args) == 1 and not node.keywords
+              and ast.unparse(function.value) not in _NOT_A_PATH):
+            # str.replace takes two arguments; Path.replace/rename one.
+            yield node.lineno, f"{ast.unparse(function.value)}.{function.attr}() (Path)"
+
+
+def test_one_module_writes_files_into_place() -> None:
+    """Every writer goes through ``graphpass.files.atomic`` (``replace_file``,
+    ``replace_folder``, ``temporary_folder`` ...): no other module renames a file into
+    place or makes a temporary beside an output, so every output gets the same
+    guarantees (fsync, temporaries that carry their owner, a folder replaced as one)."""
+    found = []
+    for module, path in MODULES.items():
+        if module == WRITER_MODULE:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for line, call in _writing_calls(tree):
+            found.append(f"{path.relative_to(REPO)}:{line}: {call}")
+    assert not found, ("write through graphpass.files.atomic (replace_file, replace_folder, "
+                       "new_folder, temporary_folder, publish) instead of:\n  "
+                       + "\n  ".join(found))
+
+
+def test_the_writer_rule_sees_each_way_of_writing_around_it() -> None:
+    source = """
+import os, shutil, tempfile
+from os import replace as swap
+from tempfile import mkstemp
+os.replace(a, b); os.rename(a, b); shutil.move(a, b); swap(a, b); mkstemp()
+tempfile.mkdtemp(); tempfile.TemporaryDirectory(dir=folder); Path(a).replace(b)
+tmp.rename(target)
+tempfile.TemporaryDirectory(); text.replace("a", "b"); dataclasses.replace(x)
+"""
+    calls = [call for _, call in _writing_calls(ast.parse(source))]
+    assert calls == ["os.replace", "os.rename", "shutil.move", "os.replace", "tempfile.mkstemp",
+                     "tempfile.mkdtemp", "tempfile.TemporaryDirectory",
+                     "Path(a).replace() (Path)", "tmp.rename() (Path)"]
+
+
 # ------------------------------------------------------------------ old import paths
 _PYTHON_ROOTS = ("core", "passes", "plugins", "tests", "benchmarks", "examples")
 # The module paths of 0.1 (never published) and 0.2's path of the proto conversion: gone.

@@ -30,7 +30,7 @@ pytest.importorskip("onnxruntime")
 import zoo
 from safetensors.numpy import load_file
 
-from graphpass.files._commit import KILL_AT_ENV
+from graphpass.files.atomic import KILL_AT_ENV
 from graphpass.files.snapshots import read_snapshot
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]

@@ -18,21 +18,18 @@ protocol with its reasons; in short:
 5. Write the model the same way; its rename is the moment the new pair appears.
 6. Remove the data files the previous model referenced and nothing references now.
 
-:func:`crash_point` marks each step. Test hook: ``GRAPHPASS_TEST_KILL_AT=<n>`` kills the
-process (``SIGKILL``) at the n-th step, and ``GRAPHPASS_TEST_STEPS=<file>`` appends each
-step's number, name and time (``time.monotonic``) to a file.
+:func:`~graphpass.files.atomic.crash_point` marks each step (the test hooks
+``GRAPHPASS_TEST_KILL_AT`` and ``GRAPHPASS_TEST_STEPS``). The pieces (temporaries named
+after their output and process, the lock, ``fsync``, the rename into place) are
+:mod:`graphpass.files.atomic`'s, which every writer of graphpass uses.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import mmap
 import os
 import re
-import signal
-import tempfile
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
@@ -41,51 +38,31 @@ import onnx
 from google.protobuf.message import DecodeError, Message
 
 from graphpass.errors import ModelSaveError
+from graphpass.files.atomic import (
+    Lock,
+    crash_point,
+    is_temporary,
+    new_temporary,
+    own_temporaries,
+    owner_of,
+    pid_of,
+    process_runs,
+    publish,
+    sync,
+    sync_file,
+    sync_folders,
+    temporaries,
+)
+from graphpass.files.atomic import identity as _identity
 
-__all__ = ["KILL_AT_ENV", "STEPS_ENV", "Transaction", "crash_point", "is_temporary",
-           "name_variant", "own_temporaries"]
+__all__ = ["Transaction", "name_variant"]
 
-KILL_AT_ENV: Final = "GRAPHPASS_TEST_KILL_AT"
-"""Test hook: ``SIGKILL`` the process at the n-th :func:`crash_point` (or the step of that name)."""
-STEPS_ENV: Final = "GRAPHPASS_TEST_STEPS"
-"""Test hook: append ``<n> <step> <monotonic time>`` to this file at every :func:`crash_point`."""
-
-_TEMPORARY_SUFFIX: Final = ".graphpass-tmp"
-_TEMPORARY: Final = re.compile(r"^\.(?P<owner>.+)\.(?P<pid>\d+)\.[^.]+\.graphpass-tmp$")
-"""``.<output file name>.<pid>.<random>.graphpass-tmp``: a file of a save of that output."""
-_LOCK_SUFFIX: Final = ".graphpass-lock"
 _NO_TENSORS: Final = frozenset({"onnx.TypeProto", "onnx.ValueInfoProto", "onnx.OperatorSetIdProto",
                                 "onnx.StringStringEntryProto", "onnx.TensorShapeProto"})
 """Messages that hold no tensor: the walk for external data locations skips them."""
-_UNSUPPORTED: Final = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.ENOLCK}
-_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
-_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _MAX_VARIANTS: Final = 1000
 
 _Identity = tuple[int, int]
-_steps_taken = 0
-
-
-def crash_point(step: str) -> None:
-    """A point of the write path where a test may kill the process (see the module doc)."""
-    kill_at = os.environ.get(KILL_AT_ENV)
-    log = os.environ.get(STEPS_ENV)
-    if kill_at is None and log is None:
-        return
-    global _steps_taken
-    _steps_taken += 1
-    if log:
-        with open(log, "a", encoding="utf-8") as handle:
-            handle.write(f"{_steps_taken} {step} {time.monotonic():.6f}\n")
-    if kill_at in (str(_steps_taken), step):
-        if hasattr(signal, "SIGKILL"):
-            os.kill(os.getpid(), signal.SIGKILL)
-        os._exit(137)  # pragma: no cover - no SIGKILL on this system
-
-
-def is_temporary(path: Path) -> bool:
-    """Whether ``path`` is named like a file of a save in progress (or of a killed one)."""
-    return _TEMPORARY.match(path.name) is not None
 
 
 def name_variant(path: Path, number: int) -> Path:
@@ -118,7 +95,7 @@ class Transaction:
         self.out_dir = out_path.parent
         self._in_place = input_path is not None and _identity(input_path) is not None and (
             _identity(input_path) == _identity(out_path))
-        self._lock = _Lock(self.out_dir, out_path.name)
+        self._lock = Lock(self.out_dir, out_path.name)
         self._temporaries: list[Path] = []
         self._data: list[tuple[Path, Path]] = []
         self._chosen: dict[Path, Path] = {}
@@ -135,11 +112,11 @@ class Transaction:
 
     def __exit__(self, kind: object, error: object, traceback: object) -> None:
         try:
-            self._remove_temporaries(look=kind is not None)
+            self._removetemporaries(look=kind is not None)
         finally:
             self._lock.release()
 
-    def _remove_temporaries(self, *, look: bool) -> None:
+    def _removetemporaries(self, *, look: bool) -> None:
         """Remove this save's temporary files: the recorded ones and, if ``look``, any other.
 
         A ``KeyboardInterrupt`` can land between ``mkstemp`` creating a file and
@@ -211,10 +188,7 @@ class Transaction:
     def new_file(self, folder: Path | None = None) -> Path:
         """A new, empty temporary file in ``folder`` (the output folder by default)."""
         folder = folder or self.out_dir
-        handle, name = tempfile.mkstemp(prefix=f".{self.out_path.name}.{os.getpid()}.",
-                                        suffix=_TEMPORARY_SUFFIX, dir=folder)
-        os.close(handle)
-        path = Path(name)
+        path = new_temporary(folder, self.out_path.name)
         self._temporaries.append(path)
         self._folders.add(folder)
         crash_point("temporary created")
@@ -223,7 +197,7 @@ class Transaction:
     def add_data(self, tmp: Path, final: Path) -> None:
         """Hand over a written data file (from :meth:`new_file`): synced now, named at commit."""
         crash_point("data written")
-        _sync_file(tmp)
+        sync_file(tmp)
         self._data.append((tmp, final))
         crash_point("data synced")
 
@@ -254,27 +228,24 @@ class Transaction:
             chunks = [b"".join(chunks)]
         if len(chunks) == 1:
             chunks = [_relocated(chunks[0], self.out_dir, self._renamed)]
-        mode = 0o666 & ~_umask()
         for tmp, final in self._data:
-            os.chmod(tmp, mode)
-            os.replace(tmp, final)
+            publish(tmp, final)
             self._temporaries.remove(tmp)
             crash_point("data renamed into place")
         if self._data:
-            _sync_folders(final.parent for _, final in self._data)
+            sync_folders(final.parent for _, final in self._data)
             crash_point("data folders synced")
         tmp = self.new_file()
         with open(tmp, "wb") as handle:
             handle.writelines(chunks)
             handle.flush()
             crash_point("model written")
-            _sync(handle.fileno())
+            sync(handle.fileno())
         crash_point("model synced")
-        os.chmod(tmp, mode)
-        os.replace(tmp, self.out_path)
+        publish(tmp, self.out_path)
         self._temporaries.remove(tmp)
         crash_point("model renamed into place")
-        _sync_folders([self.out_dir])
+        sync_folders([self.out_dir])
         crash_point("model folder synced")
         # The new pair is in place: what follows only frees space, and a failure
         # leaves files that the next save of this output removes.
@@ -295,7 +266,7 @@ class Transaction:
             removed = True
             crash_point("old data removed")
         if removed:
-            _sync_folders(self._folders)
+            sync_folders(self._folders)
 
     def _previous_paths(self) -> list[Path]:
         """The files the previous model referenced, as paths inside the output folder."""
@@ -318,8 +289,8 @@ class Transaction:
         save was killed before it removed the previous data.
         """
         owner = self.out_path.name
-        candidates = [path for folder in sorted(self._folders) for path in _temporaries(folder)
-                      if _owner(path) == owner and not _process_runs(_pid(path))]
+        candidates = [path for folder in sorted(self._folders) for path in temporaries(folder)
+                      if owner_of(path) == owner and not process_runs(pid_of(path))]
         for family in {self.out_dir / f"{owner}.data", *destinations}:
             candidates.extend(_variants_on_disk(family))
         removed = False
@@ -334,17 +305,17 @@ class Transaction:
                 removed = True
                 crash_point("stale file removed")
         if removed:
-            _sync_folders(self._folders)
+            sync_folders(self._folders)
 
     def _remove_stale_of_other_outputs(self) -> None:
         """Remove temporaries of killed saves of other outputs in the folder, when idle."""
         owners: dict[str, list[Path]] = {}
-        for path in _temporaries(self.out_dir):
-            owner = _owner(path)
-            if owner != self.out_path.name and not _process_runs(_pid(path)):
+        for path in temporaries(self.out_dir):
+            owner = owner_of(path)
+            if owner != self.out_path.name and not process_runs(pid_of(path)):
                 owners.setdefault(owner, []).append(path)
         for owner, paths in owners.items():
-            lock = _Lock(self.out_dir, owner)
+            lock = Lock(self.out_dir, owner)
             if not lock.acquire(blocking=False):
                 continue  # a save of that output runs
             try:
@@ -358,59 +329,6 @@ class Transaction:
                             crash_point("stale file removed")
             finally:
                 lock.release()
-
-
-# ========================================================================= locking
-class _Lock:
-    """An exclusive ``flock`` on ``.<name>.graphpass-lock``, removed when released.
-
-    The holder removes the file before letting go; a waiter that then gets the lock
-    finds the path gone (or another file there) and tries again, so two processes
-    never both hold it. Where locks are not supported, saves run unlocked.
-    """
-
-    def __init__(self, folder: Path, name: str):
-        self.path = folder / f".{name}{_LOCK_SUFFIX}"
-        self._descriptor: int | None = None
-
-    def acquire(self, blocking: bool = True) -> bool:
-        """Take the lock (waiting for it, or not); whether it was taken."""
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - not POSIX
-            return True
-        while True:
-            try:
-                descriptor = os.open(self.path, os.O_RDONLY | os.O_CREAT | _CLOEXEC | _NOFOLLOW,
-                                     0o666)
-            except OSError as error:
-                if not blocking:
-                    return False
-                raise ModelSaveError(f"cannot create the lock file {str(self.path)!r} "
-                                     f"({error.strerror})", where=str(self.path.parent)) from None
-            try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-            except BlockingIOError:
-                os.close(descriptor)
-                return False
-            except OSError as error:
-                os.close(descriptor)
-                if error.errno in _UNSUPPORTED:
-                    return True  # no locks on this filesystem
-                raise
-            if _identity(self.path) == _fidentity(descriptor):
-                self._descriptor = descriptor
-                return True
-            os.close(descriptor)  # the previous holder removed it: lock the new one
-
-    def release(self) -> None:
-        """Remove the lock file and let go."""
-        if self._descriptor is None:
-            return
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
-        os.close(self._descriptor)
-        self._descriptor = None
 
 
 # ====================================================================== references
@@ -546,34 +464,6 @@ def _location(tensor: onnx.TensorProto) -> str:
 
 
 # ========================================================================= helpers
-def _identity(path: Path) -> _Identity | None:
-    try:
-        status = os.stat(path)
-    except (OSError, ValueError):
-        return None
-    return status.st_dev, status.st_ino
-
-
-def _fidentity(descriptor: int) -> _Identity:
-    status = os.fstat(descriptor)
-    return status.st_dev, status.st_ino
-
-
-def _temporaries(folder: Path) -> list[Path]:
-    try:
-        return [Path(entry.path) for entry in os.scandir(folder)
-                if entry.name.endswith(_TEMPORARY_SUFFIX) and _TEMPORARY.match(entry.name)]
-    except OSError:
-        return []
-
-
-def own_temporaries(folder: Path, owner: str | None = None) -> list[Path]:
-    """This process's temporaries in ``folder`` (of the output ``owner``, if given)."""
-    pid = os.getpid()
-    return [path for path in _temporaries(folder)
-            if _pid(path) == pid and (owner is None or _owner(path) == owner)]
-
-
 def _variants_on_disk(path: Path) -> list[Path]:
     """The existing regular files named like ``path`` or one of its variants."""
     if path.suffix:
@@ -587,58 +477,3 @@ def _variants_on_disk(path: Path) -> list[Path]:
         return []
 
 
-def _owner(path: Path) -> str:
-    match = _TEMPORARY.match(path.name)
-    return match["owner"] if match else ""
-
-
-def _pid(path: Path) -> int:
-    match = _TEMPORARY.match(path.name)
-    return int(match["pid"]) if match else os.getpid()
-
-
-def _process_runs(pid: int) -> bool:
-    if os.name != "posix" or pid == os.getpid():
-        return True  # (elsewhere: no cheap, safe way to ask)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # it runs, as another user
-    return True
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _sync(descriptor: int) -> None:
-    """``fsync``; a filesystem that cannot is accepted, a failing disk is an error."""
-    try:
-        os.fsync(descriptor)
-    except OSError as error:
-        if error.errno not in _UNSUPPORTED:
-            raise
-
-
-def _sync_file(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY | _CLOEXEC)
-    try:
-        _sync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _sync_folders(folders: Iterable[Path]) -> None:
-    for folder in sorted(set(folders)):
-        try:
-            descriptor = os.open(folder, os.O_RDONLY | _CLOEXEC)
-        except OSError:
-            continue  # (Windows cannot open folders)
-        try:
-            _sync(descriptor)
-        finally:
-            os.close(descriptor)

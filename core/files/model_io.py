@@ -29,7 +29,8 @@ from graphpass.errors import (
     ModelSaveError,
     first_line,
 )
-from graphpass.files._commit import Transaction, is_temporary
+from graphpass.files._commit import Transaction
+from graphpass.files.atomic import is_temporary
 from graphpass.files.validate import validate as validate_model
 from graphpass.ir import Model, Tensor
 from graphpass.ir.proto import (

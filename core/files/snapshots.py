@@ -21,8 +21,10 @@ with a folder in place of the data files and the pointer in place of the model:
 
 A reader that opens the folder at any moment (after a kill or a power loss at any
 point) finds the pointer naming a complete snapshot: the previous one or the new
-one. :func:`~graphpass.files._commit.crash_point` marks each step (the test hooks
-``GRAPHPASS_TEST_KILL_AT`` and ``GRAPHPASS_TEST_STEPS`` of ``save``).
+one. The steps are :mod:`graphpass.files.atomic`'s (:func:`~graphpass.files.atomic.new_folder`,
+:func:`~graphpass.files.atomic.replace_file`), whose
+:func:`~graphpass.files.atomic.crash_point` marks each one (the test hooks
+``GRAPHPASS_TEST_KILL_AT`` and ``GRAPHPASS_TEST_STEPS``).
 """
 
 from __future__ import annotations
@@ -31,20 +33,23 @@ import contextlib
 import json
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from graphpass.errors import ModelSaveError
-from graphpass.files._commit import (
-    _Lock,
-    _process_runs,
-    _sync_file,
-    _sync_folders,
+from graphpass.files.atomic import (
+    Lock,
     crash_point,
+    is_temporary,
+    new_folder,
     own_temporaries,
+    pid_of,
+    process_runs,
+    remove_folder,
+    replace_file,
+    sync_folders,
+    temporary_folder,
 )
 
 __all__ = ["MARKER", "POINTER", "read_snapshot", "write_snapshot"]
@@ -56,7 +61,6 @@ MARKER: Final = ".graphpass-snapshot"
 """An empty file in every snapshot folder: what the tidying up may remove."""
 
 _LOCK_NAME: Final = f".{POINTER}.graphpass-lock"
-_TEMPORARY: Final = re.compile(r"^\.(?P<owner>[^/]+)\.(?P<pid>\d+)\.[^.]+\.graphpass-tmp$")
 _SNAPSHOT_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -110,7 +114,7 @@ def write_snapshot(directory: str | os.PathLike[str], name: str,
     except OSError as error:
         raise ModelSaveError(f"cannot create the folder ({error.strerror})",
                              where=str(folder)) from None
-    lock = _Lock(folder, POINTER)
+    lock = Lock(folder, POINTER)
     lock.acquire()
     try:
         crash_point("state locked")
@@ -122,13 +126,13 @@ def write_snapshot(directory: str | os.PathLike[str], name: str,
             _write_pointer(folder, {**(record or {}), "snapshot": snapshot.name})
         except BaseException:
             if _current_name(folder) != snapshot.name:
-                _discard(snapshot)
+                remove_folder(snapshot)
             raise
         if previous is not None and previous != snapshot.name:
-            _discard(folder / previous)
+            remove_folder(folder / previous)
             crash_point("old state removed")
             with contextlib.suppress(OSError):
-                _sync_folders([folder])
+                sync_folders([folder])
         return snapshot
     except BaseException as error:
         _remove_own_temporaries(folder)
@@ -147,7 +151,7 @@ def _remove_own_temporaries(folder: Path) -> None:
     knowing its name, so a write that ends by an exception looks for them by name.
     """
     for path in own_temporaries(folder):
-        _discard(path)
+        remove_folder(path)
 
 
 def _current_name(folder: Path) -> str | None:
@@ -166,7 +170,7 @@ def _refuse_foreign(folder: Path) -> None:
     """Refuse a folder holding anything but snapshots, their pointer and temporaries."""
     foreign = sorted(entry.name for entry in os.scandir(folder)
                      if entry.name not in (POINTER, _LOCK_NAME)
-                     and not _TEMPORARY.match(entry.name)
+                     and not is_temporary(Path(entry.path))
                      and not _is_snapshot(Path(entry.path)))
     if foreign:
         raise ModelSaveError(
@@ -183,65 +187,25 @@ def _remove_unreferenced(folder: Path, current: str | None) -> None:
         path = Path(entry.path)
         if entry.name == current:
             continue
-        if _TEMPORARY.match(entry.name):
-            if not _is_stale_temporary(entry.name):
+        if is_temporary(path):
+            if process_runs(pid_of(path)):
                 continue  # (never: writers hold the lock)
         elif not _is_snapshot(path):
             continue
-        _discard(path)
+        remove_folder(path)
         removed = True
         crash_point("stale state removed")
     if removed:
-        _sync_folders([folder])
-
-
-def _discard(path: Path) -> None:
-    """Remove a file or folder; a folder is renamed to a temporary name first.
-
-    A kill while the folder's files are removed then leaves a temporary that the next
-    write removes, never a partial snapshot.
-    """
-    if not path.is_dir() or path.is_symlink():
-        with contextlib.suppress(OSError):
-            path.unlink()
-        return
-    if not _TEMPORARY.match(path.name):
-        doomed = path.with_name(f".{path.name}.{os.getpid()}.old.graphpass-tmp")
-        try:
-            os.rename(path, doomed)
-        except OSError:
-            return
-        path = doomed
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _is_stale_temporary(name: str) -> bool:
-    match = _TEMPORARY.match(name)
-    return match is not None and not _process_runs(int(match["pid"]))
+        sync_folders([folder])
 
 
 def _write_folder(folder: Path, name: str, write: Callable[[Path], None]) -> Path:
-    scratch = Path(tempfile.mkdtemp(prefix=f".{name}.{os.getpid()}.", suffix=".graphpass-tmp",
-                                    dir=folder))
-    try:
+    with temporary_folder(folder, name) as scratch:
         crash_point("state folder created")
         write(scratch)
         (scratch / MARKER).touch()
         crash_point("state files written")
-        for path in sorted(scratch.rglob("*")):
-            if path.is_file():
-                _sync_file(path)
-        _sync_folders([scratch])
-        crash_point("state files synced")
-        final = _free_name(folder, name)
-        os.rename(scratch, final)
-    except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise
-    crash_point("state folder renamed into place")
-    _sync_folders([folder])
-    crash_point("state folder synced")
-    return final
+        return new_folder(scratch, _free_name(folder, name), step="state")
 
 
 def _free_name(folder: Path, name: str) -> Path:
@@ -253,21 +217,4 @@ def _free_name(folder: Path, name: str) -> Path:
 
 
 def _write_pointer(folder: Path, record: Mapping[str, Any]) -> None:
-    handle, name = tempfile.mkstemp(prefix=f".{POINTER}.{os.getpid()}.",
-                                    suffix=".graphpass-tmp", dir=folder)
-    tmp = Path(name)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(json.dumps(dict(record), indent=1) + "\n")
-            stream.flush()
-            crash_point("pointer written")
-            os.fsync(stream.fileno())
-        crash_point("pointer synced")
-        os.replace(tmp, folder / POINTER)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    crash_point("pointer renamed into place")
-    _sync_folders([folder])
-    crash_point("pointer folder synced")
+    replace_file(folder / POINTER, json.dumps(dict(record), indent=1) + "\n", step="pointer")

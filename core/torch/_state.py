@@ -23,12 +23,12 @@ PyTorch is imported only when these functions are called.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphpass.errors import CheckpointError, GraphpassError
+from graphpass.files.atomic import replace_file
 
 if TYPE_CHECKING:
     import torch
@@ -134,16 +134,9 @@ def save_state(source: Any, path: str | os.PathLike[str], *,
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
-                                             dir=target.parent)
-        os.close(handle)
-        try:
-            save_file(tensors, temporary, metadata={"format": "pt",
-                                                    "producer": "graphpass.torch.save_state"})
-            os.replace(temporary, target)
-        finally:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
+        replace_file(target, lambda tmp: save_file(
+            tensors, str(tmp), metadata={"format": "pt", "producer": "graphpass.torch.save_state"}),
+            step="state")
     except OSError as error:
         raise CheckpointError(f"cannot write the state ({error.strerror or error})",
                               where=str(target)) from None

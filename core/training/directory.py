@@ -12,18 +12,17 @@ and ``step`` as 0, so no file holds it (it would double the weights on disk):
 
 Everything is written into a temporary folder next to the destination, checked
 (``onnx.checker.check_model(full_check=True)`` on every model, no node outside the
-default ONNX domain unless the model had one), and renamed into place. A failed
-write leaves no folder behind; a directory from an earlier run is replaced only once
-the new one is complete. A destination that exists and is not a training-graph
-directory is never touched.
+default ONNX domain unless the model had one), and put into place as one
+(:func:`graphpass.files.atomic.replace_folder`): a kill at any moment leaves the
+earlier directory or the new one at the path, never neither. A failed write leaves
+no folder behind. A destination that exists and is not a training-graph directory is
+never touched.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ import onnx
 from graphpass.checkpoint import SafetensorsLoader
 from graphpass.errors import ModelSaveError, first_line
 from graphpass.files import load, save
+from graphpass.files.atomic import recover_folder, replace_folder, temporary_folder
 from graphpass.ir import Model, Tensor
 from graphpass.training.graphs import FORMAT, TrainingGraphs
 
@@ -46,7 +46,15 @@ FROZEN_DATA = "frozen.data"
 
 
 def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The manifest of a training-graph directory, or ``None`` if it is not one."""
+    """The manifest of a training-graph directory, or ``None`` if it is not one.
+
+    A replacement of the directory that a kill interrupted is finished first
+    (:func:`~graphpass.files.atomic.recover_folder`).
+    """
+    try:
+        recover_folder(directory)
+    except (OSError, ModelSaveError):
+        return None  # (a marker, but the folder above cannot be written: nothing to read)
     path = Path(directory) / MANIFEST
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -173,21 +181,21 @@ def write_training_directory(graphs: TrainingGraphs, directory: str | os.PathLik
             on disk then.
     """
     target = Path(directory)
-    _check_destination(target)
-    parent = target.parent
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.graphpass-", dir=parent))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        recover_folder(target)
     except OSError as error:
         raise ModelSaveError(f"cannot create the folder ({error.strerror})",
                              where=str(target)) from None
+    _check_destination(target)
     try:
-        allowed = {node.domain for node in graphs.gradient.graph if node.domain}
-        files = _write_all(graphs, scratch, allowed)
-        _replace(scratch, target)
-    except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise
+        with temporary_folder(target.parent, target.name) as scratch:
+            allowed = {node.domain for node in graphs.gradient.graph if node.domain}
+            files = _write_all(graphs, scratch, allowed)
+            replace_folder(target, scratch, step="training directory")
+    except OSError as error:
+        raise ModelSaveError(f"cannot write the directory ({error.strerror or error})",
+                             where=str(target)) from None
     return files
 
 
@@ -217,25 +225,4 @@ def _write_all(graphs: TrainingGraphs, scratch: Path, allowed: set[str]) -> list
     for key in ("gradient", "step", "eval", "model"):
         if (scratch / files[key]).exists():
             _checked(scratch / files[key], allowed)
-    for path in scratch.iterdir():
-        with open(path, "rb") as handle:
-            os.fsync(handle.fileno())
     return sorted(path.name for path in scratch.iterdir())
-
-
-def _replace(scratch: Path, target: Path) -> None:
-    """Rename ``scratch`` to ``target``, replacing an earlier training-graph directory."""
-    old: Path | None = None
-    if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.graphpass-old-", dir=target.parent))
-        old.rmdir()
-        target.rename(old)
-    try:
-        scratch.rename(target)
-    except OSError as error:
-        if old is not None:
-            old.rename(target)  # put the earlier directory back
-        raise ModelSaveError(f"cannot move the new directory into place ({error.strerror})",
-                             where=str(target)) from None
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

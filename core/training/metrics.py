@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from graphpass.errors import ModelSaveError
+from graphpass.files.atomic import replace_file
 from graphpass.training._errors import TrainingError
 
 __all__ = ["MetricsLog", "plot_metrics", "read_metrics"]
@@ -56,7 +56,7 @@ class MetricsLog:
                     if int(r.get("step", 0)) <= after_step]
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            _replace_text(self.path, "".join(line + "\n" for line in kept))
+            replace_file(self.path, "".join(line + "\n" for line in kept), step="metrics")
             self._stream: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
         except OSError as error:
             raise ModelSaveError(f"cannot write the metrics ({error.strerror})",
@@ -93,25 +93,6 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         if isinstance(record, dict):
             records.append(record)
     return records
-
-
-def _replace_text(path: Path, text: str) -> None:
-    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.chmod(name, 0o666 & ~_umask())
-        os.replace(name, path)
-    except BaseException:
-        if os.path.exists(name):
-            os.unlink(name)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def plot_metrics(records: Iterable[Mapping[str, Any]] | str | os.PathLike[str],
@@ -156,21 +137,12 @@ def plot_metrics(records: Iterable[Mapping[str, Any]] | str | os.PathLike[str],
         axes.set_title(title)
     figure.tight_layout()
     target = Path(path)
+    image_format = target.suffix.lstrip(".") or "png"
+    metadata = {"Software": None} if target.suffix == ".png" else None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix,
-                                        dir=target.parent)
-        os.close(handle)
+        replace_file(target, lambda tmp: figure.savefig(tmp, format=image_format,
+                                                        metadata=metadata), step="plot")
     except OSError as error:
         raise ModelSaveError(f"cannot write ({error.strerror})", where=str(target)) from None
-    try:
-        figure.savefig(name, format=target.suffix.lstrip(".") or "png",
-                       metadata={"Software": None} if target.suffix == ".png" else None)
-        os.chmod(name, 0o666 & ~_umask())
-        os.replace(name, target)
-    except OSError as error:
-        raise ModelSaveError(f"cannot write ({error.strerror})", where=str(target)) from None
-    finally:
-        if os.path.exists(name):
-            os.unlink(name)
     return target

@@ -44,7 +44,6 @@ this is the only module that imports it, when a :class:`Trainer` is made.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,6 +54,7 @@ import numpy as np
 
 from graphpass.errors import ModelSaveError, first_line
 from graphpass.files import load, save
+from graphpass.files.atomic import replace_file
 from graphpass.ir import Tensor
 from graphpass.training._errors import TrainingError
 from graphpass.training._updates import BLOCK, apply_update
@@ -559,18 +559,10 @@ class Trainer:
         arrays = self.checkpoint()
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            handle, scratch = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-            os.close(handle)
+            replace_file(target, lambda tmp: save_file(arrays, str(tmp), metadata={"format": "pt"}),
+                         step="checkpoint")
         except OSError as error:
             raise ModelSaveError(f"cannot write ({error.strerror})", where=str(target)) from None
-        try:
-            save_file(arrays, scratch, metadata={"format": "pt"})
-            os.replace(scratch, target)
-        except OSError as error:
-            raise ModelSaveError(f"cannot write ({error.strerror})", where=str(target)) from None
-        finally:
-            if os.path.exists(scratch):
-                os.unlink(scratch)
         return target
 
     # ------------------------------------------------------ state and the loop
