@@ -21,7 +21,7 @@ def test_the_tutorial_runs_as_written(ort_training_python: str, tmp_path: Path) 
                           capture_output=True, text=True, check=False, timeout=1200)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["ok"], result
-    assert result["ran"] == 9  # 6 python blocks and 3 commands: every block ran
+    assert result["ran"] == 10  # 6 python blocks and 4 commands: every block ran
     # What the page says it leaves behind.
     assert not onnx.load(tmp_path / "tinylm-ready.onnx").functions
     assert {p.name for p in (tmp_path / "artifacts").iterdir()} == {
