@@ -41,8 +41,8 @@ from graphpass.training._emit import Emitter
 from graphpass.training.builder import GradientError, node_label
 from graphpass.training.rules.model import normalize_domain
 
-__all__ = ["BATCH_NORM_MODES", "BatchNormMode", "RunningStatistics", "finish_batch_statistics",
-           "use_batch_statistics"]
+__all__ = ["BATCH_NORM_MODES", "BatchNormMode", "RunningStatistics", "check_batch_norm_mode",
+           "finish_batch_statistics", "use_batch_statistics"]
 
 BatchNormMode = Literal["batch-statistics", "running-statistics"]
 """How batch normalizations train (``build-training-graph``'s ``batch-norm`` option)."""
@@ -51,6 +51,13 @@ BATCH_NORM_MODES: tuple[BatchNormMode, ...] = ("batch-statistics", "running-stat
 """The values of :data:`BatchNormMode`."""
 
 _MEAN, _VARIANCE = 3, 4
+
+
+def check_batch_norm_mode(mode: str) -> None:
+    """Raise :class:`GradientError` unless ``mode`` is one of :data:`BATCH_NORM_MODES`."""
+    if mode not in BATCH_NORM_MODES:
+        raise GradientError(f"unknown batch-norm mode {mode!r}",
+                            hint=f"choose one of {', '.join(BATCH_NORM_MODES)}")
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,9 @@ from graphpass.ir._gc import paused_gc
 from graphpass.training._emit import Emitter, NameScope, OutputNaming, names_in
 from graphpass.training.autodiff import differentiate, model_opset, prune
 from graphpass.training.batch_norm import (
-    BATCH_NORM_MODES,
     BatchNormMode,
     RunningStatistics,
+    check_batch_norm_mode,
     finish_batch_statistics,
     use_batch_statistics,
 )
@@ -62,7 +62,7 @@ from graphpass.training.sequences import split_sequences
 from graphpass.training.table import BuilderTable
 from graphpass.training.value_types import ModelTypes
 
-__all__ = ["FORMAT", "TrainingGraphs", "build_training_graphs"]
+__all__ = ["FORMAT", "TrainingGraphs", "build_training_graphs", "training_copy"]
 
 FORMAT = "graphpass-training-graph"
 """The ``format`` of the manifest (``manifest.json``)."""
@@ -186,21 +186,15 @@ def _build(model: Model, *, trainable: Sequence[str], frozen: Sequence[str], los
            recompute_policy: RecomputePolicy,
            builders: BuilderTable | None, torch_names: Mapping[str, str] | None,
            options: Mapping[str, Any] | None) -> TrainingGraphs:
-    work = model.copy()
+    work = training_copy(model)
     graph = work.graph
-    if not graph.is_sorted():
-        graph.sort()
-    split_sequences(graph)
-    fold_conv_pads(graph)
     initializers = graph.initializers
     for name in trainable:
         if name not in initializers:
             raise GradientError(f"trainable weight {name!r} is not an initializer")
         if initializers[name].dtype not in DIFFERENTIABLE_TYPES:
             raise GradientError(f"trainable weight {name!r} is not of a float type")
-    if batch_norm not in BATCH_NORM_MODES:
-        raise GradientError(f"unknown batch-norm mode {batch_norm!r}",
-                            hint=f"choose one of {', '.join(BATCH_NORM_MODES)}")
+    check_batch_norm_mode(batch_norm)
     if recompute_policy not in RECOMPUTE_POLICIES:
         raise GradientError(f"unknown recompute policy {recompute_policy!r}",
                             hint=f"choose one of {', '.join(RECOMPUTE_POLICIES)}")
@@ -299,6 +293,21 @@ def _build(model: Model, *, trainable: Sequence[str], frozen: Sequence[str], los
     return TrainingGraphs(gradient_model, work, evaluation, weights, manifest,
                           unreached, forward=model, recomputed=recomputed,
                           buffers={b: model.graph.initializers[b] for b in buffers})
+
+
+def training_copy(model: Model) -> Model:
+    """A copy of ``model`` in the form gradients are built on.
+
+    Sorted, sequences split into tensors, zero ``Pad``s folded into the convolutions that
+    read them.
+    """
+    work = model.copy()
+    graph = work.graph
+    if not graph.is_sorted():
+        graph.sort()
+    split_sequences(graph)
+    fold_conv_pads(graph)
+    return work
 
 
 def _running_statistics(graph: Graph) -> list[str]:

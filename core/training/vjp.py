@@ -35,15 +35,14 @@ from graphpass.ir._gc import paused_gc
 from graphpass.training._emit import Emitter, NameScope, OutputNaming, names_in
 from graphpass.training.autodiff import differentiate, model_opset
 from graphpass.training.batch_norm import (
-    BATCH_NORM_MODES,
     BatchNormMode,
+    check_batch_norm_mode,
     finish_batch_statistics,
     use_batch_statistics,
 )
 from graphpass.training.builder import GradientError
-from graphpass.training.conv_pads import fold_conv_pads
+from graphpass.training.graphs import training_copy
 from graphpass.training.rules.model import DIFFERENTIABLE_TYPES
-from graphpass.training.sequences import split_sequences
 from graphpass.training.table import BuilderTable
 from graphpass.training.value_types import ModelTypes, TypeInfo
 
@@ -107,21 +106,15 @@ def build_forward_backward(model: Model, *, wrt: Sequence[str], bound: Sequence[
         GradientError: A node on a gradient path cannot be differentiated (the message
             names it), or a ``wrt`` value is neither a float initializer nor an input.
     """
-    if batch_norm not in BATCH_NORM_MODES:
-        raise GradientError(f"unknown batch-norm mode {batch_norm!r}",
-                            hint=f"choose one of {', '.join(BATCH_NORM_MODES)}")
+    check_batch_norm_mode(batch_norm)
     with paused_gc():
         return _build(model, list(wrt), list(bound), batch_norm, builders)
 
 
 def _build(model: Model, wrt: list[str], bound: list[str], batch_norm: BatchNormMode,
            builders: BuilderTable | None) -> ForwardBackward:
-    work = model.copy()
+    work = training_copy(model)
     graph = work.graph
-    if not graph.is_sorted():
-        graph.sort()
-    split_sequences(graph)
-    fold_conv_pads(graph)
     initializers = graph.initializers
     model_inputs = [name for name in graph.input_names if name not in initializers]
     for name in wrt:
