@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from graphpass.errors import PassError
 from graphpass.ir import Graph, Node
 
 __all__ = ["BatchNormCheck", "FoldCheck", "Verification", "verify"]
@@ -67,6 +68,16 @@ class Verification:
     checked: int = 0
     problems: list[str] = field(default_factory=list)
     transposes_only: bool = False
+
+    def raise_problems(self, pass_name: str) -> None:
+        """Stop the pass (:class:`PassError`) when a recomputation is wrong: a bug of ours."""
+        if self.problems:
+            raise PassError(
+                "graphpass's recomputation of what the exporter folded is wrong:\n"
+                + "\n".join(f"  - {p}" for p in self.problems),
+                where=f"pass {pass_name}",
+                hint="this is a bug in graphpass; please report it with the model (meanwhile, "
+                     "export without constant folding)")
 
 
 def verify(graph: Graph, folds: Sequence[FoldCheck],

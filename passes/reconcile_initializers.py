@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from graphpass.checkpoint import Checkpoint, open_checkpoint
-from graphpass.errors import CheckpointError, PassError, PipelineError
+from graphpass.errors import CheckpointError, PipelineError
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Graph, Model, Node
 from graphpass.passes._reconcile_match import match_names
@@ -164,13 +164,7 @@ class ReconcileInitializers(Pass):
         checks = _apply(graph, plan, targets, checkpoint, keep_inputs=self.options.keep_inputs)
         mark_ties(graph, folding.ties)
         verification = verify(graph, *checks)
-        if verification.problems:
-            raise PassError(
-                "graphpass's recomputation of what the exporter folded is wrong:\n"
-                + "\n".join(f"  - {p}" for p in verification.problems),
-                where=f"pass {self.name}",
-                hint="this is a bug in graphpass; please report it with the model (meanwhile, "
-                     "export without constant folding)")
+        verification.raise_problems(self.name)
         undeclared = {f.name: f.key for f in plan.fills
                       if f.is_plain and f.name in undeclared_names}
         shapes = ShapeCheck()

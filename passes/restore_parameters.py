@@ -53,7 +53,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
-from graphpass.errors import PassError
 from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Graph, Model, Node, Tensor
@@ -150,13 +149,7 @@ class RestoreParameters(Pass):
             return PassResult()
         work.mark_ties()
         verification = verify(graph, work.checks, [])
-        if verification.problems:
-            raise PassError(
-                "graphpass's recomputation of what the exporter folded is wrong:\n"
-                + "\n".join(f"  - {p}" for p in verification.problems),
-                where=f"pass {self.name}",
-                hint="this is a bug in graphpass; please report it with the model (meanwhile, "
-                     "export without constant folding)")
+        verification.raise_problems(self.name)
         return PassResult(changed=bool(work.restored) or bool(work.folding.ties)
                           or bool(work.split),
                           findings=[f.with_pass(self.name) for f in work.findings()],
