@@ -261,3 +261,165 @@ def test_every_hint_names_passes_and_options_that_exist(export, state_dict_check
                     assert flag in flags, (finding.code, flag, finding.hint)
     assert {"GP201", "GP205", "GP301", "GP403", "GP426"} <= seen, seen
     assert {"fix-training-ops", "train-ready"} <= named, named
+
+
+# ================================================= more modules, more findings
+class IntOutput(torch.nn.Module):
+    """A Linear whose result leaves the graph as int32: no loss is differentiable."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 2)
+
+    def forward(self, x: Any) -> Any:
+        return self.a(x).to(torch.int32)
+
+
+class Branching(torch.nn.Module):
+    """A Linear read inside ``torch.cond`` (an If with the weights in its subgraph), or,
+    with ``resolved``, the same branch taken in Python (no control flow in the export)."""
+
+    def __init__(self, resolved: bool = False) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.resolved = resolved
+
+    def forward(self, x: Any) -> Any:
+        if self.resolved:
+            return self.a(x)
+        return torch.cond(x.sum() > 0, self.a, lambda y: y * 2.0, (x,))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``exported(name, make, kind, **export_kwargs)``: the export of ``make()``, made once."""
+    folder = tmp_path_factory.mktemp("more-hints")
+    made: dict[str, Path] = {}
+
+    def get(name: str, make: Callable[[], Any], kind: str, **kwargs: Any) -> Path:
+        if name not in made:
+            torch.manual_seed(0)
+            path = folder / f"{name}.onnx"
+            x = torch.randn(3, 4)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if kind == "dynamo":
+                    torch.onnx.export(make().eval(), (x,), dynamo=True, verbose=False,
+                                      **kwargs).save(str(path))
+                else:
+                    torch.onnx.export(make().eval(), (x,), str(path), dynamo=False,
+                                      input_names=["x"], **kwargs)
+            made[name] = path
+        return made[name]
+
+    return get
+
+
+def _codes(findings: list[Finding]) -> set[str]:
+    return {f.code for f in findings}
+
+
+# ===================================================================== GP402
+@pytest.mark.parametrize("kind", ["dynamo", "legacy"])
+def test_gp402_freezing_what_reaches_no_loss_clears_it(exported, kind):
+    path = exported(f"int-output-{kind}", IntOutput, kind)
+    findings = _run(path, ["lint-gradients"])
+    found = list(_only(findings, "GP402"))
+    assert {f.value for f in found} == {"a.weight", "a.bias"}
+    for finding in found:
+        assert "no loss output is differentiable" in finding.message
+        assert "`frozen` option" in (finding.hint or "")
+    # The advice, followed: freezing them leaves nothing unreachable.
+    findings = _run(path, ["lint-gradients"], options={"lint-gradients": {"frozen": ["a.*"]}})
+    assert "GP402" not in _codes(findings), [f.message for f in findings]
+
+
+# ============================================================= GP406, GP401
+def test_gp406_and_gp401_on_torch_cond_clear_when_frozen_or_resolved(exported):
+    path = exported("cond", Branching, "dynamo")
+    findings = _run(path, ["lint-gradients"])
+    captured = list(_only(findings, "GP406"))
+    assert {f.value for f in captured} == {"a.weight", "a.bias"}
+    for finding in captured:
+        assert "freeze it" in (finding.hint or "") and "control flow" in (finding.hint or "")
+    (missing,) = (f for f in findings if f.code == "GP401")
+    assert "If" in missing.message and "`frozen`" in (missing.hint or "")
+    # Followed one way: freezing the weights takes the If off the trainable path.
+    findings = _run(path, ["lint-gradients"], options={"lint-gradients": {"frozen": ["a.*"]}})
+    assert not _codes(findings) & {"GP401", "GP406"}, [f.message for f in findings]
+    # Followed the other way: the branch resolved at export time, no control flow.
+    findings = _run(exported("cond-resolved", lambda: Branching(resolved=True), "dynamo"),
+                    ["lint-gradients"])
+    assert not _codes(findings) & {"GP401", "GP406"}, [f.message for f in findings]
+    assert not [f for f in findings if f.severity.name == "ERROR"], \
+        [f.message for f in findings]
+
+
+# ===================================================================== GP421
+def test_gp421_a_misspelt_trainable_pattern_is_fixed_by_its_spelling(exported):
+    path = exported("int-output-dynamo", IntOutput, "dynamo")
+    findings = _run(path, ["lint-gradients"],
+                    options={"lint-gradients": {"trainable": ["a.wieght"]}})
+    (finding,) = _only(findings, "GP421")
+    assert finding.value == "a.wieght" or "a.wieght" in finding.message
+    assert "spelling" in (finding.hint or "") and "fnmatch" in (finding.hint or "")
+    for spelled in (["a.weight"], ["a.w*ght"]):  # spelled right, or a fnmatch pattern
+        findings = _run(path, ["lint-gradients"],
+                        options={"lint-gradients": {"trainable": spelled}})
+        assert "GP421" not in _codes(findings), [f.message for f in findings]
+
+
+# ===================================================================== GP410
+def test_gp410_on_modules_exported_as_functions_clears_after_inline_functions(exported):
+    path = exported("layer-norm-functions", Normed, "legacy",
+                    export_modules_as_functions={torch.nn.LayerNorm})
+    findings = _run(path, ["lint-gradients"])
+    found = list(_only(findings, "GP410"))
+    assert len(found) == 2
+    for finding in found:
+        assert "inline-functions" in (finding.hint or "")
+    # The advice, followed: inline-functions before the lint.
+    findings = _run(path, ["inline-functions", "lint-gradients"])
+    assert "GP410" not in _codes(findings), [f.message for f in findings]
+
+
+# ===================================================================== GP203
+def test_gp203_two_equal_prefixes_are_settled_by_the_rule_the_hint_shows(export, module,
+                                                                         tmp_path):
+    from safetensors.torch import save_file
+
+    state = module.state_dict()
+    doubled = {f"{prefix}.{key}": value.detach().clone().contiguous()
+               for prefix in ("a", "b") for key, value in state.items()}
+    checkpoint = tmp_path / "two-prefixes.safetensors"
+    save_file(doubled, str(checkpoint))
+    findings = _run(export("legacy"), ["reconcile-initializers"], checkpoints=[checkpoint])
+    (finding,) = _only(findings, "GP203")
+    assert "rules = {" in (finding.hint or "")
+    assert "GP201" in _codes(findings)  # nothing was filled
+    # The advice, followed: a rule of the hint's form, for one of the two prefixes.
+    findings = _run(export("legacy"), ["reconcile-initializers"],
+                    options={"reconcile-initializers": {"rules": {"^a\\.": ""}}},
+                    checkpoints=[checkpoint])
+    assert not _codes(findings) & {"GP201", "GP203"}, [f.message for f in findings]
+
+
+# ===================================================================== GP208
+def test_gp208_a_weight_input_under_another_key_is_filled_by_a_rename(exported, module,
+                                                                      tmp_path):
+    from safetensors.torch import save_file
+
+    path = exported("no-params", Normed, "legacy", export_params=False)
+    state = {k: v.detach().clone().contiguous() for k, v in module.state_dict().items()}
+    state["head_offset"] = state.pop("out.bias")
+    checkpoint = tmp_path / "renamed.safetensors"
+    save_file(state, str(checkpoint))
+    findings = _run(path, ["reconcile-initializers"], checkpoints=[checkpoint])
+    (finding,) = _only(findings, "GP208")
+    assert finding.data["inputs"] == ["out.bias"]
+    assert "renames" in (finding.hint or "")
+    # The advice, followed: a rename (checkpoint key = initializer).
+    findings = _run(path, ["reconcile-initializers"],
+                    options={"reconcile-initializers": {"renames": {"head_offset": "out.bias"}}},
+                    checkpoints=[checkpoint])
+    assert "GP208" not in _codes(findings), [f.message for f in findings]
