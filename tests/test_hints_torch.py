@@ -637,3 +637,81 @@ def test_gp252_on_a_square_weight_a_checkpoint_fills_the_copy(exported, tmp_path
     findings = _run(path, ["reconcile-initializers", "restore-parameters", "lint-gradients"],
                     checkpoints=[checkpoint])
     assert not _codes(findings) & {"GP251", "GP252", "GP426"}, [f.message for f in findings]
+
+
+# ===================================================================== GP425
+class Bounded(torch.nn.Module):
+    """``where(x > 0, x, b)`` with a trainable [4] ``b`` broadcast to [3, 4] (or, with
+    ``expanded``, expanded to the output's shape first)."""
+
+    def __init__(self, expanded: bool = False) -> None:
+        super().__init__()
+        self.b = torch.nn.Parameter(torch.randn(4))
+        self.expanded = expanded
+
+    def forward(self, x: Any) -> Any:
+        return torch.where(x > 0, x, self.b.expand_as(x) if self.expanded else self.b)
+
+
+class VectorTimesStack(torch.nn.Module):
+    """A trainable vector times a stack of two matrices (or, with ``as_matrix``, the
+    vector unsqueezed to [1, n] and the result squeezed)."""
+
+    def __init__(self, as_matrix: bool = False) -> None:
+        super().__init__()
+        self.v = torch.nn.Parameter(torch.randn(4))
+        self.as_matrix = as_matrix
+
+    def forward(self, x: Any) -> Any:
+        stack = x.unsqueeze(0).expand(2, 3, 4).transpose(1, 2)
+        if self.as_matrix:
+            return (self.v.unsqueeze(0) @ stack).squeeze(-2)
+        return self.v @ stack
+
+
+class HalfOfSplit(torch.nn.Module):
+    """A Linear's output split in two, one half used (or, with ``sliced``, sliced out)."""
+
+    def __init__(self, sliced: bool = False) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.sliced = sliced
+
+    def forward(self, x: Any) -> Any:
+        y = self.a(x)
+        return y[:, :2] if self.sliced else y.split(2, dim=1)[0]
+
+
+_GP425_CASES = {  # the module, the export kinds that show it, what the hint says to do
+    "where": (Bounded, ("dynamo", "legacy"), "Expand it to the output's shape",
+              lambda: Bounded(expanded=True)),
+    "matmul": (VectorTimesStack, ("dynamo",), "Unsqueeze to [1, n] before",
+               lambda: VectorTimesStack(as_matrix=True)),
+    "split": (HalfOfSplit, ("dynamo", "legacy"), "Slice out the parts you need",
+              lambda: HalfOfSplit(sliced=True)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_GP425_CASES))
+def test_gp425_each_rewrite_the_hint_names_clears_it(exported, case):
+    make, kinds, advice, rewritten = _GP425_CASES[case]
+    for kind in kinds:
+        path = exported(f"gp425-{case}-{kind}", make, kind)
+        findings = _run(path, ["lint-gradients"])
+        (finding,) = _only(findings, "GP425")
+        assert advice in (finding.hint or ""), finding.hint
+        # The advice, followed: the model rewritten as the hint says, exported the same way
+        # (dynamo without its optimizer, which would fold the rewrite into a constant).
+        options = {"optimize": False} if kind == "dynamo" else {}
+        findings = _run(exported(f"gp425-{case}-{kind}-rewritten", rewritten, kind, **options),
+                        ["lint-gradients"])
+        assert not [f for f in findings if f.severity.name == "ERROR"], \
+            (kind, [f.message for f in findings])
+
+
+def test_gp425_on_where_clears_when_the_input_is_frozen(exported):
+    path = exported("gp425-where-dynamo", Bounded, "dynamo")
+    assert "freeze that input" in (next(_only(_run(path, ["lint-gradients"]), "GP425")).hint
+                                   or "")
+    findings = _run(path, ["lint-gradients"], options={"lint-gradients": {"frozen": ["b"]}})
+    assert "GP425" not in _codes(findings), [f.message for f in findings]
