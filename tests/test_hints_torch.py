@@ -715,3 +715,73 @@ def test_gp425_on_where_clears_when_the_input_is_frozen(exported):
                                    or "")
     findings = _run(path, ["lint-gradients"], options={"lint-gradients": {"frozen": ["b"]}})
     assert "GP425" not in _codes(findings), [f.message for f in findings]
+
+
+class TwoHeads(torch.nn.Module):
+    """Two Linears, each with an output of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 2)
+        self.b = torch.nn.Linear(4, 2)
+
+    def forward(self, x: Any) -> Any:
+        return self.a(x), self.b(x)
+
+
+# ===================================================================== GP110
+def test_gp110_a_misspelt_function_is_inlined_once_spelled_right(exported):
+    path = exported("layer-norm-functions", Normed, "legacy",
+                    export_modules_as_functions={torch.nn.LayerNorm})
+    name = "torch.nn.modules.normalization::LayerNorm"
+    findings = _run(path, ["inline-functions"],
+                    options={"inline-functions": {"only": [name.replace("Norm", "Nrom")]}})
+    (finding,) = _only(findings, "GP110")
+    assert "'domain::name'" in (finding.hint or "")
+    assert "GP101" not in _codes(findings)
+    # The advice, followed: the name spelled as 'domain::name'.
+    findings = _run(path, ["inline-functions"], options={"inline-functions": {"only": [name]}})
+    assert "GP110" not in _codes(findings) and "GP101" in _codes(findings)
+
+
+# ===================================================================== GP852
+def test_gp852_on_weights_not_saved_is_cleared_by_reconcile_initializers(export, module,
+                                                                         tmp_path):
+    path = export("dynamo-no-initializers")
+    findings = _run(path, ["build-training-graph"],
+                    options={"build-training-graph": {"directory": str(tmp_path / "a")}})
+    (finding,) = _only(findings, "GP852")
+    assert "reconcile-initializers" in (finding.hint or "")
+    # The advice, followed: fill the weights from a checkpoint first.
+    full = gp_torch.save_state(module, tmp_path / "full.safetensors")
+    findings = _run(path, ["reconcile-initializers", "build-training-graph"],
+                    options={"build-training-graph": {"directory": str(tmp_path / "b")}},
+                    checkpoints=[full])
+    assert "GP852" not in _codes(findings) and "GP850" in _codes(findings), \
+        [f.message for f in findings]
+
+
+# ============================================================= GP853, GP854
+def test_gp853_weights_off_the_loss_are_cleared_by_freezing_them(exported, tmp_path):
+    path = exported("two-heads", TwoHeads, "dynamo")
+    options = {"directory": str(tmp_path / "a"), "loss_inputs": ["linear"]}
+    findings = _run(path, ["build-training-graph"], options={"build-training-graph": options})
+    (finding,) = _only(findings, "GP853")
+    assert finding.data["weights"] == ["b.weight", "b.bias"]
+    assert "freeze them" in (finding.hint or "")
+    options = {**options, "directory": str(tmp_path / "b"), "frozen": ["b.*"]}
+    findings = _run(path, ["build-training-graph"], options={"build-training-graph": options})
+    assert "GP853" not in _codes(findings) and "GP850" in _codes(findings), \
+        [f.message for f in findings]
+
+
+def test_gp854_a_misspelt_trainable_pattern_is_fixed_by_its_spelling(exported, tmp_path):
+    path = exported("two-heads", TwoHeads, "dynamo")
+    options = {"directory": str(tmp_path / "a"), "trainable": ["a.wieght"]}
+    findings = _run(path, ["build-training-graph"], options={"build-training-graph": options})
+    (finding,) = _only(findings, "GP854")
+    assert "spelling" in (finding.hint or "")
+    options = {"directory": str(tmp_path / "b"), "trainable": ["a.weight"]}
+    findings = _run(path, ["build-training-graph"], options={"build-training-graph": options})
+    assert "GP854" not in _codes(findings) and "GP850" in _codes(findings), \
+        [f.message for f in findings]
