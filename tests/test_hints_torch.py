@@ -785,3 +785,70 @@ def test_gp854_a_misspelt_trainable_pattern_is_fixed_by_its_spelling(exported, t
     findings = _run(path, ["build-training-graph"], options={"build-training-graph": options})
     assert "GP854" not in _codes(findings) and "GP850" in _codes(findings), \
         [f.message for f in findings]
+
+
+class Picked(torch.nn.Module):
+    """A Linear's columns picked by an int64 buffer (an INT64 initializer of the legacy export)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.register_buffer("idx", torch.tensor([0, 2]))
+
+    def forward(self, x: Any) -> Any:
+        return self.a(x).index_select(1, self.idx)
+
+
+class Block(torch.nn.Module):
+    """A LayerNorm inside a module of its own: two levels of functions when both are
+    exported as functions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(4)
+
+    def forward(self, x: Any) -> Any:
+        return self.ln(x) * 2.0
+
+
+class Nested(torch.nn.Module):
+    """A Block, then a Linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Block()
+        self.out = torch.nn.Linear(4, 2)
+
+    def forward(self, x: Any) -> Any:
+        return self.out(self.block(x))
+
+
+# ===================================================================== GP422
+def test_gp422_an_int_buffer_named_trainable_is_left_out_as_the_hint_says(exported):
+    path = exported("picked-legacy", Picked, "legacy")
+    findings = _run(path, ["lint-gradients"],
+                    options={"lint-gradients": {"trainable": ["idx", "a.*"]}})
+    (finding,) = _only(findings, "GP422")
+    assert finding.value == "idx" or "'idx'" in finding.message
+    assert "only float, float16, double and bfloat16" in (finding.hint or "")
+    # The advice, followed: only float weights named.
+    findings = _run(path, ["lint-gradients"], options={"lint-gradients": {"trainable": ["a.*"]}})
+    assert "GP422" not in _codes(findings), [f.message for f in findings]
+
+
+# ===================================================================== GP124
+def test_gp124_either_way_out_the_hint_names_inlines_the_nested_functions(exported):
+    path = exported("nested-functions", Nested, "legacy",
+                    export_modules_as_functions={Block, torch.nn.LayerNorm})
+    with pytest.raises(PassError) as raised:
+        _run(path, ["inline-functions"], options={"inline-functions": {"max_depth": 1}})
+    assert "GP124" in str(raised.value)
+    hint = raised.value.hint or ""
+    assert "raise 'max-depth'" in hint and "exclude the innermost functions" in hint
+    # Followed one way: a max-depth as deep as the calls nest.
+    findings = _run(path, ["inline-functions"], options={"inline-functions": {"max_depth": 2}})
+    assert "GP101" in _codes(findings)
+    # Followed the other way: the innermost function excluded.
+    findings = _run(path, ["inline-functions"], options={"inline-functions": {
+        "max_depth": 1, "exclude": ["torch.nn.modules.normalization::LayerNorm"]}})
+    assert "GP101" in _codes(findings), [f.message for f in findings]
