@@ -852,3 +852,68 @@ def test_gp124_either_way_out_the_hint_names_inlines_the_nested_functions(export
     findings = _run(path, ["inline-functions"], options={"inline-functions": {
         "max_depth": 1, "exclude": ["torch.nn.modules.normalization::LayerNorm"]}})
     assert "GP101" in _codes(findings), [f.message for f in findings]
+
+
+class ConvThenNorm(torch.nn.Module):
+    """Conv1d then BatchNorm1d over ``length`` positions: 3 x ``length`` values a channel."""
+
+    def __init__(self, length: int = 1) -> None:
+        super().__init__()
+        self.c = torch.nn.Conv1d(4, 4, 1)
+        self.bn = torch.nn.BatchNorm1d(4)
+        self.length = length
+
+    def forward(self, x: Any) -> Any:
+        return self.bn(self.c(x.unsqueeze(-1).repeat(1, 1, self.length)))
+
+
+class Squashed(torch.nn.Module):
+    """A Linear, then a Sigmoid module (a function named Sigmoid when exported as one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.act = torch.nn.Sigmoid()
+
+    def forward(self, x: Any) -> Any:
+        return self.act(self.a(x))
+
+
+# ===================================================================== GP424
+def test_gp424_larger_inputs_or_frozen_weights_before_it_clear_it(exported):
+    path = exported("conv-then-norm", ConvThenNorm, "dynamo", optimize=False)
+    findings = _run(path, ["lint-gradients"])
+    (finding,) = _only(findings, "GP424")
+    assert finding.data["values_per_channel"] == 3
+    hint = finding.hint or ""
+    assert "more than 8 values a channel" in hint and "freeze the weights before it" in hint
+    # Followed one way: more values a channel (3 x 32).
+    findings = _run(exported("conv-then-norm-32", lambda: ConvThenNorm(32), "dynamo",
+                             optimize=False), ["lint-gradients"])
+    assert "GP424" not in _codes(findings), [f.message for f in findings]
+    # Freezing everything, the BatchNorm's own scale and shift too, clears it as well.
+    findings = _run(path, ["lint-gradients"],
+                    options={"lint-gradients": {"frozen": ["c.*", "bn.*"]}})
+    assert "GP424" not in _codes(findings), [f.message for f in findings]
+
+
+@pytest.mark.xfail(strict=True, reason="GP424 still fires with every weight before the "
+                   "BatchNorm frozen: it counts the BatchNorm's own scale and shift, which "
+                   "act after the normalisation, as weights before it")
+def test_gp424_clears_when_the_weights_before_it_are_frozen(exported):
+    path = exported("conv-then-norm", ConvThenNorm, "dynamo", optimize=False)
+    assert "freeze the weights before it" in (next(_only(_run(path, ["lint-gradients"]),
+                                                         "GP424")).hint or "")
+    findings = _run(path, ["lint-gradients"], options={"lint-gradients": {"frozen": ["c.*"]}})
+    assert "GP424" not in _codes(findings), [f.message for f in findings]
+
+
+# ===================================================================== GP420
+def test_gp420_a_function_named_like_an_operator_clears_once_inlined(exported):
+    path = exported("sigmoid-function", Squashed, "legacy",
+                    export_modules_as_functions={torch.nn.Sigmoid})
+    findings = _run(path, ["lint-gradients"])
+    (finding,) = _only(findings, "GP420")
+    assert "inline the functions first" in (finding.hint or "")
+    findings = _run(path, ["inline-functions", "lint-gradients"])
+    assert not _codes(findings) & {"GP410", "GP420"}, [f.message for f in findings]
