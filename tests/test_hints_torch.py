@@ -917,3 +917,30 @@ def test_gp420_a_function_named_like_an_operator_clears_once_inlined(exported):
     assert "inline the functions first" in (finding.hint or "")
     findings = _run(path, ["inline-functions", "lint-gradients"])
     assert not _codes(findings) & {"GP410", "GP420"}, [f.message for f in findings]
+
+
+# ===================================================================== GP211
+def test_gp211_a_fused_batch_norm_missing_a_key_clears_each_way_the_hint_names(exported,
+                                                                            tmp_path):
+    torch.manual_seed(0)
+    state = dict(ConvNorm().state_dict())
+    state.pop("bn.running_var")
+    partial = _save(state, tmp_path / "partial.safetensors")
+    torch.manual_seed(0)
+    state["bn.var"] = ConvNorm().state_dict()["bn.running_var"]
+    renamed = _save(state, tmp_path / "renamed.safetensors")
+    path = exported("conv-norm-dynamo", ConvNorm, "dynamo")
+    findings = _run(path, ["reconcile-initializers"], checkpoints=[partial])
+    (finding,) = _only(findings, "GP211")
+    assert "'bn.running_var'" in finding.message
+    hint = finding.hint or ""
+    assert "optimize=False" in hint and "rename" in hint
+    # Followed one way: the key the checkpoint has under another name, renamed.
+    findings = _run(path, ["reconcile-initializers"], checkpoints=[renamed],
+                    options={"reconcile-initializers": {"renames": {"bn.var": "bn.running_var"}}})
+    assert "GP211" not in _codes(findings) and "GP212" in _codes(findings), \
+        [f.message for f in findings]
+    # Followed the other way: exported without the optimizer, nothing is fused.
+    findings = _run(exported("conv-norm-dynamo-no-optimize", ConvNorm, "dynamo",
+                             optimize=False), ["reconcile-initializers"], checkpoints=[partial])
+    assert "GP211" not in _codes(findings), [f.message for f in findings]
