@@ -978,3 +978,37 @@ def test_gp201_on_a_legacy_fused_conv_weight_its_rename_keeps_the_model_right(ex
         (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
         np.testing.assert_allclose(got, reference(x).detach().numpy(), atol=1e-5,
                                    err_msg=str(model))
+
+
+class Scaled(torch.nn.Module):
+    """A Linear times a plain tensor attribute (a tensor constant of torch's export)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.t = torch.linspace(0.5, 2.0, 4)
+
+    def forward(self, x: Any) -> Any:
+        return self.a(x) * self.t
+
+
+# ============================================================ GP201, constant
+def test_gp201_for_a_tensor_constant_is_filled_from_save_state(exported, tmp_path):
+    import numpy as np
+
+    path = exported("scaled", Scaled, "dynamo")
+    torch.manual_seed(1)
+    changed = Scaled()
+    changed.t = torch.linspace(-1.0, 1.0, 4)
+    findings = _run(path, ["reconcile-initializers"],
+                    checkpoints=[_save(changed.state_dict(), tmp_path / "state.safetensors")])
+    (finding,) = (f for f in findings if f.code == "GP201" and f.value == "t")
+    assert "tensor constant" in finding.message
+    assert "rename" not in (finding.hint or "") and "save_state" in (finding.hint or "")
+    # The advice, followed: a checkpoint written by save_state holds it, and fills it.
+    full = gp_torch.save_state(changed, tmp_path / "full.safetensors")
+    result = graphpass.PassManager(["reconcile-initializers"], checkpoints=[full]).run(
+        graphpass.load(path))
+    assert "GP201" not in _codes(result.findings), [f.message for f in result.findings]
+    np.testing.assert_array_equal(result.model.graph.initializers["t"].numpy(),
+                                  changed.t.numpy())
