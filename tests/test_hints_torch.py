@@ -1012,3 +1012,28 @@ def test_gp201_for_a_tensor_constant_is_filled_from_save_state(exported, tmp_pat
     assert "GP201" not in _codes(result.findings), [f.message for f in result.findings]
     np.testing.assert_array_equal(result.model.graph.initializers["t"].numpy(),
                                   changed.t.numpy())
+
+
+# ============================================================= GP426, folded
+def test_gp426_for_a_folded_parameter_clears_each_way_its_hint_names(exported, tmp_path):
+    path = exported("squared-dynamo-optimized", Squared, "dynamo")
+    findings = _run(path, ["lint-gradients"])
+    (finding,) = _only(findings, "GP426")
+    assert finding.data["parameters"] == ["w"] and "folded" in finding.data["where"]["w"]
+    hint = finding.hint or ""
+    assert "reconcile-initializers" in hint and "optimize=False" in hint
+    assert "frozen option" in hint and "include_initializers" not in hint
+    # Followed: from a checkpoint, reconcile-initializers computes the copy again.
+    torch.manual_seed(0)
+    torch.randn(3, 4)  # as ``exported`` draws its input before it builds the module
+    checkpoint = _save(Squared().state_dict(), tmp_path / "squared.safetensors")
+    findings = _run(path, ["reconcile-initializers", "lint-gradients"],
+                    checkpoints=[checkpoint])
+    assert "GP426" not in _codes(findings), [f.message for f in findings]
+    # Followed: exported without the optimizer.
+    findings = _run(exported("squared-dynamo", Squared, "dynamo", optimize=False),
+                    ["lint-gradients"])
+    assert "GP426" not in _codes(findings), [f.message for f in findings]
+    # Followed: named in the frozen option.
+    findings = _run(path, ["lint-gradients"], options={"lint-gradients": {"frozen": ["w"]}})
+    assert "GP426" not in _codes(findings), [f.message for f in findings]
