@@ -3,7 +3,9 @@
 Each test exports one small module the way a user would (the legacy exporter, the dynamo
 exporter with and without its optimizer, a model saved without its weights), reads the
 finding's hint, and where the hint says what to do, does it: the finding must then go
-away. A hint that sends the user to an option that changes nothing fails here.
+away. A hint that sends the user to an option that changes nothing fails here. A hint
+found false for its case is kept as a strict xfail whose reason says what is wrong (it
+passes, and so fails the run, once the hint or the finding is fixed).
 
 Exports are made once per module (a fixture of module scope), each only when a test
 asks for it.
@@ -1099,3 +1101,23 @@ def test_gp301_for_a_folded_constant_says_no_checkpoint_has_it_only_when_none_do
     with safe_open(str(state), "pt") as opened:
         held = list(opened.keys())
     assert finding.value not in held
+
+
+# ===================================================================== GP851
+def test_gp851_on_torch_cond_clears_when_frozen_or_resolved(exported, tmp_path):
+    path = exported("cond", Branching, "dynamo")
+    findings = _run(path, ["build-training-graph"],
+                    options={"build-training-graph": {"directory": str(tmp_path / "a")}})
+    (finding,) = _only(findings, "GP851")
+    assert "freeze it" in (finding.hint or "") and "control flow" in (finding.hint or "")
+    # Followed one way: the weights read in the subgraph frozen (then nothing is left to
+    # train in this model, which the build says instead).
+    findings = _run(path, ["build-training-graph"], options={"build-training-graph": {
+        "directory": str(tmp_path / "b"), "frozen": ["a.*"]}})
+    assert "GP851" not in _codes(findings), [f.message for f in findings]
+    # Followed the other way: the branch resolved at export time.
+    findings = _run(exported("cond-resolved", lambda: Branching(resolved=True), "dynamo"),
+                    ["build-training-graph"],
+                    options={"build-training-graph": {"directory": str(tmp_path / "c")}})
+    assert "GP851" not in _codes(findings) and "GP850" in _codes(findings), \
+        [f.message for f in findings]
