@@ -117,7 +117,8 @@ class Settings:
             verify_each=self.verify_each or None, dump_after=self.dump_after,
             dump_dir=self.dump_dir, fixed_point=self.fixed_point or None,
             max_iterations=self.max_iterations, verify=self.verify)
-        spec = spec.with_overrides(options=self.extra_passes)
+        spec = spec.with_overrides(options={name: values for name, values
+                                            in self.extra_passes.items() if values})
         if not spec.passes and not run:
             spec = spec.with_overrides(passes=LINT_DEFAULT)
         if not run:  # lint writes nothing and changes nothing: no run-only instruments
