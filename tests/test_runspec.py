@@ -61,7 +61,8 @@ def test_a_pipeline_file_gives_the_plan_the_command_line_shows(cli, tmp_path: Pa
 
 def test_a_pipeline_file_runs_as_the_command_line_runs_it(cli, tmp_path: Path) -> None:
     file = tmp_path / "pipeline.toml"
-    file.write_text(PIPELINE)
+    # (the tiny classifier has findings for the lint, which would stop the write)
+    file.write_text(PIPELINE.replace('"lint-gradients"]', '"check"]'))
     code, stdout, stderr = cli("run", TINY, "-c", file, "-o", tmp_path / "cli.onnx",
                                "--format", "json", "--no-timing")
     assert code == ExitCode.OK, stderr
@@ -129,7 +130,7 @@ def test_the_training_graph_preset_carries_what_lint_and_builder_share(tmp_path:
     alone = RunSpec(passes=("training-graph",),
                     options={"build-training-graph": {"directory": directory}}).manager()
     assert "lint-gradients" not in alone.plan_names and alone.warnings == []
-    assert "frozen" not in dict(_plan(alone))["build-training-graph"]
+    assert dict(_plan(alone))["build-training-graph"]["frozen"] == []  # its default
 
 
 def test_emit_training_graph_trains_what_the_lint_was_told(cli, tmp_path: Path) -> None:
