@@ -24,6 +24,8 @@ from graphpass.errors import PluginError
 from graphpass.files import load
 from graphpass.findings import Finding, Severity
 from graphpass.framework.hookspecs import PROJECT_NAME
+from graphpass.framework.pass_base import Pass
+from graphpass.framework.pipeline import Pipeline
 from graphpass.framework.planning import PassSpec
 from graphpass.framework.plugin_loading import BUILTIN
 from graphpass.framework.registry import Registry
@@ -106,7 +108,9 @@ class PassRunner:
                 ``PassManager``'s arguments (``stop_on_error=False`` ...).
         """
         settings.setdefault("verify_each", True)
-        spec = RunSpec(passes, options or {}, **settings)
+        one = isinstance(passes, (str, type, Pass, Pipeline))
+        spec = RunSpec((passes,) if one else tuple(passes),  # type: ignore[arg-type]
+                       options or {}, **settings)
         return spec.manager(self.registry).run(_model(model))
 
     def assert_preserves_semantics(
