@@ -107,7 +107,9 @@ class RunSpec:
             set_(self, name, (value,) if isinstance(value, str) else tuple(value))
         set_(self, "presets", dict(self.presets))
         if self.max_iterations < 1:
-            raise PipelineError(f"max-iterations must be at least 1, got {self.max_iterations}")
+            raise PipelineError(f"max-iterations must be at least 1, got {self.max_iterations}",
+                                hint="a fixed-point run makes 1 round or more "
+                                     "(--max-iterations N, or max-iterations in [instrument])")
 
     # ------------------------------------------------------------------ building
     @classmethod
