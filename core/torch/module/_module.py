@@ -14,7 +14,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from graphpass.errors import GraphpassError
-from graphpass.torch.module._binding import bind_input, bind_output_into, to_torch
+from graphpass.torch.module._binding import bind_input, to_torch
 from graphpass.torch.module._export import Exported, Signature, export, signature_of
 from graphpass.torch.module._program import Program, prepare, ready_model
 
@@ -284,21 +284,30 @@ class _Function(torch.autograd.Function):
             held.append(bind_input(binding, cotangent, grad))
         results: list[torch.Tensor | None] = []
         wanted = [program.inputs[i] for i in program.wanted_inputs]
-        targets: dict[str, torch.Tensor] = {}
-        for name in [*wanted, *program.trainable]:
-            output = graphs.gradients.get(name)
-            if output is None:
-                continue
-            like = by_name[name] if name in by_name else program.weights[name]
-            targets[output] = torch.empty(like.shape, dtype=like.dtype)
-            bind_output_into(binding, output, targets[output])
+        # onnxruntime allocates each gradient as the backward run reaches it (torch takes
+        # the buffer by DLPack), so the gradients do not all exist from the run's start.
+        outputs = list(dict.fromkeys(output for name in [*wanted, *program.trainable]
+                                     if (output := graphs.gradients.get(name)) is not None))
+        for output in outputs:
+            binding.bind_output(output, "cpu")
         session.run_with_iobinding(binding)
         ctx.saved = []
+        targets = {output: to_torch(value)
+                   for output, value in zip(outputs, binding.get_outputs(), strict=True)}
+        given: set[str] = set()
+
+        def gradient(output: str | None) -> torch.Tensor | None:
+            if output is None:
+                return None
+            tensor = targets[output]
+            if output in given:  # autograd may keep a gradient as .grad: one tensor each
+                return tensor.clone()
+            given.add(output)
+            return tensor
+
         for position in range(ctx.count):
             name = program.inputs[position]
-            output = graphs.gradients.get(name) if position in program.wanted_inputs else None
-            results.append(targets[output] if output is not None else None)
-        for name in program.trainable:
-            output = graphs.gradients.get(name)
-            results.append(targets[output] if output is not None else None)
+            results.append(gradient(graphs.gradients.get(name)
+                                    if position in program.wanted_inputs else None))
+        results += [gradient(graphs.gradients.get(name)) for name in program.trainable]
         return (None, None, *results)
