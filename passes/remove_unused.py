@@ -21,9 +21,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+from graphpass.checkpoint import ReconcileResult
 from graphpass.findings import Finding, Severity
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import FunctionId, Graph, Model, Node
+from graphpass.torch.folding import UnrestorableParameters
 
 __all__ = ["RemoveUnused"]
 
@@ -37,6 +39,10 @@ class RemoveUnused(Pass):
     description = "Remove nodes, initializers, functions and opset imports nothing uses."
     codes: ClassVar[Mapping[str, str]] = {
         "GP520": "remove-unused removed functions that nothing calls any more."}
+    # Removing what nothing reads leaves the checkpoint mapping and the lost parameters
+    # true (an entry for a removed initializer goes unused); the trainable selection is
+    # not preserved: a removed weight would still be in it.
+    preserves = (ReconcileResult, UnrestorableParameters)
 
     @dataclass
     class Options:

@@ -77,6 +77,8 @@ class Settings:
             (for one model on a terminal; never in a batch).
         base_dir: What relative paths in options are resolved against without a pipeline
             file (default: the folder the task runs in).
+        reproducer: Where a pass that crashes leaves a reproducer (``--reproducer``;
+            ``None``: none is written).
     """
 
     command: Command = "lint"
@@ -99,6 +101,7 @@ class Settings:
     in_place: bool = False
     progress: bool = False
     base_dir: str | None = None
+    reproducer: str | None = None
 
     def pipeline_file(self) -> PipelineFile | None:
         """The pipeline file, read (``None`` without one).
@@ -173,7 +176,8 @@ class Settings:
                 self.fixed_point or bool(instruments and instruments.fixed_point)),
             max_iterations=self.max_iterations or (instruments.max_iterations if instruments
                                                    else 10),
-            stop_on_error=self.command == "run" and not self.keep_going)
+            stop_on_error=self.command == "run" and not self.keep_going,
+            reproducer=self.reproducer)
         manager = PassManager(requested, options, **settings)
         # Defaults go to the passes that are planned: planned once without them to know.
         defaulted = {name: {**values, **options.get(name, {})}

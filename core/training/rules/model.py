@@ -79,6 +79,7 @@ __all__ = [
     "OutputsFewerThan",
     "Predicate",
     "StopEdges",
+    "TrainableSelection",
     "TrainableWeights",
     "TrainerFailure",
     "TrainerFailureKind",
@@ -962,6 +963,36 @@ class TrainableWeights:
     frozen: list[str]
     findings: list[Finding]
     selection: WeightSelection
+
+
+@dataclass(frozen=True)
+class TrainableSelection:
+    """The weights a ``trainable``/``frozen`` request picked, and what it reported: an analysis.
+
+    ``lint-gradients`` gives it; ``build-training-graph`` asks for it, so that a problem
+    of the same request (a pattern that matches nothing, a weight that cannot train) is
+    reported once. A pass that changes the model drops it (a weight it removed would
+    still be listed).
+
+    Attributes:
+        trainable_patterns: The ``trainable`` option it was asked with.
+        frozen_patterns: The ``frozen`` option it was asked with.
+        trainable: The weights picked to train, in order.
+        frozen: The weights kept fixed.
+        reported: ``(problem, value)`` of each problem of the request already reported
+            (``problem``: ``no-match`` or ``not-float``; ``value``: the pattern or weight).
+    """
+
+    trainable_patterns: tuple[str, ...]
+    frozen_patterns: tuple[str, ...]
+    trainable: tuple[str, ...]
+    frozen: tuple[str, ...]
+    reported: frozenset[tuple[str, str]] = frozenset()
+
+    def asked(self, trainable: Sequence[str], frozen: Sequence[str]) -> bool:
+        """Whether this selection answers the request ``trainable``/``frozen``."""
+        return (self.trainable_patterns, self.frozen_patterns) == (tuple(trainable),
+                                                                  tuple(frozen))
 
 
 def trainable_weights(graph: Graph, trainable: Sequence[str] = (), frozen: Sequence[str] = (),
