@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +23,11 @@ from onnx import TensorProto, helper
 import graphpass
 from graphpass.errors import PassError
 from graphpass.framework.registry import Registry
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 Process = Callable[..., subprocess.CompletedProcess[str]]
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import platform
+import re
 import shlex
 import time
 import traceback
@@ -144,13 +145,18 @@ def _versions(registry: Registry) -> str:
             version = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             version = "not installed"
-        lines.append(f"{toml_text(package)} = {toml_text(version)}")
+        lines.append(f"{_key(package)} = {toml_text(version)}")
     lines += ["", "[plugins]"]
     for info in registry.plugins:
-        lines.append(f"{toml_text(info.name)} = {{ version = {toml_text(info.version)}, "
+        lines.append(f"{_key(info.name)} = {{ version = {toml_text(info.version)}, "
                      f"distribution = {toml_text(info.distribution)}, "
                      f"status = {toml_text(info.status)} }}")
     return "\n".join(lines) + "\n"
+
+
+def _key(name: str) -> str:
+    """``name`` as a TOML key: bare when TOML allows, else quoted."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else toml_text(name)
 
 
 def _replay(checkpoints: Sequence[Path], *, has_model: bool) -> str:
