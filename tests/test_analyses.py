@@ -246,3 +246,24 @@ def test_a_pass_that_renames_an_initializer_drops_the_reconcile_result(tmp_path:
     dropped = graphpass.PassManager(["reconcile-initializers", "renames"], registry=registry,
                                     checkpoints=[checkpoint]).run(graphpass.load(path))
     assert dropped.analysis(ReconcileResult) is None
+
+
+def test_the_plugins_page_example_of_an_analysis_runs_as_it_says() -> None:
+    from _docs_runner import block_after
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "plugins.md").read_text()
+    heading = "### Analyses: what a pass tells later passes"
+    namespace: dict[str, Any] = {}
+    exec(compile(block_after(page, heading, "python"), "plugins.md", "exec"), namespace)
+    registry = Registry()
+    for pass_class in (namespace["TakesCensus"], namespace["ReadsCensus"], _Changes):
+        registry.add("passes", pass_class.name, pass_class, "docs")
+
+    def reads(*passes: str) -> dict[str, Any]:
+        result = graphpass.PassManager([*passes, "read-census"], registry=registry).run(
+            _model())
+        return next(r.stats for r in result.records if r.name == "read-census")
+
+    assert reads("take-census") == {"relu": 1, "from census": True}
+    assert reads() == {"relu": 1, "from census": False}
+    assert reads("take-census", "changes") == {"relu": 1, "from census": False}
