@@ -13,7 +13,7 @@ when the export records them, else every float initializer). What it needs from 
 passes it asks for as analyses: the checkpoint ``reconcile-initializers`` filled the
 model from (:class:`~graphpass.checkpoint.ReconcileResult`: torch names, tied keys,
 keys no initializer holds) and ``lint-gradients``' selection
-(:class:`~graphpass.training.rules.model.TrainableSelection`, so that a problem of the
+(:class:`~graphpass.training.rules.model.SelectionReport`, so that a problem of the
 same request is reported once). The directory is the one
 :func:`~graphpass.training.graphs.build_training_graphs` and
 :func:`~graphpass.training.directory.write_training_directory` write from Python with
@@ -43,7 +43,7 @@ from graphpass.training.directory import write_training_directory
 from graphpass.training.graphs import build_training_graphs
 from graphpass.training.optimizers import SGD, AdamW, Optimizer
 from graphpass.training.recompute import RecomputePolicy
-from graphpass.training.rules.model import TrainableSelection, trainable_weights
+from graphpass.training.rules.model import SelectionReport, trainable_weights
 from graphpass.training.table import registered_builders
 
 __all__ = ["CODES", "BuildTrainingGraph"]
@@ -194,7 +194,7 @@ class BuildTrainingGraph(Pass):
         """The weights to train and to freeze: ``lint-gradients``' selection.
 
         A problem of the request that ``lint-gradients`` already reported for this model
-        (its :class:`TrainableSelection`, for the same option values: the same fact) is
+        (its :class:`SelectionReport`, for the same option values: the same fact) is
         not reported again.
         """
         options = self.options
@@ -202,7 +202,7 @@ class BuildTrainingGraph(Pass):
             model.graph, options.trainable, options.frozen, trainer="build-training-graph",
             codes={"no-match": CODES["selection"], "not-float": CODES["selection"]},
             initializers_only=True)
-        linted = context.analysis(TrainableSelection)
+        linted = context.analysis(SelectionReport)
         seen = linted.reported if linted is not None and linted.asked(
             options.trainable, options.frozen) else frozenset()
         findings.extend(f for f in weights.findings

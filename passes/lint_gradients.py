@@ -69,7 +69,7 @@ from graphpass.training.rules.derived import DerivedRules
 from graphpass.training.rules.model import (
     GradientRules,
     NodeSite,
-    TrainableSelection,
+    SelectionReport,
     TrainerFailureKind,
     normalize_domain,
     trainable_weights,
@@ -212,7 +212,7 @@ class LintGradients(AnalysisPass):
                                           for problem, text in _DESCRIPTIONS.items()}
     description = "Name every node on the trainable path that the trainer cannot differentiate."
     after = ("inline-functions", "reconcile-initializers", "detect-missing-buffers")
-    provides = (TrainableSelection,)
+    provides = (SelectionReport,)
 
     @dataclass
     class Options:
@@ -262,9 +262,8 @@ class LintGradients(AnalysisPass):
         rules = self._rules(context)
         findings, trainable, frozen, because = _select_trainable(model.graph, self.options,
                                                                  rules)
-        selection = TrainableSelection(
-            tuple(self.options.trainable), tuple(self.options.frozen), tuple(trainable),
-            tuple(sorted(frozen)),
+        selection = SelectionReport(
+            tuple(self.options.trainable), tuple(self.options.frozen),
             frozenset((str(f.data["selection"]), str(f.value)) for f in findings
                       if isinstance(f.data, dict) and "selection" in f.data))
         if not self.options.trainable:

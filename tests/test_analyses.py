@@ -30,7 +30,7 @@ from graphpass.torch.folding import UnrestorableParameters
 from graphpass.training.directory import write_training_directory
 from graphpass.training.graphs import build_training_graphs
 from graphpass.training.optimizers import AdamW
-from graphpass.training.rules.model import TrainableSelection, trainable_weights
+from graphpass.training.rules.model import SelectionReport, trainable_weights
 
 torch = pytest.importorskip("torch")
 
@@ -215,13 +215,37 @@ def test_built_in_passes_say_what_they_provide_and_preserve() -> None:
                 if entry.item.provides}
     assert provides == {"reconcile-initializers": (ReconcileResult,),
                         "restore-parameters": (UnrestorableParameters,),
-                        "lint-gradients": (TrainableSelection,)}
+                        "lint-gradients": (SelectionReport,)}
     # Between reconcile-initializers and build-training-graph in train-ready: they keep
     # initializers' names and values, so the checkpoint mapping survives them.
     for name in ("restore-parameters", "fix-training-ops", "remove-unused"):
         assert ReconcileResult in passes[name].item.preserves, name
-    # remove-unused may remove a selected weight: the selection does not survive it.
-    assert TrainableSelection not in passes["remove-unused"].item.preserves
+    # Removing what nothing reads cannot make a pattern match: the report survives it.
+    assert SelectionReport in passes["remove-unused"].item.preserves
+
+
+def test_a_request_problem_the_lint_reported_is_not_reported_again_after_remove_unused(
+        tmp_path: Path) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+        initializer=[helper.make_tensor("w", TensorProto.FLOAT, [2, 2], [1.0, 0.0, 0.0, 1.0]),
+                     helper.make_tensor("spare", TensorProto.FLOAT, [1], [0.0])])
+    model = graphpass.Model.from_proto(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    request = {"trainable": ["w", "nope*"]}
+    result = graphpass.PassManager(  # what graphpass run -p train-ready --emit-training-graph does
+        ["train-ready", "build-training-graph"],
+        options={"lint-gradients": request,
+                 "build-training-graph": {**request, "directory": str(tmp_path / "t")}},
+        stop_on_error=False).run(model)
+    plan = list(result.plan)
+    assert plan.index("lint-gradients") < plan.index("remove-unused") < plan.index(
+        "build-training-graph")
+    assert next(r for r in result.records if r.name == "remove-unused").changed
+    about = [(f.code, f.pass_name) for f in result.findings if f.value == "nope*"]
+    assert about == [(about[0][0], "lint-gradients")], about  # once, by the lint
 
 
 def test_a_pass_that_renames_an_initializer_drops_the_reconcile_result(tmp_path: Path) -> None:

@@ -78,8 +78,8 @@ __all__ = [
     "OpFailure",
     "OutputsFewerThan",
     "Predicate",
+    "SelectionReport",
     "StopEdges",
-    "TrainableSelection",
     "TrainableWeights",
     "TrainerFailure",
     "TrainerFailureKind",
@@ -966,31 +966,28 @@ class TrainableWeights:
 
 
 @dataclass(frozen=True)
-class TrainableSelection:
-    """The weights a ``trainable``/``frozen`` request picked, and what it reported: an analysis.
+class SelectionReport:
+    """The problems of a ``trainable``/``frozen`` request already reported: an analysis.
 
     ``lint-gradients`` gives it; ``build-training-graph`` asks for it, so that a problem
     of the same request (a pattern that matches nothing, a weight that cannot train) is
-    reported once. A pass that changes the model drops it (a weight it removed would
-    still be listed).
+    reported once. Removing what nothing reads leaves it true (a pattern that matched
+    nothing still matches nothing), so ``remove-unused`` preserves it; the weights each
+    pass trains are chosen again by :func:`trainable_weights` from the model it is given.
 
     Attributes:
-        trainable_patterns: The ``trainable`` option it was asked with.
-        frozen_patterns: The ``frozen`` option it was asked with.
-        trainable: The weights picked to train, in order.
-        frozen: The weights kept fixed.
-        reported: ``(problem, value)`` of each problem of the request already reported
-            (``problem``: ``no-match`` or ``not-float``; ``value``: the pattern or weight).
+        trainable_patterns: The ``trainable`` option of the request.
+        frozen_patterns: The ``frozen`` option of the request.
+        reported: ``(problem, value)`` of each problem reported (``problem``:
+            ``no-match`` or ``not-float``; ``value``: the pattern or the weight).
     """
 
     trainable_patterns: tuple[str, ...]
     frozen_patterns: tuple[str, ...]
-    trainable: tuple[str, ...]
-    frozen: tuple[str, ...]
     reported: frozenset[tuple[str, str]] = frozenset()
 
     def asked(self, trainable: Sequence[str], frozen: Sequence[str]) -> bool:
-        """Whether this selection answers the request ``trainable``/``frozen``."""
+        """Whether this report is of the request ``trainable``/``frozen``."""
         return (self.trainable_patterns, self.frozen_patterns) == (tuple(trainable),
                                                                   tuple(frozen))
 
