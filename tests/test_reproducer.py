@@ -138,3 +138,20 @@ def test_the_python_api_writes_one_for_a_bug_only_and_leaves_the_model_alone(
     with pytest.raises(PassError, match="not for me") as refused:
         refusing.run(model)
     assert refused.value.reproducer is None and not (tmp_path / "s").exists()
+
+
+def test_a_model_changed_in_place_and_not_from_a_file_still_leaves_the_rest(
+        tmp_path: Path) -> None:
+    model = graphpass.Model.from_proto(onnx.load(_model_file(tmp_path)))
+    registry = Registry()
+    for pass_class in (_Shrinks, _Buggy):
+        registry.add("passes", pass_class.name, pass_class, "testplugin")
+    manager = graphpass.PassManager(["shrinks", "buggy"], registry=registry,
+                                    reproducer=tmp_path / "r")
+    with pytest.raises(PassError, match="could not be rebuilt") as raised:
+        manager.run(model, copy=False)
+    folder = raised.value.reproducer
+    assert folder is not None
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "error.txt", "pipeline.toml", "replay.sh", "versions.toml"]
+    assert "could not be rebuilt" in (folder / "error.txt").read_text()

@@ -147,7 +147,6 @@ class PassManager:
         self.max_iterations = max_iterations
         self.stop_on_error = stop_on_error
         self.reproducer = Path(reproducer) if reproducer is not None else None
-        self._source: Path | None = None
 
     @property
     def plan_names(self) -> tuple[str, ...]:
@@ -188,13 +187,14 @@ class PassManager:
         for instrument in self.instruments:
             instrument.before_run(self.plan, working, context)
         ran: list[PlannedPass] = []
+        source = model.source_path
         try:
             self._run_rounds(working, context, result, _ChangeWatch(), run_level, ran)
         except PassError as error:
             for instrument in self.instruments:
                 instrument.after_run(None, context)
             if self.reproducer is not None and error.unexpected:
-                self._leave_reproducer(error, model if copy else None, ran)
+                self._leave_reproducer(error, model if copy else None, source, ran)
             raise
         except BaseException:
             for instrument in self.instruments:
@@ -223,7 +223,7 @@ class PassManager:
                 and any(r.changed for r in result.records if r.iteration == result.iterations))
 
     def _leave_reproducer(self, error: PassError, original: Model | None,
-                          ran: Sequence[PlannedPass]) -> None:
+                          source: Path | None, ran: Sequence[PlannedPass]) -> None:
         """Write a reproducer of ``error`` and say where in its message.
 
         The model the failing pass saw is rebuilt by running the passes before it again
@@ -231,34 +231,43 @@ class PassManager:
         cannot be written is mentioned in the message; the pass's error still stands.
         """
         from graphpass.framework.reproducer import REPLAY, write_reproducer
+        assert self.reproducer is not None and error.__cause__ is not None
         failing = ran[-1]
-        position = self.plan.index(failing)
         entering: Model | None = None
+        lost = ""
         try:
-            entering = self._replay(original, ran[:-1])
-            assert error.__cause__ is not None
+            entering = self._replay(original, source, ran[:-1])
+        except Exception as failed:  # (a pass that ran fine once may not run twice)
+            lost = f"the model as it entered the pass could not be rebuilt: {failed}"
+        try:
             folder = write_reproducer(
-                self.reproducer or Path.cwd(), entering, self.plan[position:],
+                self.reproducer, entering, self.plan[self.plan.index(failing):],
                 checkpoints=self.checkpoints, registry=self.registry,
-                error=error.__cause__, message=error.message)
+                error=error.__cause__, message=error.message + (f"\n  ({lost})" if lost else ""))
         except (GraphpassError, OSError) as failed:
             error.message += f"\n  (no reproducer: {failed})"
         else:
             error.reproducer = folder
             error.message += (f"\n  a reproducer is in {folder}: send it with a bug report "
                               f"(replay: sh {folder / REPLAY})")
+            if lost:
+                error.message += f" ({lost})"
         GraphpassError.__init__(error, error.message, hint=error.hint)
 
-    def _replay(self, original: Model | None, before: Sequence[PlannedPass]) -> Model:
+    def _replay(self, original: Model | None, source: Path | None,
+                before: Sequence[PlannedPass]) -> Model:
         """The model as the passes ``before`` left it, run again on a fresh copy.
+
+        The copy is of ``original`` (the caller's model, unchanged), else the file
+        ``source`` is loaded again (a model the run changed in place).
 
         Raises:
             GraphpassError: No unchanged model to start from, or a pass fails again.
         """
         if original is not None:
             working = original.copy()
-        elif self._source is not None:
-            working = load(self._source)
+        elif source is not None:
+            working = load(source)
         else:
             raise GraphpassError("the model was changed in place and was not loaded from a "
                                  "file, so the model the pass saw cannot be rebuilt")
@@ -276,7 +285,6 @@ class PassManager:
                     watch: _ChangeWatch, run_level: list[Finding],
                     history: list[PlannedPass]) -> None:
         ran: list[str] = []
-        self._source = working.source_path
         for iteration in range(1, self.max_iterations + 1):
             result.iterations = iteration
             changed = False
