@@ -16,6 +16,7 @@ from graphpass.errors import (
     CheckpointError,
     ConfigError,
     CycleError,
+    ExitCode,
     ExternalDataError,
     GraphpassError,
     InvalidModelError,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from graphpass.framework.pass_base import AnalysisPass, Pass, PassContext, PassResult
     from graphpass.framework.pipeline import Pipeline, PipelineStep
     from graphpass.framework.results import PassRecord, RunResult
+    from graphpass.framework.runspec import RunSpec
     from graphpass.ir import (
         Attribute,
         Function,
@@ -69,6 +71,7 @@ _LAZY: dict[str, str] = {
     "PipelineStep": "graphpass.framework.pipeline",
     "PassRecord": "graphpass.framework.results",
     "RunResult": "graphpass.framework.results",
+    "RunSpec": "graphpass.framework.runspec",
     "Attribute": "graphpass.ir",
     "Function": "graphpass.ir",
     "FunctionId": "graphpass.ir",
@@ -108,6 +111,7 @@ __all__ = [
     "CheckpointLoader",
     "ConfigError",
     "CycleError",
+    "ExitCode",
     "ExternalDataError",
     "Finding",
     "Function",
@@ -134,6 +138,7 @@ __all__ = [
     "PluginError",
     "RewriteRules",
     "RunResult",
+    "RunSpec",
     "Severity",
     "Tensor",
     "Use",

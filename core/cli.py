@@ -15,10 +15,11 @@ graphpass train MODEL_OR_DIR --data PATH... [--batch-size B] [--epochs E | --ste
 graphpass passes | plan -p ... | plugins | inspect MODEL
 ```
 
-Exit codes: 0 when all went well, 1 when a pass reported an error finding, 2 for bad
-input or usage (one readable message on standard error, never a traceback), 130 when
-interrupted. A run that fails writes nothing. Over several models (files, folders,
-globs) the exit code is the worst of theirs, and one report covers them all.
+Exit codes (:class:`graphpass.ExitCode`): 0 when all went well, 1 when a pass reported
+an error finding, 2 for bad input or usage (one readable message on standard error, never
+a traceback), 130 when interrupted. A run that fails writes nothing. Over several models
+(files, folders, globs) the exit code is the worst of theirs, and one report covers them
+all.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from graphpass.errors import GraphpassError
+from graphpass.errors import ExitCode, GraphpassError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -50,17 +51,15 @@ if TYPE_CHECKING:
     from graphpass.framework.config import PipelineFile
     from graphpass.framework.registry import Registry
     from graphpass.framework.results import RunSummary
+    from graphpass.framework.runspec import RunSpec
     from graphpass.framework.verify import VerifyOptions
     from graphpass.reporting.render import ReportInfo
 
 __all__ = ["main"]
 
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
-TRAINING_GRAPH_PASS = "build-training-graph"
-"""The pass ``--emit-training-graph`` adds."""
+TRAINING_GRAPH_PRESET = "training-graph"
+"""The preset ``--emit-training-graph DIR`` adds (its pass writes DIR: ``-O
+build-training-graph.directory=DIR``)."""
 
 
 class UsageError(Exception):
@@ -115,25 +114,25 @@ def _main(arguments: list[str], show_traceback: bool) -> int:
         args = parser.parse_args(arguments)
         if args.handler is None:
             parser.print_help(sys.stderr)
-            return EXIT_USAGE
+            return ExitCode.USAGE
         code: int = args.handler(args)
         return code
     except UsageError as error:
         _fail(f"{error.command}: error: {error}")
         _error_document(arguments, "UsageError", str(error), None, None)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except GraphpassError as error:
         if show_traceback:
             traceback.print_exception(error, file=sys.stderr)
         _fail(f"graphpass: error: {error}")
         _error_document(arguments, type(error).__name__, error.message, error.where,
-                        error.hint)
-        return EXIT_USAGE
+                        error.hint, error.exit_code)
+        return error.exit_code
     except KeyboardInterrupt:
         _fail("graphpass: interrupted; nothing was written")
-        return EXIT_INTERRUPTED
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:
-        return EXIT_OK
+        return ExitCode.OK
     except Exception as error:
         if show_traceback:
             traceback.print_exception(error, file=sys.stderr)
@@ -141,7 +140,7 @@ def _main(arguments: list[str], show_traceback: bool) -> int:
         _fail(f"graphpass: internal error: {type(error).__name__}: {error}\n  hint: {hint}")
         _error_document(arguments, "InternalError", f"{type(error).__name__}: {error}", None,
                         hint)
-        return EXIT_USAGE
+        return ExitCode.USAGE
 
 
 def _fail(message: str) -> None:
@@ -153,7 +152,7 @@ ERROR_SCHEMA_ID = "graphpass-error/1"
 
 
 def _error_document(arguments: Sequence[str], kind: str, message: str, where: str | None,
-                    hint: str | None) -> None:
+                    hint: str | None, code: ExitCode = ExitCode.USAGE) -> None:
     """With ``--format json``, print the error as a JSON object on standard output.
 
     Scripts that parse the report then get a document on every exit: the report, or
@@ -161,7 +160,7 @@ def _error_document(arguments: Sequence[str], kind: str, message: str, where: st
     """
     if _format_asked(arguments) != "json":
         return
-    document = {"schema": ERROR_SCHEMA_ID, "ok": False, "exit_code": EXIT_USAGE,
+    document = {"schema": ERROR_SCHEMA_ID, "ok": False, "exit_code": int(code),
                 "error": {"type": kind, "message": message, "where": where, "hint": hint}}
     try:
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
@@ -383,11 +382,10 @@ def _lint(args: argparse.Namespace) -> int:
 def _check_models(args: argparse.Namespace, command: Command) -> int:
     """``run`` or ``lint``: one model as before, several as a batch with one report."""
     from graphpass.batch import is_many
-    name = f"graphpass {command}"
-    if getattr(args, "max_iterations", None) is not None and args.max_iterations < 1:
-        raise UsageError("--max-iterations must be at least 1", name)
     config, registry = _setup(args)
-    settings = _settings(args, command, config, registry)
+    emit = getattr(args, "emit_training_graph", None)
+    settings = _settings(args, command, config, registry,
+                         training_graph=Path(emit) if emit else None)
     if not is_many(args.models):
         return _check_one(args, settings, config, registry)
     return _check_many(args, settings, config, registry)
@@ -458,7 +456,7 @@ def _check_many(args: argparse.Namespace, settings: Settings, config: PipelineFi
         _fail("graphpass: interrupted; " + ("the models finished before were written, and no "
                                              "file was left half-written" if command == "run"
                                              else "nothing was written"))
-        return EXIT_INTERRUPTED
+        return ExitCode.INTERRUPTED
     for result in results:
         if result.error is None:
             continue
@@ -524,17 +522,16 @@ def _train(args: argparse.Namespace) -> int:
         else:
             scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="graphpass-train-"))
             directory = Path(scratch) / "train"
-        args.emit_training_graph = str(directory)
-        args.passes = args.passes or ["train-ready"]
         config, registry = _setup(args)
-        settings = _settings(args, "run", config, registry)
+        settings = _settings(args, "run", config, registry, training_graph=directory,
+                             default_passes=("train-ready",))
         task = ModelTask(str(source), replace(settings, progress=True), None, label=args.model)
         outcome, _ = run_model(task, registry=registry, config=config)
         assert outcome.summary is not None
-        if outcome.exit_code != EXIT_OK or not (directory / MANIFEST).exists():
+        if outcome.exit_code != ExitCode.OK or not (directory / MANIFEST).exists():
             _report(args, outcome.summary, config, registry, command="train",
                     model=args.model, output=None)
-            return EXIT_FINDINGS
+            return ExitCode.FINDINGS
         build = report_dict(outcome.summary, _report_info(args, config, registry, "train",
                                                           args.model, None))
         if args.format == "text":
@@ -651,7 +648,7 @@ def _train_directory(args: argparse.Namespace, directory: Path, *, kept: bool,
         print_training_summary(report, console)
     else:
         _write_json(training_dict(report))
-    return EXIT_OK if report.error is None else EXIT_FINDINGS
+    return ExitCode.OK if report.error is None else ExitCode.FINDINGS
 
 
 def _has_state(folder: Path) -> bool:
@@ -671,7 +668,7 @@ def _passes(args: argparse.Namespace) -> int:
         _write_json({"passes": passes_data(registry), "pipelines": pipelines_data(registry)})
     else:
         print_passes(registry, _stdout_console())
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -685,7 +682,7 @@ def _plan(args: argparse.Namespace) -> int:
                      "warnings": [warning.to_dict() for warning in manager.warnings]})
     else:
         print_plan(manager.plan, _stdout_console())
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _plugins(args: argparse.Namespace) -> int:
@@ -696,7 +693,7 @@ def _plugins(args: argparse.Namespace) -> int:
                      "clashes": clashes_data(registry)})
     else:
         print_plugins(registry, _stdout_console())
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -708,25 +705,28 @@ def _inspect(args: argparse.Namespace) -> int:
         _write_json(summary)
     else:
         render_summary(summary, _stdout_console())
-    return EXIT_OK
+    return ExitCode.OK
 
 
 # ===================================================================== helpers
 def _setup(args: argparse.Namespace) -> tuple[PipelineFile | None, Registry]:
+    """The pipeline file (read, not yet checked: its run spec checks it) and the registry."""
     from graphpass.framework.config import load_pipeline_file
     config = load_pipeline_file(args.config) if args.config else None
-    registry = _registry(args, config)
-    if config is not None:
-        config.check(registry)
-    return config, registry
+    return config, _registry(args, config)
+
+
+def _plugin_spec(args: argparse.Namespace, config: PipelineFile | None) -> RunSpec:
+    """The run spec of the pipeline file (or none) with the plugin flags over it."""
+    from graphpass.framework.runspec import RunSpec
+    spec = RunSpec.from_pipeline(config) if config is not None else RunSpec()
+    return spec.with_overrides(disable_plugins=args.disable_plugin,
+                               strict_plugins=args.strict_plugins or None)
 
 
 def _registry(args: argparse.Namespace, config: PipelineFile | None, *,
               report_problems: bool = True) -> Registry:
-    from graphpass.framework.plugin_loading import default_registry
-    disable = [*args.disable_plugin, *(config.disable_plugins if config else ())]
-    strict = args.strict_plugins or bool(config and config.strict_plugins)
-    registry = default_registry(disable=disable, strict=strict)
+    registry = _plugin_spec(args, config).registry()
     if report_problems:
         for problem in registry.problems:
             print(f"graphpass: warning: {problem}", file=sys.stderr)
@@ -772,19 +772,31 @@ def _verify_options(args: argparse.Namespace,
 
 
 def _settings(args: argparse.Namespace, command: Command, config: PipelineFile | None,
-              registry: Registry) -> Settings:
-    """The settings of every model's task, from the flags (paths made absolute)."""
+              registry: Registry, *, training_graph: Path | None = None,
+              default_passes: tuple[str, ...] = ()) -> Settings:
+    """The settings of every model's task, from the flags (paths made absolute).
+
+    The flags become overrides of the run spec (:meth:`graphpass.batch.Settings.spec`),
+    which checks the inputs (checkpoints ...) and plans.
+
+    Args:
+        args: The parsed flags.
+        command: ``run`` or ``lint``.
+        config: The pipeline file, read.
+        registry: The plugins in use.
+        training_graph: Where graphpass's training graphs go (``--emit-training-graph``,
+            or the folder ``train`` builds them in).
+        default_passes: What to run when ``-p`` names nothing, in place of the pipeline
+            file's passes as ``-p`` would be (``train``: ``train-ready``).
+    """
     from graphpass.batch import Settings
     from graphpass.framework.reproducer import default_folder as default_reproducer_folder
     passes = tuple(name.strip() for group in args.passes for name in group.split(",")
-                   if name.strip())
+                   if name.strip()) or default_passes
     options: dict[str, dict[str, Any]] = {}
     for text in args.option:
         name, option, value = _parse_option(text)
         options.setdefault(name, {})[option] = value
-    for given in args.checkpoint:
-        if not Path(given).exists():
-            raise UsageError(f"--checkpoint {given}: no such file or folder")
     extra_passes: dict[str, dict[str, Any]] = {}
     if getattr(args, "emit_training_artifacts", None):
         if "emit-training-artifacts" not in registry.passes:
@@ -794,11 +806,10 @@ def _settings(args: argparse.Namespace, command: Command, config: PipelineFile |
                 "graphpass run")
         extra_passes["emit-training-artifacts"] = {
             "directory": str(Path(args.emit_training_artifacts).absolute())}
-    defaults: dict[str, dict[str, Any]] = {}
-    if getattr(args, "emit_training_graph", None):
-        extra_passes[TRAINING_GRAPH_PASS] = {
-            "directory": str(Path(args.emit_training_graph).absolute())}
-        defaults = _training_graph_defaults(options, config)
+    if training_graph is not None:
+        extra_passes[TRAINING_GRAPH_PRESET] = {}
+        options.setdefault("build-training-graph", {})["directory"] = str(
+            training_graph.absolute())
     instruments = config.instruments if config else None
     verify = (_verify_options(args, instruments.verify if instruments else None)
               if command == "run" and hasattr(args, "verify") else None)
@@ -807,7 +818,7 @@ def _settings(args: argparse.Namespace, command: Command, config: PipelineFile |
         config=str(Path(args.config).absolute()) if args.config else None,
         checkpoints=tuple(str(Path(c).absolute()) for c in args.checkpoint),
         disable_passes=tuple(args.disable_pass), disable_plugins=tuple(args.disable_plugin),
-        strict_plugins=args.strict_plugins, extra_passes=extra_passes, defaults=defaults,
+        strict_plugins=args.strict_plugins, extra_passes=extra_passes,
         verify=verify,
         verify_each=getattr(args, "verify_each", False),
         dump_after=tuple(getattr(args, "dump_after", ())),
@@ -820,27 +831,6 @@ def _settings(args: argparse.Namespace, command: Command, config: PipelineFile |
         reproducer=str(Path(args.reproducer).absolute()) if getattr(args, "reproducer", None)
         else str(default_reproducer_folder()),
         base_dir=str(Path.cwd()))
-
-
-def _training_graph_defaults(options: dict[str, dict[str, Any]],
-                             config: PipelineFile | None) -> dict[str, dict[str, Any]]:
-    """With ``--emit-training-graph``: lint by graphpass's rules, train what the lint judged.
-
-    ``lint-gradients`` then reports every node ``build-training-graph`` cannot
-    differentiate, and both passes pick the same weights, unless the options (``-O`` or
-    the pipeline file) say otherwise.
-
-    Returns:
-        The lint's default rules, for :attr:`Settings.defaults` (used when the lint is
-        planned, and no warning about options for a pass not planned when it is not).
-    """
-    given = config.options if config else {}
-    lint = {**given.get("lint-gradients", {}), **options.get("lint-gradients", {})}
-    training = {**given.get(TRAINING_GRAPH_PASS, {}), **options.get(TRAINING_GRAPH_PASS, {})}
-    for key in ("trainable", "frozen"):
-        if key in lint and key not in training:
-            options.setdefault(TRAINING_GRAPH_PASS, {})[key] = lint[key]
-    return {} if "rules" in lint else {"lint-gradients": {"rules": "graphpass"}}
 
 
 def _parse_option(text: str) -> tuple[str, str, Any]:

@@ -3,11 +3,16 @@
 Every error that graphpass raises deliberately derives from :class:`GraphpassError`.
 Each one carries three things a person needs: what was wrong, where (a file, a
 node, a function, a pass), and what to do about it. The command line prints
-``str(error)`` and exits with code 2; it never shows a traceback for these.
+``str(error)`` and exits with the error's :attr:`~GraphpassError.exit_code` (2); it never
+shows a traceback for these.
+
+:class:`ExitCode` is the one table of exit codes: the command line, the batch layer and
+every error use it.
 """
 
 from __future__ import annotations
 
+import enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -17,6 +22,7 @@ __all__ = [
     "CheckpointError",
     "ConfigError",
     "CycleError",
+    "ExitCode",
     "ExternalDataError",
     "GraphpassError",
     "InvalidModelError",
@@ -29,6 +35,22 @@ __all__ = [
 ]
 
 
+class ExitCode(enum.IntEnum):
+    """The exit codes of ``graphpass`` (and of a batch, model by model).
+
+    Attributes:
+        OK: All went well.
+        FINDINGS: A pass reported an error finding (or training failed).
+        USAGE: Bad input or usage: one readable message, no traceback.
+        INTERRUPTED: Interrupted (Ctrl-C); nothing half-written is left.
+    """
+
+    OK = 0
+    FINDINGS = 1
+    USAGE = 2
+    INTERRUPTED = 130
+
+
 class GraphpassError(Exception):
     """Base class of every error graphpass raises on purpose.
 
@@ -36,7 +58,10 @@ class GraphpassError(Exception):
         message: What went wrong, in one sentence.
         where: Where it went wrong (a file, node, function or pass), if known.
         hint: What the user can do about it, if anything.
+        exit_code: The command line's exit code for it (:attr:`ExitCode.USAGE`).
     """
+
+    exit_code: ExitCode = ExitCode.USAGE
 
     def __init__(self, message: str, *, where: str | None = None, hint: str | None = None):
         self.message = message

@@ -5,13 +5,18 @@ checkpoint holding its weights) to a model ONNX Runtime training can
 differentiate::
 
     graphpass run model.onnx --checkpoint model.safetensors -p train-ready -o ready.onnx
+
+``training-graph`` adds graphpass's own training graphs to whatever else is planned
+(``--emit-training-graph DIR`` asks for it), and carries what the lint and the builder
+share: the lint judges by graphpass's rules, and the builder trains the weights the lint
+was told are trainable or frozen.
 """
 
 from __future__ import annotations
 
 from graphpass.framework.pipeline import Pipeline, PipelineStep
 
-__all__ = ["TRAIN_READY", "builtin_pipelines"]
+__all__ = ["TRAINING_GRAPH", "TRAIN_READY", "builtin_pipelines"]
 
 TRAIN_READY = Pipeline(
     name="train-ready",
@@ -41,6 +46,26 @@ values (``--verify`` checks it) and lets the model train.
 """
 
 
+TRAINING_GRAPH = Pipeline(
+    name="training-graph",
+    description=(
+        "Write graphpass's own training graphs (build-training-graph; give its directory "
+        "option), linting gradients by graphpass's rules and training the weights the lint "
+        "was told are trainable or frozen."
+    ),
+    passes=["build-training-graph"],
+    options={"lint-gradients": {"rules": "graphpass"}},
+    share=[("lint-gradients.trainable", "build-training-graph.trainable"),
+           ("lint-gradients.frozen", "build-training-graph.frozen")],
+)
+"""Added to a plan for graphpass's training graphs (``--emit-training-graph``).
+
+With it, ``lint-gradients`` (when planned) reports every node ``build-training-graph``
+cannot differentiate, and both passes pick the same weights, unless the options say
+otherwise.
+"""
+
+
 def builtin_pipelines() -> list[Pipeline]:
     """The built-in pipeline presets."""
-    return [TRAIN_READY]
+    return [TRAIN_READY, TRAINING_GRAPH]

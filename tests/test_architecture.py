@@ -210,6 +210,62 @@ def test_passes_get_the_registry_from_their_context() -> None:
                        "plugin loading or the plugins:\n  " + "\n  ".join(found))
 
 
+# ------------------------------------------------------------------ one run specification
+RUN_SPEC_MODULE = "graphpass.framework.runspec"
+"""Where a run's manager and registry are built for every caller above the framework."""
+_BUILDERS = ("PassManager", "build_registry", "default_registry")
+"""Calls that build a manager or a registry: above the framework, RunSpec makes them."""
+_MAY_BUILD_A_REGISTRY = {
+    ("graphpass.checkpoint._loader", "default_registry"):
+        "open_checkpoint, given no loaders or registry, starts the work itself "
+        "(docs/architecture.md, 'The registry is handed down')",
+}
+"""Calls the rule allows, each with why."""
+
+
+def _building_calls(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """Where a module calls ``PassManager(``, ``build_registry(`` or ``default_registry(``
+    (by name, or as an attribute: ``graphpass.PassManager(``)."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        function = node.func
+        name = (function.id if isinstance(function, ast.Name)
+                else function.attr if isinstance(function, ast.Attribute) else None)
+        if name in _BUILDERS:
+            yield node.lineno, name
+
+
+def test_above_the_framework_managers_and_registries_come_from_a_run_spec() -> None:
+    """The CLI, the batch layer, ``graphpass.torch.Module``, ``graphpass.testing`` (and
+    every layer above the framework) build their manager and registry through
+    ``graphpass.RunSpec``, so a run's settings, presets and input checks live in one place.
+    Tests and the docs' examples may call ``PassManager`` (it stays public)."""
+    found = []
+    for module, path in MODULES.items():
+        layer = layer_of(module)
+        if layer is None or RANK[layer] <= RANK["framework"]:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for line, call in _building_calls(tree):
+            if (module, call) not in _MAY_BUILD_A_REGISTRY:
+                found.append(f"{path.relative_to(REPO)}:{line}: {call}(")
+    assert not found, (f"above the framework, build the manager and the registry with "
+                       f"{RUN_SPEC_MODULE}.RunSpec (spec.manager(), spec.registry()) instead "
+                       "of:\n  " + "\n  ".join(found))
+
+
+def test_the_run_spec_rule_sees_each_way_of_building() -> None:
+    source = """
+import graphpass
+from graphpass.framework.manager import PassManager
+PassManager(["check"]); graphpass.PassManager(["check"]); build_registry(strict=True)
+plugin_loading.default_registry(); graphpass.RunSpec(passes=["check"]).manager()
+"""
+    calls = [call for _, call in _building_calls(ast.parse(source))]
+    assert calls == ["PassManager", "PassManager", "build_registry", "default_registry"]
+
+
 # ------------------------------------------------------------------ one writer module
 WRITER_MODULE = "graphpass.files.atomic"
 """The one module that renames files into place and makes temporaries beside outputs."""

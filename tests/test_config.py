@@ -8,7 +8,7 @@ from typing import Literal
 
 import pytest
 
-from graphpass import ConfigError, Pass, PassContext, PassManager, PassResult, Pipeline
+from graphpass import ConfigError, Pass, PassContext, PassManager, PassResult, Pipeline, RunSpec
 from graphpass.framework.config import load_pipeline_file, parse_value
 from graphpass.framework.registry import Registry
 from graphpass.ir import Model
@@ -99,12 +99,12 @@ mode = "exact"
 def test_a_complete_file_is_read_with_paths_relative_to_it(tmp_path: Path) -> None:
     config = load_pipeline_file(_write(tmp_path, FULL))
     with pytest.raises(ConfigError) as caught:
-        config.check(_registry())
+        RunSpec.from_pipeline(config).check(_registry())  # the run's inputs: checked there
     assert caught.value.where == f"{tmp_path / 'pipeline.toml'}:8"
     assert "no such checkpoint" in str(caught.value)
     (tmp_path / "weights").mkdir()
     (tmp_path / "weights" / "model.safetensors").write_bytes(b"")
-    config.check(_registry())
+    RunSpec.from_pipeline(config).check(_registry())
     assert config.passes == ["other", "tunable"]
     assert config.options == {"tunable": {"mode": "exact", "limit": 7, "paths": ["data/a.bin"]}}
     assert config.checkpoints == (tmp_path / "weights/model.safetensors",)

@@ -521,8 +521,8 @@ def test_the_command_line_says_when_options_go_unused(cli, tmp_path) -> None:
     assert "GP004" in stdout and "inline-functions" in stdout
     code, stdout, stderr = cli("plan", "-p", "check", "-O", "inline-functions.max-depth=3")
     assert code == 0 and "not planned" in stderr
-    # The command line's own defaults (the lint's rules with --emit-training-graph) are not
-    # options anybody gave.
+    # What the training-graph preset carries (the lint's rules with --emit-training-graph)
+    # is not options anybody gave.
     code, stdout, stderr = cli("run", model, "-o", tmp_path / "o.onnx", "-p", "inline-functions",
                                "--emit-training-graph", tmp_path / "train")
     assert "GP852" in stdout, stdout + stderr  # it ran (the model has nothing to train)

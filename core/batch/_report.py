@@ -22,7 +22,8 @@ from typing import Any, Final
 from rich.console import Console
 from rich.text import Text
 
-from graphpass.batch._tasks import EXIT_OK, ModelResult
+from graphpass.batch._tasks import ModelResult
+from graphpass.errors import ExitCode
 from graphpass.findings import Severity, count_by_severity
 from graphpass.reporting.render import (
     ReportInfo,
@@ -43,7 +44,7 @@ _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO:
 
 def exit_code(results: Sequence[ModelResult]) -> int:
     """The worst exit code of the models (2 over 1 over 0; 0 for none)."""
-    return max((result.exit_code for result in results), default=EXIT_OK)
+    return max((result.exit_code for result in results), default=ExitCode.OK)
 
 
 def render_batch_text(results: Sequence[ModelResult], console: Console,
@@ -102,12 +103,12 @@ def batch_dict(results: Sequence[ModelResult], info: ReportInfo) -> dict[str, An
         "schema": BATCH_SCHEMA_ID,
         "tool": {"name": "graphpass", "version": info.tool_version},
         "command": info.command,
-        "ok": code == EXIT_OK,
+        "ok": code == ExitCode.OK,
         "exit_code": code,
         "summary": {
             "models": len(results),
-            "ok": sum(1 for r in results if r.exit_code == EXIT_OK),
-            "with_errors": sum(1 for r in results if r.exit_code == 1),
+            "ok": sum(1 for r in results if r.exit_code == ExitCode.OK),
+            "with_errors": sum(1 for r in results if r.exit_code == ExitCode.FINDINGS),
             "failed": sum(1 for r in results if r.error is not None),
             **{severity.value: counts[severity] for severity in Severity},
         },
@@ -142,7 +143,7 @@ def batch_totals(results: Sequence[ModelResult]) -> Text:
     findings = [f for r in results if r.summary is not None for f in r.summary.findings]
     counts = count_by_severity(findings)
     failed = sum(1 for r in results if r.error is not None)
-    with_errors = sum(1 for r in results if r.exit_code == 1)
+    with_errors = sum(1 for r in results if r.exit_code == ExitCode.FINDINGS)
     text = Text(f"{len(results)} model{'s' * (len(results) != 1)}: "
                 f"{len(results) - failed - with_errors} ok, {with_errors} with errors")
     if failed:

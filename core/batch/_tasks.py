@@ -10,6 +10,7 @@ that model. :func:`run_task` is the function every executor maps.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import traceback
 from collections.abc import Mapping
@@ -17,24 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from graphpass.errors import GraphpassError, PipelineError
+from graphpass.errors import ExitCode, GraphpassError
 from graphpass.files import load, save
 from graphpass.framework.config import PipelineFile, load_pipeline_file
-from graphpass.framework.instruments import Instrument
 from graphpass.framework.manager import PassManager
-from graphpass.framework.pipeline import Pipeline
-from graphpass.framework.plugin_loading import default_registry
 from graphpass.framework.registry import Registry
 from graphpass.framework.results import RunResult, RunSummary
-from graphpass.framework.verify import VerifyOptions, VerifySemantics
+from graphpass.framework.runspec import RunSpec
+from graphpass.framework.verify import VerifyOptions
 from graphpass.reporting.progress import PassProgress, loading
 
-__all__ = ["EXIT_FINDINGS", "EXIT_OK", "EXIT_USAGE", "LINT_DEFAULT", "ErrorInfo", "ModelResult",
+__all__ = ["LINT_DEFAULT", "ErrorInfo", "ModelResult",
            "ModelTask", "Settings", "run_model", "run_task"]
 
-EXIT_OK = 0
-EXIT_FINDINGS = 1
-EXIT_USAGE = 2
 LINT_DEFAULT = ("check",)
 """What ``lint`` runs when no pass is named."""
 
@@ -59,11 +55,8 @@ class Settings:
         disable_passes: Passes left out of the plan.
         disable_plugins: Plugins switched off.
         strict_plugins: Make a plugin problem an error.
-        extra_passes: Passes added to the plan, with their options (name: options).
-        defaults: Options for passes that end up planned anyway, under the options given
-            (the command line's own defaults, such as the lint's rules with
-            ``--emit-training-graph``); left out, and not warned about, for a pass that
-            is not planned.
+        extra_passes: Passes (or presets) added to the plan, with their options (name:
+            options; a preset's options are what it carries).
         verify: Semantic verification (``--verify``), or ``None``.
         verify_each: Run the ONNX checker after every transforming pass.
         dump_after: Save the model after these passes.
@@ -90,7 +83,6 @@ class Settings:
     disable_plugins: tuple[str, ...] = ()
     strict_plugins: bool = False
     extra_passes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     verify: VerifyOptions | None = None
     verify_each: bool = False
     dump_after: tuple[str, ...] = ()
@@ -111,15 +103,43 @@ class Settings:
         """
         return load_pipeline_file(self.config) if self.config else None
 
+    def spec(self, config: PipelineFile | None, *, output: Path | None = None) -> RunSpec:
+        """These settings as a :class:`~graphpass.RunSpec`: the pipeline file's, overridden.
+
+        Args:
+            config: The pipeline file, read.
+            output: Where ``run`` writes (the default folder of dumps).
+        """
+        run = self.command == "run"
+        spec = (RunSpec.from_pipeline(config) if config is not None
+                else RunSpec(base_dir=Path(self.base_dir or Path.cwd())))
+        spec = spec.with_overrides(
+            passes=self.passes, options=self.options, add_passes=self.extra_passes,
+            checkpoints=self.checkpoints, disable=self.disable_passes,
+            disable_plugins=self.disable_plugins, strict_plugins=self.strict_plugins or None,
+            verify_each=self.verify_each or None, dump_after=self.dump_after,
+            dump_dir=self.dump_dir, fixed_point=self.fixed_point or None,
+            max_iterations=self.max_iterations, verify=self.verify)
+        spec = spec.with_overrides(options={name: values for name, values
+                                            in self.extra_passes.items() if values})
+        if not spec.passes and not run:
+            spec = spec.with_overrides(passes=LINT_DEFAULT)
+        if not run:  # lint writes nothing and changes nothing: no run-only instruments
+            spec = dataclasses.replace(spec, verify=None, verify_each=False, dump_after=(),
+                                       fixed_point=False)
+        dump_dir = spec.dump_dir or (output.parent if output is not None else Path.cwd())
+        return spec.with_overrides(
+            dump_dir=dump_dir, instruments=[PassProgress()] if self.progress else [],
+            stop_on_error=run and not self.keep_going, analysis_only=not run,
+            reproducer=Path(self.reproducer) if self.reproducer is not None else None)
+
     def registry(self, config: PipelineFile | None = None) -> Registry:
         """The registry these settings ask for (plugins switched off, strictness)."""
-        disable = [*self.disable_plugins, *(config.disable_plugins if config else ())]
-        strict = self.strict_plugins or bool(config and config.strict_plugins)
-        return default_registry(disable=disable, strict=strict)
+        return self.spec(config).registry()
 
     def manager(self, registry: Registry, config: PipelineFile | None, *,
                 output: Path | None = None) -> PassManager:
-        """Plan the passes (which checks names and options before any model is read).
+        """Plan the passes (which checks names, options and inputs before any model is read).
 
         Args:
             registry: Where names are looked up.
@@ -127,71 +147,11 @@ class Settings:
             output: Where ``run`` writes (the default folder of dumps).
 
         Raises:
-            PipelineError: An unknown pass, a cycle, a bad option; for ``lint``, a
-                transforming pass asked for.
-            GraphpassError: Nothing to run, or a checkpoint that does not exist.
+            PipelineError: Nothing to run, an unknown pass, a cycle, a bad option; for
+                ``lint``, a transforming pass asked for.
+            ConfigError: A checkpoint that does not exist.
         """
-        requested: list[str | Pipeline] = []
-        presets = config.presets if config else {}
-        requested.extend(presets.get(name, name) for name in self.passes)
-        if not requested and config is not None:
-            requested = config.requested()
-        requested.extend(self.extra_passes)
-        if not requested:
-            if self.command == "run":
-                raise GraphpassError("nothing to run: name passes with -p PASS,... or give "
-                                     "a pipeline file with -c")
-            requested = list(LINT_DEFAULT)
-        options: dict[str, dict[str, Any]] = {
-            name: dict(values) for name, values in (config.options if config else {}).items()}
-        for name, values in self.options.items():
-            options.setdefault(name, {}).update(values)
-        for name, values in self.extra_passes.items():
-            options.setdefault(name, {}).update(values)
-        checkpoints = [Path(c).absolute() for c in self.checkpoints]
-        for given, path in zip(self.checkpoints, checkpoints, strict=True):
-            if not path.exists():
-                raise GraphpassError(f"--checkpoint {given}: no such file or folder")
-        instruments = config.instruments if config else None
-        if config is not None:
-            checkpoints.extend(config.checkpoints)
-        disable = [*self.disable_passes, *(instruments.disable if instruments else ())]
-        extra: list[Instrument] = [PassProgress()] if self.progress else []
-        verify = self.verify or (instruments.verify if instruments else None)
-        if verify is not None and self.command == "run":
-            extra.append(VerifySemantics(verify))
-        dump_dir = (Path(self.dump_dir) if self.dump_dir else
-                    instruments.dump_dir if instruments and instruments.dump_dir else
-                    output.parent if output is not None else Path.cwd())
-        settings: dict[str, Any] = dict(
-            registry=registry, disable=disable, checkpoints=checkpoints,
-            base_dir=config.base_dir if config else Path(self.base_dir or Path.cwd()),
-            instruments=extra,
-            verify_each=self.command == "run" and (
-                self.verify_each or bool(instruments and instruments.verify_each)),
-            dump_after=[*(instruments.dump_after if instruments else ()), *self.dump_after]
-            if self.command == "run" else (),
-            dump_dir=dump_dir,
-            fixed_point=self.command == "run" and (
-                self.fixed_point or bool(instruments and instruments.fixed_point)),
-            max_iterations=self.max_iterations or (instruments.max_iterations if instruments
-                                                   else 10),
-            stop_on_error=self.command == "run" and not self.keep_going,
-            reproducer=self.reproducer)
-        manager = PassManager(requested, options, **settings)
-        # Defaults go to the passes that are planned: planned once without them to know.
-        defaulted = {name: {**values, **options.get(name, {})}
-                     for name, values in self.defaults.items() if name in manager.plan_names}
-        if defaulted:
-            manager = PassManager(requested, {**options, **defaulted}, **settings)
-        if self.command == "lint":
-            transforming = [p.name for p in manager.plan if p.requested and not p.analysis]
-            if transforming:
-                raise PipelineError(
-                    f"lint runs analysis passes only, and {', '.join(map(repr, transforming))}"
-                    f" change{'s' * (len(transforming) == 1)} the model",
-                    hint="use `graphpass run` for transforming passes")
-        return manager
+        return self.spec(config, output=output).manager(registry)
 
 
 @dataclass(frozen=True)
@@ -274,8 +234,7 @@ def run_model(task: ModelTask, *, registry: Registry | None = None,
 
     Args:
         task: The task.
-        registry: The registry to use (default: the one the settings ask for, and the
-            pipeline file is checked against it).
+        registry: The registry to use (default: the one the settings ask for).
         config: The settings' pipeline file, already read (default: read it).
 
     Raises:
@@ -285,12 +244,9 @@ def run_model(task: ModelTask, *, registry: Registry | None = None,
     settings = task.settings
     if config is None:
         config = settings.pipeline_file()
-    if registry is None:
-        registry = settings.registry(config)
-        if config is not None:
-            config.check(registry)
     output = Path(task.output) if task.output is not None else None
-    manager = settings.manager(registry, config, output=output)
+    spec = settings.spec(config, output=output)
+    manager = spec.manager(registry if registry is not None else spec.registry())
     with loading(task.model) if settings.progress else contextlib.nullcontext():
         model = load(task.model)
     result = manager.run(model, copy=False)  # loaded for this run only: no copy needed
@@ -298,7 +254,8 @@ def run_model(task: ModelTask, *, registry: Registry | None = None,
     if settings.command == "run" and result.ok and output is not None:
         save(result.model, output, overwrite_input=settings.in_place)
         written = str(output)
-    outcome = ModelResult(task.name, EXIT_OK if result.ok else EXIT_FINDINGS, result.summary(),
+    code = ExitCode.OK if result.ok else ExitCode.FINDINGS
+    outcome = ModelResult(task.name, code, result.summary(),
                           written, seconds=time.perf_counter() - start)
     return outcome, result
 
@@ -320,7 +277,8 @@ def run_task(task: ModelTask) -> ModelResult:
         info = ErrorInfo("InternalError", f"{type(error).__name__}: {error}", None,
                          "this is a bug in graphpass or a plugin; report it with the "
                          "traceback (--traceback)", _traceback(error))
-    return ModelResult(task.name, EXIT_USAGE, error=info, seconds=time.perf_counter() - start)
+    return ModelResult(task.name, ExitCode.USAGE, error=info,
+                       seconds=time.perf_counter() - start)
 
 
 def _traceback(error: BaseException) -> str:

@@ -6,6 +6,8 @@
 * :mod:`~graphpass.framework.pipeline`: named pipeline presets;
 * :mod:`~graphpass.framework.planning`: from the passes asked for to the order they run;
 * :mod:`~graphpass.framework.manager`: :class:`PassManager`, which plans and runs them;
+* :mod:`~graphpass.framework.runspec`: :class:`RunSpec`, one frozen run specification
+  (pipeline file, presets, options, overrides) that gives the registry and the manager;
 * :mod:`~graphpass.framework.results`: what a run gives back;
 * :mod:`~graphpass.framework.instruments`: code that runs around every pass;
 * :mod:`~graphpass.framework.verify`: semantic verification (``--verify``);
@@ -29,6 +31,7 @@ from graphpass.framework.pipeline import Pipeline, PipelineStep
 from graphpass.framework.plugin_loading import build_registry, default_registry
 from graphpass.framework.registry import PluginInfo, Registry
 from graphpass.framework.results import PassRecord, RunResult
+from graphpass.framework.runspec import RunSpec
 
 __all__ = [
     "PROJECT_NAME",
@@ -45,6 +48,7 @@ __all__ = [
     "PluginInfo",
     "Registry",
     "RunResult",
+    "RunSpec",
     "build_registry",
     "default_registry",
     "hookimpl",

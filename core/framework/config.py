@@ -132,15 +132,13 @@ class PipelineFile:
     def check(self, registry: Registry) -> None:
         """Check pass and preset names and every option against ``registry``.
 
+        That the checkpoints exist is checked with the run's other inputs, by
+        :meth:`graphpass.RunSpec.check`.
+
         Raises:
-            ConfigError: An unknown pass or preset (with a suggestion), a bad option, or
-                a checkpoint that does not exist; located at the offending line and
-                naming the key.
+            ConfigError: An unknown pass or preset (with a suggestion) or a bad option;
+                located at the offending line and naming the key.
         """
-        for path in self.checkpoints:
-            if not path.exists():
-                raise self.error(("pipeline", "checkpoints"), f"no such checkpoint: {path}",
-                                 "paths are relative to the pipeline file")
         known = set(registry.passes) | set(registry.pipelines) | set(self.presets)
         for name in self.passes:
             key = ("pipeline", "preset") if name == self.preset else ("pipeline", "passes")

@@ -21,6 +21,18 @@ train-ready``) plans its passes as if each had been named::
 A step with ``when="checkpoint"`` is planned only when a checkpoint is given
 (``--checkpoint`` on the command line, ``checkpoints`` in a pipeline file, or
 ``PassManager(checkpoints=...)``).
+
+A preset also carries what its passes share with passes planned beside it:
+``options`` for a pass that is not one of its steps apply to that pass when it is planned
+anyway (under the options the user gives), and ``share`` copies an option of one pass to
+another unless the user gave that one::
+
+    TRAINING_GRAPH = Pipeline(
+        name="training-graph",
+        passes=["build-training-graph"],
+        options={"lint-gradients": {"rules": "graphpass"}},
+        share=[("lint-gradients.frozen", "build-training-graph.frozen")],
+    )
 """
 
 from __future__ import annotations
@@ -29,7 +41,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-__all__ = ["Pipeline", "PipelineStep", "StepCondition"]
+__all__ = ["Pipeline", "PipelineStep", "StepCondition", "split_option_path"]
 
 StepCondition = Literal["always", "checkpoint"]
 """When a pipeline step is planned: always, or only when a checkpoint is given."""
@@ -75,13 +87,18 @@ class Pipeline:
         name: The name users ask for (``-p NAME``, ``preset = "NAME"``).
         description: One line saying what the pipeline is for.
         passes: The steps, as pass names or :class:`PipelineStep` objects.
-        options: Options by pass name, applied to that pass wherever it runs.
+        options: Options by pass name, applied to that pass wherever it runs (for a pass
+            that is not a step: when something else plans it, under the user's options).
+        share: ``("PASS.OPTION", "OTHER.OPTION")`` pairs: when both passes are planned
+            and the first has the option (from anyone), the second takes its value,
+            unless it was given one.
     """
 
     name: str
     description: str = ""
     passes: tuple[PipelineStep, ...] = ()
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    share: tuple[tuple[str, str], ...] = ()
 
     def __init__(
         self,
@@ -89,6 +106,7 @@ class Pipeline:
         description: str = "",
         passes: Iterable[str | PipelineStep] = (),
         options: Mapping[str, Mapping[str, Any]] | None = None,
+        share: Iterable[tuple[str, str]] = (),
     ):
         """Create a pipeline.
 
@@ -97,9 +115,11 @@ class Pipeline:
             description: One line saying what it is for.
             passes: Pass names or :class:`PipelineStep` objects, in order.
             options: Options by pass name.
+            share: ``("PASS.OPTION", "OTHER.OPTION")`` pairs (see the class).
 
         Raises:
             TypeError: A step is neither a name nor a :class:`PipelineStep`.
+            ValueError: A ``share`` entry is not a pair of ``PASS.OPTION`` names.
         """
         steps: list[PipelineStep] = []
         if isinstance(passes, str):
@@ -117,6 +137,12 @@ class Pipeline:
         object.__setattr__(self, "description", description)
         object.__setattr__(self, "passes", tuple(steps))
         object.__setattr__(self, "options", {k: dict(v) for k, v in (options or {}).items()})
+        pairs = tuple(tuple(pair) for pair in share)
+        for pair in pairs:
+            if len(pair) != 2 or not all(_option_path(key) for key in pair):
+                raise ValueError(f"pipeline {name!r}: share takes (\"PASS.OPTION\", "
+                                 f"\"PASS.OPTION\") pairs, got {pair!r}")
+        object.__setattr__(self, "share", pairs)
 
     def steps(self, *, has_checkpoint: bool) -> list[tuple[str, dict[str, Any]]]:
         """The passes this pipeline plans, with their options.
@@ -138,3 +164,13 @@ class Pipeline:
     def pass_names(self) -> tuple[str, ...]:
         """Every pass the pipeline names (conditional ones too)."""
         return tuple(step.pass_name for step in self.passes)
+
+
+def split_option_path(key: str) -> tuple[str, str]:
+    """``"lint-gradients.frozen"`` as ``("lint-gradients", "frozen")``."""
+    pass_name, _, option = key.rpartition(".")
+    return pass_name, option
+
+
+def _option_path(key: object) -> bool:
+    return isinstance(key, str) and all(split_option_path(key))

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from graphpass.errors import PipelineError
 from graphpass.framework.pass_base import Pass
-from graphpass.framework.pipeline import Pipeline
+from graphpass.framework.pipeline import Pipeline, split_option_path
 
 if TYPE_CHECKING:
     import networkx
@@ -179,9 +179,11 @@ def plan_passes(
             entry.options = merged
         visit(name, None, ())
 
+    expanded: list[Pipeline] = []
     for item in items:
         if isinstance(item, Pipeline):
             _expand(item, request, has_checkpoint)
+            expanded.append(item)
         elif isinstance(item, str):
             if item in registry.passes or item in given:
                 request(item, None, {})
@@ -190,6 +192,7 @@ def plan_passes(
                 if not isinstance(pipeline, Pipeline):
                     raise PipelineError(f"pipeline {item!r} is not a graphpass.Pipeline")
                 _expand(pipeline, request, has_checkpoint)
+                expanded.append(pipeline)
             else:
                 lookup(item, None)  # raises with a suggestion
         elif isinstance(item, Pass) or (isinstance(item, type) and issubclass(item, Pass)):
@@ -199,7 +202,9 @@ def plan_passes(
                 f"cannot plan {item!r}: give pass names, pipeline names, Pass classes, Pass "
                 "instances or Pipeline objects")
 
+    _apply_preset_defaults(entries, expanded)
     _apply_user_options(entries, user_options, registry, given)
+    _apply_shared_options(entries, expanded)
     _drop_disabled(entries, mention, set(disable), registry, given)
     order, graph = _sort(entries, mention)
     position = {name: index for index, name in enumerate(order)}
@@ -234,6 +239,36 @@ def unknown_order_names(pass_class: type[Pass], known: Collection[str]
 def _expand(pipeline: Pipeline, request: Any, has_checkpoint: bool) -> None:
     for name, step_options in pipeline.steps(has_checkpoint=has_checkpoint):
         request(name, pipeline.name, step_options)
+
+
+def _apply_preset_defaults(entries: dict[str, _Entry], presets: Sequence[Pipeline]) -> None:
+    """A preset's options for passes that are not its steps, when they are planned anyway.
+
+    They go under the options the pass already has, and under the user's (applied next).
+    """
+    for preset in presets:
+        steps = set(preset.pass_names)
+        for name, values in preset.options.items():
+            entry = entries.get(name)
+            if name in steps or entry is None or entry.instance is not None:
+                continue
+            entry.options = {**values, **(entry.options or {})}
+
+
+def _apply_shared_options(entries: dict[str, _Entry], presets: Sequence[Pipeline]) -> None:
+    """A preset's ``share``: an option one planned pass has, copied to another that lacks it."""
+    for preset in presets:
+        for source, target in preset.share:
+            (from_pass, from_option), (to_pass, to_option) = map(split_option_path,
+                                                                 (source, target))
+            giver, taker = entries.get(from_pass), entries.get(to_pass)
+            if (giver is None or taker is None or taker.instance is not None
+                    or taker.options_object is not None
+                    or from_option not in (giver.options or {})
+                    or to_option in (taker.options or {})):
+                continue
+            assert giver.options is not None
+            taker.options = {**(taker.options or {}), to_option: giver.options[from_option]}
 
 
 def _apply_user_options(entries: dict[str, _Entry], options: dict[str, Any],

@@ -24,11 +24,13 @@ from graphpass.errors import PluginError
 from graphpass.files import load
 from graphpass.findings import Finding, Severity
 from graphpass.framework.hookspecs import PROJECT_NAME
-from graphpass.framework.manager import PassManager
+from graphpass.framework.pass_base import Pass
+from graphpass.framework.pipeline import Pipeline
 from graphpass.framework.planning import PassSpec
-from graphpass.framework.plugin_loading import BUILTIN, build_registry
+from graphpass.framework.plugin_loading import BUILTIN
 from graphpass.framework.registry import Registry
 from graphpass.framework.results import RunResult
+from graphpass.framework.runspec import RunSpec
 from graphpass.framework.verify import (
     VERIFY_MISMATCH_CODE,
     VERIFY_SKIPPED_CODE,
@@ -64,7 +66,8 @@ def plugin_registry(name: str | None = None, *, builtin: bool = True) -> Registr
                           + " (the name is the entry point's, in the 'graphpass' group)")
     keep = {name} | ({BUILTIN} if builtin else set())
     try:
-        registry = build_registry(disable=[n for n in installed if n not in keep], strict=True)
+        registry = RunSpec(disable_plugins=tuple(n for n in installed if n not in keep),
+                           strict_plugins=True).registry()
     except PluginError as error:
         # The command line's advice (--disable-plugin, --strict-plugins) is no help in a test.
         raise PluginError(error.message, where=error.where,
@@ -101,11 +104,14 @@ class PassRunner:
             passes: Pass names, classes or instances (what ``PassManager`` takes).
             model: A model, a ``ModelProto`` or a file.
             options: Options by pass name.
-            **settings: Further ``PassManager`` arguments (``stop_on_error=False`` ...).
+            **settings: Further :class:`~graphpass.RunSpec` fields, which are named as
+                ``PassManager``'s arguments (``stop_on_error=False`` ...).
         """
         settings.setdefault("verify_each", True)
-        manager = PassManager(passes, options, registry=self.registry, **settings)
-        return manager.run(_model(model))
+        one = isinstance(passes, (str, type, Pass, Pipeline))
+        spec = RunSpec((passes,) if one else tuple(passes),  # type: ignore[arg-type]
+                       options or {}, **settings)
+        return spec.manager(self.registry).run(_model(model))
 
     def assert_preserves_semantics(
             self, passes: Iterable[PassSpec] | PassSpec,

@@ -17,7 +17,7 @@ import torch
 
 from graphpass.errors import GraphpassError
 from graphpass.findings import Severity
-from graphpass.framework.manager import PassManager
+from graphpass.framework.runspec import RunSpec
 from graphpass.ir import Model, Tensor
 from graphpass.ir.proto import model_to_bytes
 from graphpass.torch.export_record import module_scope
@@ -91,7 +91,8 @@ def ready_model(exported: Exported, module: torch.nn.Module, *, passes: Sequence
     tensors = torch_tensors(module)
     for name in exported.weights:  # views of torch's memory, not copies
         model.graph.set_initializer(Tensor.from_array(name, tensors[name].detach().numpy()))
-    result = PassManager(["train-ready", *passes], options=merged).run(model, copy=False)
+    spec = RunSpec(passes=("train-ready", *passes), options=merged)
+    result = spec.manager().run(model, copy=False)
     errors = [f for f in result.findings if f.severity is Severity.ERROR]
     if errors:
         first = errors[0]
