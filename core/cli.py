@@ -231,6 +231,10 @@ def _parser() -> argparse.ArgumentParser:
                             "Dask cluster (dask, with --scheduler)")
     batch.add_argument("--scheduler", metavar="ADDRESS",
                        help="the Dask scheduler for --executor dask (tcp://HOST:PORT)")
+    batch.add_argument("--reproducer", metavar="DIR",
+                       help="where a pass that crashes leaves its reproducer (the model as "
+                            "it entered the pass, the pipeline, the versions and replay.sh; "
+                            "default: graphpass-reproducers in the temporary folder)")
 
     run = commands.add_parser("run", parents=[common, planning, reporting, batch],
                               help="run passes on models and write the results")
@@ -786,6 +790,7 @@ def _settings(args: argparse.Namespace, command: Command, config: PipelineFile |
             file's passes as ``-p`` would be (``train``: ``train-ready``).
     """
     from graphpass.batch import Settings
+    from graphpass.framework.reproducer import default_folder as default_reproducer_folder
     passes = tuple(name.strip() for group in args.passes for name in group.split(",")
                    if name.strip()) or default_passes
     options: dict[str, dict[str, Any]] = {}
@@ -823,6 +828,8 @@ def _settings(args: argparse.Namespace, command: Command, config: PipelineFile |
         max_iterations=getattr(args, "max_iterations", None),
         keep_going=getattr(args, "keep_going", False),
         in_place=getattr(args, "in_place", False),
+        reproducer=str(Path(args.reproducer).absolute()) if getattr(args, "reproducer", None)
+        else str(default_reproducer_folder()),
         base_dir=str(Path.cwd()))
 
 

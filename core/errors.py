@@ -13,6 +13,10 @@ every error use it.
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "CheckpointError",
@@ -105,11 +109,17 @@ class PassError(GraphpassError):
         pass_name: The pass that failed.
         plugin: The plugin that gave it.
         ran_before: The passes that ran before it in this run, in order.
+        unexpected: Whether the pass raised an exception graphpass did not expect (a
+            bug in it), rather than refusing the model on purpose.
+        reproducer: The reproducer folder written for it, if any
+            (:mod:`graphpass.framework.reproducer`).
     """
 
     pass_name: str = ""
     plugin: str = ""
     ran_before: tuple[str, ...] = ()
+    unexpected: bool = False
+    reproducer: Path | None = None
 
 
 class PluginError(GraphpassError):

@@ -9,7 +9,15 @@ directory (see :mod:`graphpass.training.directory`)::
 
 The model itself is not changed. The weights it trains are those ``lint-gradients``
 would judge (same ``trainable``/``frozen`` options, same default: torch's parameters
-when the export records them, else every float initializer).
+when the export records them, else every float initializer). What it needs from earlier
+passes it asks for as analyses: the checkpoint ``reconcile-initializers`` filled the
+model from (:class:`~graphpass.checkpoint.ReconcileResult`: torch names, tied keys,
+keys no initializer holds) and ``lint-gradients``' selection
+(:class:`~graphpass.training.rules.model.SelectionReport`, so that a problem of the
+same request is reported once). The directory is the one
+:func:`~graphpass.training.graphs.build_training_graphs` and
+:func:`~graphpass.training.directory.write_training_directory` write from Python with
+the same inputs.
 
 Findings: ``GP850`` (info) the directory was written; ``GP851`` (error) a node
 cannot be differentiated (the message names it); ``GP852`` (error) no trainable
@@ -24,26 +32,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from graphpass.checkpoint import Checkpoint, open_checkpoint
-from graphpass.errors import CheckpointError, ModelSaveError
+from graphpass.checkpoint import ReconcileResult
+from graphpass.errors import ModelSaveError
 from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Model
-from graphpass.passes._torch_state import Spelling, torch_state
-from graphpass.torch.folding import find_ties
 from graphpass.training import GradientError
 from graphpass.training.batch_norm import BatchNormMode
 from graphpass.training.directory import write_training_directory
-from graphpass.training.graphs import TrainingGraphs, build_training_graphs
+from graphpass.training.graphs import build_training_graphs
 from graphpass.training.optimizers import SGD, AdamW, Optimizer
 from graphpass.training.recompute import RecomputePolicy
-from graphpass.training.rules.model import trainable_weights
+from graphpass.training.rules.model import SelectionReport, trainable_weights
 from graphpass.training.table import registered_builders
 
-__all__ = ["CODES", "TORCH_EXTRA", "BuildTrainingGraph"]
-
-TORCH_EXTRA = "torch_extra.safetensors"
-"""The file of the checkpoint keys no initializer holds (``num_batches_tracked`` ...)."""
+__all__ = ["CODES", "BuildTrainingGraph"]
 
 CODES = {
     "wrote": "GP850",
@@ -153,12 +156,11 @@ class BuildTrainingGraph(Pass):
                 loss_inputs=options.loss_inputs, optimizer=self._optimizer(),
                 batch_norm=options.batch_norm, recompute_policy=options.recompute,
                 builders=registered_builders(context.registry),
-                torch_names=_torch_names(context), options=self._recorded())
+                reconciled=context.analysis(ReconcileResult), options=self._recorded())
         except GradientError as error:
             findings.append(Finding(CODES["not-differentiable"], Severity.ERROR, error.message,
                                     node=error.node, hint=error.hint))
             return PassResult(findings=findings)
-        _record_torch_state(graphs, model, context)
         if graphs.frozen_unreached:
             findings.append(Finding(
                 CODES["unreached"], Severity.WARNING,
@@ -191,16 +193,18 @@ class BuildTrainingGraph(Pass):
                  context: PassContext) -> tuple[list[str], list[str]]:
         """The weights to train and to freeze: ``lint-gradients``' selection.
 
-        A problem of the request that ``lint-gradients`` already reported in this run
-        (same option values: the same fact) is not reported again.
+        A problem of the request that ``lint-gradients`` already reported for this model
+        (its :class:`SelectionReport`, for the same option values: the same fact) is
+        not reported again.
         """
         options = self.options
         weights = trainable_weights(
             model.graph, options.trainable, options.frozen, trainer="build-training-graph",
             codes={"no-match": CODES["selection"], "not-float": CODES["selection"]},
             initializers_only=True)
-        linted = context.results.get("lint-gradients")
-        seen = {(f.data.get("selection"), f.value) for f in linted.findings} if linted else set()
+        linted = context.analysis(SelectionReport)
+        seen = linted.reported if linted is not None and linted.asked(
+            options.trainable, options.frozen) else frozenset()
         findings.extend(f for f in weights.findings
                         if (f.data["selection"], f.value) not in seen)
         return weights.trainable, weights.frozen
@@ -220,65 +224,3 @@ class BuildTrainingGraph(Pass):
                 "optimizer": o.optimizer, "batch_norm": o.batch_norm, "recompute": o.recompute,
                 "lr": o.lr}
 
-
-def _record_torch_state(graphs: TrainingGraphs, model: Model, context: PassContext) -> None:
-    """Add ``torch_aliases`` and ``torch_state`` to the manifest (the strict checkpoint)."""
-    manifest = graphs.manifest
-    checkpoints = _checkpoints(context)
-    aliases = _torch_aliases(model, manifest["torch_names"], checkpoints)
-    state = torch_state(model.graph, torch_names=manifest["torch_names"], aliases=aliases,
-                        trainable=manifest["trainable"],
-                        carried_statistics=manifest["buffers"], checkpoints=checkpoints)
-    manifest["torch_aliases"] = aliases
-    manifest["torch_state"] = state.manifest(TORCH_EXTRA)
-    if state.extra:
-        manifest["files"]["torch_extra"] = TORCH_EXTRA
-        graphs.torch_extra = state.extra
-
-
-def _checkpoints(context: PassContext) -> list[Checkpoint]:
-    """The checkpoints reconcile-initializers filled the model from, if it ran."""
-    result = context.results.get("reconcile-initializers")
-    paths = result.stats.get("checkpoints", []) if result is not None else []
-    opened = []
-    for path in paths:
-        try:
-            opened.append(open_checkpoint(path, registry=context.registry))
-        except CheckpointError:
-            continue  # (reconcile read it a moment ago)
-    return opened
-
-
-def _torch_aliases(model: Model, torch_names: dict[str, str],
-                   checkpoints: list[Checkpoint]) -> dict[str, list[str]]:
-    """Initializer -> every other ``state_dict`` name of the same tensor (tied weights).
-
-    From the checkpoint, keys that share the matched key's storage; from the model, the
-    ties :func:`graphpass.torch.folding.find_ties` knows (what ``restore-parameters`` and
-    ``reconcile-initializers`` recorded, and torch's export record: GPT-2's
-    ``transformer.wte`` reads ``lm_head.weight``).
-    """
-    graph = model.graph
-    spell = Spelling(torch_names)
-    ties = find_ties(graph)
-    found: dict[str, list[str]] = {}
-    for name in graph.initializers:
-        names: list[str] = []
-        key = torch_names.get(name)
-        for checkpoint in checkpoints:
-            if key is not None and key in checkpoint:
-                names.extend(checkpoint.aliases(key))
-        names.extend(spell(alias) for alias in ties.get(name, ()))
-        own = key if key is not None else spell(name)
-        unique = [n for n in dict.fromkeys(names) if n != own]
-        if unique:
-            found[name] = unique
-    return found
-
-
-def _torch_names(context: PassContext) -> dict[str, str]:
-    """The checkpoint key of each initializer reconcile-initializers filled, if it ran."""
-    result = context.results.get("reconcile-initializers")
-    table = result.stats.get("table", {}) if result is not None else {}
-    return {name: str(entry["key"]) for name, entry in table.items()
-            if isinstance(entry, dict) and "key" in entry}

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from graphpass.checkpoint import open_checkpoint
+from graphpass.checkpoint import ReconcileResult, open_checkpoint
 from graphpass.findings import Finding, Severity
 from graphpass.framework.pass_base import AnalysisPass, PassContext, PassResult
 from graphpass.ir import Model
@@ -96,9 +96,9 @@ class DetectMissingBuffers(AnalysisPass):
             The findings (none for a complete model) and counts per problem and module.
         """
         checkpoints = CheckpointNames(self._checkpoint_keys(context))
-        reconcile = context.results.get(_RECONCILE)
+        reconcile = context.analysis(ReconcileResult)
         reconciled = reconcile is not None
-        unfilled = set(reconcile.stats.get("unmatched initializers", ())) if reconcile else set()
+        unfilled = set(reconcile.unmatched) if reconcile is not None else set()
         reported: list[tuple[Gap, Classification]] = []
         inputs: list[tuple[Gap, Classification]] = []
         for gap in find_gaps(model):

@@ -34,9 +34,11 @@ from typing import ClassVar
 import numpy as np
 import onnx
 
+from graphpass.checkpoint import ReconcileResult
 from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Attribute, Graph, Model, Node
+from graphpass.torch.folding import UnrestorableParameters
 from graphpass.training.rules._broadcast_dims import BROADCAST_OPS, hidden_ones
 from graphpass.training.sequences import split_sequences
 from graphpass.training.value_types import ModelTypes
@@ -60,6 +62,8 @@ class FixTrainingOps(Pass):
                    "statistics, CastLike to Cast, broadcast 1s stated by a Reshape).")
     after = ("inline-functions",)
     before = ("lint-gradients",)
+    # It rewrites operators; initializers keep their names and values.
+    preserves = (ReconcileResult, UnrestorableParameters)
     codes: ClassVar[dict[str, str]] = {
         LAYER_NORM_CODE: "LayerNormalization nodes given their Mean and InvStdDev outputs",
         CAST_LIKE_CODE: "CastLike nodes with a known target type written as Cast",

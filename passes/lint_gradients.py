@@ -58,6 +58,7 @@ from graphpass.torch.export_record import (
     default_trainable_rules,
     parameters_left_out,
 )
+from graphpass.torch.folding import UnrestorableParameters
 from graphpass.training._region import (
     Region,
     differentiable_region,
@@ -68,6 +69,7 @@ from graphpass.training.rules.derived import DerivedRules
 from graphpass.training.rules.model import (
     GradientRules,
     NodeSite,
+    SelectionReport,
     TrainerFailureKind,
     normalize_domain,
     trainable_weights,
@@ -210,6 +212,7 @@ class LintGradients(AnalysisPass):
                                           for problem, text in _DESCRIPTIONS.items()}
     description = "Name every node on the trainable path that the trainer cannot differentiate."
     after = ("inline-functions", "reconcile-initializers", "detect-missing-buffers")
+    provides = (SelectionReport,)
 
     @dataclass
     class Options:
@@ -259,6 +262,10 @@ class LintGradients(AnalysisPass):
         rules = self._rules(context)
         findings, trainable, frozen, because = _select_trainable(model.graph, self.options,
                                                                  rules)
+        selection = SelectionReport(
+            tuple(self.options.trainable), tuple(self.options.frozen),
+            frozenset((str(f.data["selection"]), str(f.value)) for f in findings
+                      if isinstance(f.data, dict) and "selection" in f.data))
         if not self.options.trainable:
             findings.extend(_parameters_left_out(model.graph, trainable, self.options.frozen,
                                                  context))
@@ -271,7 +278,8 @@ class LintGradients(AnalysisPass):
         findings.extend(linter.run(losses))
         return PassResult(changed=False, findings=[f.with_pass(self.name) for f in findings],
                           stats={"rules": rules.label, "trainable weights": len(trainable),
-                                 "nodes on the gradient path": linter.visited_count})
+                                 "nodes on the gradient path": linter.visited_count},
+                          analyses=[selection])
 
     def _rules(self, context: PassContext) -> GradientRules:
         rules = context.registry.gradient_rule_set(self.options.rules)
@@ -329,14 +337,11 @@ def _parameters_left_out(graph: Graph, trainable: Sequence[str],
                          frozen_patterns: Sequence[str], context: PassContext) -> list[Finding]:
     """GP426: torch parameters the model computes with that the trainable set leaves out.
 
-    Parameters the user froze are not listed, nor those an earlier pass already reported
-    in an error (its ``data["parameters"]``: ``restore-parameters``' GP251).
+    Parameters the user froze are not listed, nor those ``restore-parameters`` already
+    reported as beyond recovery (its analysis :class:`UnrestorableParameters`, GP251).
     """
-    reported: set[str] = set()
-    for result in context.results.values():
-        for finding in result.findings:
-            if finding.severity is Severity.ERROR and isinstance(finding.data, dict):
-                reported.update(finding.data.get("parameters", ()))
+    unrestorable = context.analysis(UnrestorableParameters)
+    reported = unrestorable.names if unrestorable is not None else frozenset()
     left_out = {name: where for name, where in parameters_left_out(graph, trainable).items()
                 if name not in reported and not any(fnmatch.fnmatchcase(name, pattern)
                                                     for pattern in frozen_patterns)}

@@ -13,8 +13,10 @@ identical initializers) is undone rather than silently filled wrong.
 Filled initializers reference the checkpoint file (no copies); ``graphpass.save``
 streams them into the output's external data file.
 
-The pass's :attr:`~graphpass.PassResult.stats` (also what later passes see in
-``context.results["reconcile-initializers"].stats``)::
+What later passes need, they ask for as an analysis,
+``context.analysis(graphpass.checkpoint.ReconcileResult)``: the opened checkpoint, the
+key that filled each initializer, the weights no key filled. The pass's
+:attr:`~graphpass.PassResult.stats`, for reports only::
 
     {
         "filled": 14,                       # initializers written
@@ -40,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
-from graphpass.checkpoint import Checkpoint, open_checkpoint
+from graphpass.checkpoint import Checkpoint, ReconcileResult, open_checkpoint
 from graphpass.errors import CheckpointError, PipelineError
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Graph, Model, Node
@@ -89,6 +91,7 @@ class ReconcileInitializers(Pass):
                    "prefixes and separators.")
     preserves_semantics = False
     codes = CODES
+    provides = (ReconcileResult,)
 
     @dataclass
     class Options:
@@ -179,7 +182,12 @@ class ReconcileInitializers(Pass):
                                        shapes=shapes, verification=verification,
                                        ties=folding.ties, keys=keys,
                                        producer=producer(model.graph))
-        return PassResult(changed=bool(plan.fills), findings=findings, stats=stats)
+        reconciled = ReconcileResult(
+            checkpoint, {name: str(entry["key"]) for name, entry in stats["table"].items()
+                         if isinstance(entry, dict) and "key" in entry},
+            tuple(stats["unmatched initializers"]))
+        return PassResult(changed=bool(plan.fills), findings=findings, stats=stats,
+                          analyses=[reconciled])
 
     def _open(self, context: PassContext) -> Checkpoint:
         paths: list[Path] = [context.resolve_path(p) for p in self.options.checkpoints]

@@ -21,9 +21,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+from graphpass.checkpoint import ReconcileResult
 from graphpass.findings import Finding, Severity
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import FunctionId, Graph, Model, Node
+from graphpass.torch.folding import UnrestorableParameters
+from graphpass.training.rules.model import SelectionReport
 
 __all__ = ["RemoveUnused"]
 
@@ -37,6 +40,10 @@ class RemoveUnused(Pass):
     description = "Remove nodes, initializers, functions and opset imports nothing uses."
     codes: ClassVar[Mapping[str, str]] = {
         "GP520": "remove-unused removed functions that nothing calls any more."}
+    # Removing what nothing reads leaves these true: the checkpoint mapping (an entry for
+    # a removed initializer goes unused), the lost parameters, and the problems reported
+    # of a trainable/frozen request (a pattern that matched nothing still matches nothing).
+    preserves = (ReconcileResult, UnrestorableParameters, SelectionReport)
 
     @dataclass
     class Options:

@@ -53,6 +53,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
+from graphpass.checkpoint import ReconcileResult
 from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Graph, Model, Node, Tensor
@@ -70,6 +71,7 @@ from graphpass.torch.export_record import (
 from graphpass.torch.folding import (
     Fold,
     Folding,
+    UnrestorableParameters,
     find_folds,
     find_merges,
     mark_state,
@@ -109,6 +111,9 @@ class RestoreParameters(Pass):
                    "parameters that cannot be recovered.")
     after = ("inline-functions", "reconcile-initializers", "detect-missing-buffers")
     before = ("fix-training-ops", "lint-gradients")
+    provides = (UnrestorableParameters,)
+    # Restoring adds initializers and rewires their readers; it renames and refills none.
+    preserves = (ReconcileResult,)
     codes: ClassVar[dict[str, str]] = {
         RESTORED_CODE: "parameters restored from the exporter's folded transposes",
         UNRECOVERABLE_CODE: "torch parameters folded, fused or rewritten beyond recovery",
@@ -154,7 +159,9 @@ class RestoreParameters(Pass):
                           or bool(work.split),
                           findings=[f.with_pass(self.name) for f in work.findings()],
                           stats={"restored": len(work.restored),
-                                 "unrecoverable": len(work.lost), "split": len(work.split)})
+                                 "unrecoverable": len(work.lost), "split": len(work.split)},
+                          analyses=[UnrestorableParameters(frozenset(
+                              name for lost in work.lost for name in lost.parameters))])
 
 
 @dataclass

@@ -70,6 +70,8 @@ class Settings:
             (for one model on a terminal; never in a batch).
         base_dir: What relative paths in options are resolved against without a pipeline
             file (default: the folder the task runs in).
+        reproducer: Where a pass that crashes leaves a reproducer (``--reproducer``;
+            ``None``: none is written).
     """
 
     command: Command = "lint"
@@ -91,6 +93,7 @@ class Settings:
     in_place: bool = False
     progress: bool = False
     base_dir: str | None = None
+    reproducer: str | None = None
 
     def pipeline_file(self) -> PipelineFile | None:
         """The pipeline file, read (``None`` without one).
@@ -127,7 +130,8 @@ class Settings:
         dump_dir = spec.dump_dir or (output.parent if output is not None else Path.cwd())
         return spec.with_overrides(
             dump_dir=dump_dir, instruments=[PassProgress()] if self.progress else [],
-            stop_on_error=run and not self.keep_going, analysis_only=not run)
+            stop_on_error=run and not self.keep_going, analysis_only=not run,
+            reproducer=Path(self.reproducer) if self.reproducer is not None else None)
 
     def registry(self, config: PipelineFile | None = None) -> Registry:
         """The registry these settings ask for (plugins switched off, strictness)."""

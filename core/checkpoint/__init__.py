@@ -19,6 +19,7 @@ from __future__ import annotations
 from graphpass.checkpoint._checkpoint import Checkpoint, CheckpointEntry
 from graphpass.checkpoint._loader import CheckpointLoader, open_checkpoint, read_magic
 from graphpass.checkpoint._numpy import NumpyLoader
+from graphpass.checkpoint._reconciled import ReconcileResult
 from graphpass.checkpoint._safetensors import SafetensorsLoader
 from graphpass.checkpoint._sharded import ShardedLoader
 from graphpass.checkpoint._torch import TorchLoader
@@ -28,6 +29,7 @@ __all__ = [
     "CheckpointEntry",
     "CheckpointLoader",
     "NumpyLoader",
+    "ReconcileResult",
     "SafetensorsLoader",
     "ShardedLoader",
     "TorchLoader",

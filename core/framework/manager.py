@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from graphpass.errors import GraphpassError, PassError, PipelineError
+from graphpass.files import load
 from graphpass.findings import Finding, Severity
 from graphpass.framework.instruments import DumpAfter, Instrument, VerifyEach
 from graphpass.framework.pass_base import PassContext, PassResult, resolve_path
@@ -84,6 +85,7 @@ class PassManager:
         fixed_point: bool = False,
         max_iterations: int = 10,
         stop_on_error: bool = True,
+        reproducer: str | Path | None = None,
     ):
         """Plan the passes.
 
@@ -108,6 +110,10 @@ class PassManager:
             max_iterations: The most rounds of a fixed-point run (a warning finding says
                 when the model still changed in the last one).
             stop_on_error: Stop after a pass that reports an error finding.
+            reproducer: When a pass raises an exception that is not a
+                :class:`~graphpass.GraphpassError` (a bug), write a reproducer into this
+                folder (:mod:`graphpass.framework.reproducer`); the error says where.
+                ``None`` (the default): write none.
 
         Raises:
             PipelineError: An unknown pass or preset (with a suggestion), a dependency
@@ -140,6 +146,7 @@ class PassManager:
         self.fixed_point = fixed_point
         self.max_iterations = max_iterations
         self.stop_on_error = stop_on_error
+        self.reproducer = Path(reproducer) if reproducer is not None else None
 
     @property
     def plan_names(self) -> tuple[str, ...]:
@@ -159,7 +166,8 @@ class PassManager:
                 If a pass raises, ``model`` is left as that pass left it.
 
         Returns:
-            The resulting model, findings and per-pass records. When a pass reports
+            The resulting model, findings, per-pass records and the analyses still
+            valid at the end (``result.analysis(ReconcileResult)``). When a pass reports
             an error finding (and ``stop_on_error``), the run stops after it:
             ``result.stopped_after`` names it and ``result.ok`` is false.
 
@@ -167,17 +175,27 @@ class PassManager:
             PassError: A pass raised, returned something other than a
                 :class:`~graphpass.PassResult`, or (being an analysis pass) changed the
                 model. The error names the pass, its plugin and the passes that ran
-                before it; the original exception is its ``__cause__``.
+                before it; the original exception is its ``__cause__``. With
+                ``reproducer``, an unexpected exception also leaves a reproducer, and
+                the error's ``reproducer`` is its folder.
         """
         working = model.copy() if copy else model
         context = PassContext(base_dir=self.base_dir, checkpoints=self.checkpoints,
                               plan=self.plan_names, registry=self.registry)
-        result = RunResult(working, plan=self.plan_names)
+        result = RunResult(working, plan=self.plan_names, analyses=context.analyses)
         run_level: list[Finding] = []
         for instrument in self.instruments:
             instrument.before_run(self.plan, working, context)
+        ran: list[PlannedPass] = []
+        source = model.source_path
         try:
-            self._run_rounds(working, context, result, _ChangeWatch(), run_level)
+            self._run_rounds(working, context, result, _ChangeWatch(), run_level, ran)
+        except PassError as error:
+            for instrument in self.instruments:
+                instrument.after_run(None, context)
+            if self.reproducer is not None and error.unexpected:
+                self._leave_reproducer(error, model if copy else None, source, ran)
+            raise
         except BaseException:
             for instrument in self.instruments:
                 instrument.after_run(None, context)
@@ -204,13 +222,74 @@ class PassManager:
                 and result.iterations == self.max_iterations
                 and any(r.changed for r in result.records if r.iteration == result.iterations))
 
+    def _leave_reproducer(self, error: PassError, original: Model | None,
+                          source: Path | None, ran: Sequence[PlannedPass]) -> None:
+        """Write a reproducer of ``error`` and say where in its message.
+
+        The model the failing pass saw is rebuilt by running the passes before it again
+        on ``original`` (or on the file the model was loaded from). A reproducer that
+        cannot be written is mentioned in the message; the pass's error still stands.
+        """
+        from graphpass.framework.reproducer import REPLAY, write_reproducer
+        assert self.reproducer is not None and error.__cause__ is not None
+        failing = ran[-1]
+        entering: Model | None = None
+        lost = ""
+        try:
+            entering = self._replay(original, source, ran[:-1])
+        except Exception as failed:  # (a pass that ran fine once may not run twice)
+            lost = f"the model as it entered the pass could not be rebuilt: {failed}"
+        try:
+            folder = write_reproducer(
+                self.reproducer, entering, self.plan[self.plan.index(failing):],
+                checkpoints=self.checkpoints, registry=self.registry,
+                error=error.__cause__, message=error.message + (f"\n  ({lost})" if lost else ""))
+        except (GraphpassError, OSError) as failed:
+            error.message += f"\n  (no reproducer: {failed})"
+        else:
+            error.reproducer = folder
+            error.message += (f"\n  a reproducer is in {folder}: send it with a bug report "
+                              f"(replay: sh {folder / REPLAY})")
+            if lost:
+                error.message += f" ({lost})"
+        GraphpassError.__init__(error, error.message, hint=error.hint)
+
+    def _replay(self, original: Model | None, source: Path | None,
+                before: Sequence[PlannedPass]) -> Model:
+        """The model as the passes ``before`` left it, run again on a fresh copy.
+
+        The copy is of ``original`` (the caller's model, unchanged), else the file
+        ``source`` is loaded again (a model the run changed in place).
+
+        Raises:
+            GraphpassError: No unchanged model to start from, or a pass fails again.
+        """
+        if original is not None:
+            working = original.copy()
+        elif source is not None:
+            working = load(source)
+        else:
+            raise GraphpassError("the model was changed in place and was not loaded from a "
+                                 "file, so the model the pass saw cannot be rebuilt")
+        context = PassContext(base_dir=self.base_dir, checkpoints=self.checkpoints,
+                              plan=self.plan_names, registry=self.registry)
+        for planned in before:
+            outcome = planned.instance.run(working, context)
+            if outcome.changed and not planned.analysis:
+                context.analyses.invalidate(type(planned.instance).preserves)
+            for analysis in outcome.analyses:
+                context.analyses.put(analysis)
+        return working
+
     def _run_rounds(self, working: Model, context: PassContext, result: RunResult,
-                    watch: _ChangeWatch, run_level: list[Finding]) -> None:
+                    watch: _ChangeWatch, run_level: list[Finding],
+                    history: list[PlannedPass]) -> None:
         ran: list[str] = []
         for iteration in range(1, self.max_iterations + 1):
             result.iterations = iteration
             changed = False
             for planned in self.plan:
+                history.append(planned)
                 record = self._run_one(planned, working, context, ran, iteration, watch)
                 result.records.append(record)
                 ran.append(planned.name)
@@ -238,8 +317,10 @@ class PassManager:
         except KeyboardInterrupt:
             raise
         except SystemExit as error:  # a pass has no business ending the program
-            raise _pass_error(planned, ran, f"called sys.exit({error.code!r})", error,
-                              hint=f"this is a bug in plugin {planned.plugin!r}") from error
+            failure = _pass_error(planned, ran, f"called sys.exit({error.code!r})", error,
+                                  hint=f"this is a bug in plugin {planned.plugin!r}")
+            failure.unexpected = True
+            raise failure from error
         except PassError as error:
             # The pass's own error type (e.g. a subclass with a code): keep it, add context.
             _describe_failure(error, planned, ran, error.message, error.where, error.hint)
@@ -248,11 +329,13 @@ class PassManager:
             raise _pass_error(planned, ran, error.message, error, hint=error.hint,
                               where=error.where) from error
         except Exception as error:
-            raise _pass_error(
+            failure = _pass_error(
                 planned, ran, f"{type(error).__name__}: {error}", error,
                 hint=f"this is a bug in pass {planned.name!r}; report it to the authors of "
                      f"plugin {planned.plugin!r} (the original traceback is the error's "
-                     "__cause__; --traceback shows it)") from error
+                     "__cause__; --traceback shows it)")
+            failure.unexpected = True
+            raise failure from error
         seconds = time.perf_counter() - start
         if not isinstance(outcome, PassResult):
             raise _pass_error(planned, ran, f"run() returned {type(outcome).__name__}, not "
@@ -276,6 +359,14 @@ class PassManager:
         if bad:
             raise _pass_error(planned, ran, f"reported {bad[0]!r}, which is not a "
                               "graphpass.Finding", None)
+        provides = tuple(type(planned.instance).provides)
+        analyses = list(outcome.analyses)
+        stray = [a for a in analyses if type(a) not in provides]
+        if stray:
+            raise _pass_error(planned, ran, f"gave an analysis of type "
+                              f"{type(stray[0]).__name__}, which its provides does not list",
+                              None, hint=f"this is a bug in plugin {planned.plugin!r}: add the "
+                                         "type to the pass's provides")
         # A transforming pass that says it changed the model needs no closer look.
         mutated = watch.changed(working, look_closely=planned.analysis or not outcome.changed)
         if planned.analysis and mutated:
@@ -297,7 +388,10 @@ class PassManager:
         record = PassRecord(
             planned.name, planned.plugin, seconds, changed=changed, findings=findings,
             stats=stats, iteration=iteration, analysis=planned.analysis)
-        context.results[planned.name] = outcome
+        if changed:  # what described the model before may not any more
+            context.analyses.invalidate(type(planned.instance).preserves)
+        for analysis in analyses:
+            context.analyses.put(analysis)
         return record
 
 

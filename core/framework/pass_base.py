@@ -35,11 +35,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from graphpass.errors import PipelineError
 from graphpass.findings import Finding
+from graphpass.framework.analyses import Analyses
 from graphpass.framework.option_types import OptionValueError, check_value, describe_type, toml_text
 
 if TYPE_CHECKING:
     from graphpass.framework.registry import Registry
     from graphpass.ir import Model
+
+_T = typing.TypeVar("_T")
 
 __all__ = ["AnalysisPass", "NoOptions", "Pass", "PassContext", "PassResult", "describe_type",
            "resolve_path", "validate_options"]
@@ -57,12 +60,17 @@ class PassResult:
     Attributes:
         changed: Whether the pass changed the model.
         findings: What the pass reports.
-        stats: Counters worth showing (``{"inlined calls": 12}``), kept in reports.
+        stats: Counters worth showing (``{"inlined calls": 12}``), kept in reports only
+            (no pass reads another's stats: later passes ask for ``analyses``).
+        analyses: Typed facts later passes ask for by type
+            (:meth:`PassContext.analysis`); each one's type must be listed in the pass's
+            ``provides`` (see :mod:`graphpass.framework.analyses`).
     """
 
     changed: bool = False
     findings: list[Finding] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
+    analyses: list[object] = field(default_factory=list)
 
 
 @dataclass
@@ -80,7 +88,7 @@ class PassContext:
             pipeline file's folder, or the current folder).
         checkpoints: Checkpoints given on the command line (``--checkpoint``).
         plan: The names of every pass in this run, in order.
-        results: Results of the passes that ran before this one, by name.
+        analyses: The valid analyses earlier passes gave (ask with :meth:`analysis`).
         log: A logger for progress messages.
     """
 
@@ -88,8 +96,16 @@ class PassContext:
     base_dir: Path = field(default_factory=Path.cwd)
     checkpoints: tuple[Path, ...] = ()
     plan: tuple[str, ...] = ()
-    results: dict[str, PassResult] = field(default_factory=dict)
+    analyses: Analyses = field(default_factory=Analyses)
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("graphpass"))
+
+    def analysis(self, kind: type[_T]) -> _T | None:
+        """The valid analysis of type ``kind`` an earlier pass gave, or ``None``.
+
+        ``None`` when no pass of the run provides it, or when a pass changed the model
+        since and did not list ``kind`` in its ``preserves``.
+        """
+        return self.analyses.get(kind)
 
     def resolve_path(self, path: str | os.PathLike[str]) -> Path:
         """Resolve a path from an option against :attr:`base_dir`."""
@@ -122,6 +138,10 @@ class Pass:
             checkpoint); semantic verification re-takes its reference after them.
         codes: Every finding code the pass can report, with a one-line description
             (the SARIF report's rule descriptions).
+        provides: The types of the analyses the pass gives in
+            :attr:`PassResult.analyses` (see :mod:`graphpass.framework.analyses`).
+        preserves: The analysis types that stay true when this pass changes the model;
+            every other analysis is dropped after a change.
         Options: A dataclass of the pass's options, with defaults.
         options: The validated options of this instance.
     """
@@ -134,6 +154,8 @@ class Pass:
     before: ClassVar[Sequence[str]] = ()
     preserves_semantics: ClassVar[bool] = True
     codes: ClassVar[Mapping[str, str]] = {}
+    provides: ClassVar[Sequence[type[Any]]] = ()
+    preserves: ClassVar[Sequence[type[Any]]] = ()
     Options: ClassVar[type[Any]] = NoOptions
 
     def __init__(self, options: Any = None, **option_values: Any):

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from graphpass.findings import Finding, Severity, count_by_severity
+from graphpass.framework.analyses import Analyses
 from graphpass.ir import Model
+
+_T = TypeVar("_T")
 
 __all__ = ["PassRecord", "RunResult", "RunSummary", "unique_findings"]
 
@@ -97,6 +100,8 @@ class RunResult(_Outcome):
         stopped_after: The pass after which the run stopped because of error
             findings, or ``None`` if every planned pass ran.
         iterations: How many rounds ran (more than one only for fixed-point runs).
+        analyses: The analyses still valid at the end of the run (ask with
+            :meth:`analysis`).
     """
 
     model: Model
@@ -105,6 +110,11 @@ class RunResult(_Outcome):
     plan: tuple[str, ...] = ()
     stopped_after: str | None = None
     iterations: int = 1
+    analyses: Analyses = field(default_factory=Analyses)
+
+    def analysis(self, kind: type[_T]) -> _T | None:
+        """The analysis of type ``kind`` valid for :attr:`model`, or ``None``."""
+        return self.analyses.get(kind)
 
     def summary(self) -> RunSummary:
         """Everything but the model: small, picklable, and what reports are made of."""

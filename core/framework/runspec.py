@@ -67,6 +67,8 @@ class RunSpec:
         stop_on_error: Stop after a pass that reports an error finding.
         analysis_only: Refuse a plan that asks for a transforming pass (``lint``).
         instruments: Further instruments (progress bars ...), run after the built-in ones.
+        reproducer: Where a pass that crashes leaves a reproducer
+            (:mod:`graphpass.framework.reproducer`; ``None``: none is written).
         source: The pipeline file this spec was read from, if any (for error locations).
     """
 
@@ -87,6 +89,7 @@ class RunSpec:
     stop_on_error: bool = True
     analysis_only: bool = False
     instruments: tuple[Instrument, ...] = ()
+    reproducer: Path | None = None
     source: PipelineFile | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -246,7 +249,7 @@ class RunSpec:
             verify_each=self.verify_each, dump_after=self.dump_after,
             dump_dir=self.dump_dir if self.dump_dir is not None else Path.cwd(),
             fixed_point=self.fixed_point, max_iterations=self.max_iterations,
-            stop_on_error=self.stop_on_error)
+            stop_on_error=self.stop_on_error, reproducer=self.reproducer)
         if self.analysis_only:
             transforming = [p.name for p in manager.plan if p.requested and not p.analysis]
             if transforming:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from graphpass.checkpoint import ReconcileResult
 from graphpass.ir import Graph, Model, Tensor
 from graphpass.ir._gc import paused_gc
 from graphpass.training._emit import Emitter, NameScope, OutputNaming, names_in
@@ -60,6 +61,7 @@ from graphpass.training.recompute import (
 from graphpass.training.rules.model import DIFFERENTIABLE_TYPES, normalize_domain
 from graphpass.training.sequences import split_sequences
 from graphpass.training.table import BuilderTable
+from graphpass.training.torch_state import record_torch_state
 from graphpass.training.value_types import ModelTypes
 
 __all__ = ["FORMAT", "TrainingGraphs", "build_training_graphs", "training_copy"]
@@ -148,8 +150,20 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
                           recompute_policy: RecomputePolicy = "none",
                           builders: BuilderTable | None = None,
                           torch_names: Mapping[str, str] | None = None,
+                          reconciled: ReconcileResult | None = None,
                           options: Mapping[str, Any] | None = None) -> TrainingGraphs:
     """Build the gradient, step and eval models of ``model`` (which is not changed).
+
+    What ``build-training-graph`` writes, from Python: fill the model with
+    ``reconcile-initializers`` and hand its analysis over, and
+    :func:`~graphpass.training.directory.write_training_directory` writes the same
+    directory the pass does::
+
+        result = graphpass.PassManager(["inline-functions", "reconcile-initializers"],
+                                       checkpoints=["model.safetensors"]).run(model)
+        graphs = build_training_graphs(result.model, trainable=[...], optimizer=AdamW(),
+                                       reconciled=result.analysis(ReconcileResult))
+        write_training_directory(graphs, "train/")
 
     Args:
         model: The model (functions inlined).
@@ -165,7 +179,12 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
             of keeping them (:mod:`graphpass.training.recompute`): ``none`` or
             ``elementwise``.
         builders: The gradient builders (default: the built-in ones).
-        torch_names: For each weight, its name in the torch ``state_dict``, if known.
+        torch_names: For each weight, its name in the torch ``state_dict``, if known
+            (default: the keys ``reconciled`` filled them from).
+        reconciled: What ``reconcile-initializers`` filled the model from: the manifest's
+            ``torch_names``, the tied keys (``torch_aliases``) and the checkpoint's keys
+            no initializer holds (``torch_state``, ``torch_extra.safetensors``) come
+            from it.
         options: Options to record in the manifest.
 
     Raises:
@@ -174,11 +193,16 @@ def build_training_graphs(model: Model, *, trainable: Sequence[str],
     """
     # Building allocates millions of small objects that all stay alive: with the
     # collector running, each burst rescans the growing heap (quadratic in the model).
+    if torch_names is None and reconciled is not None:
+        torch_names = reconciled.keys
     with paused_gc():
-        return _build(model, trainable=trainable, frozen=frozen, loss=loss,
-                      loss_inputs=loss_inputs, optimizer=optimizer, batch_norm=batch_norm,
-                      recompute_policy=recompute_policy,
-                      builders=builders, torch_names=torch_names, options=options)
+        graphs = _build(model, trainable=trainable, frozen=frozen, loss=loss,
+                        loss_inputs=loss_inputs, optimizer=optimizer, batch_norm=batch_norm,
+                        recompute_policy=recompute_policy,
+                        builders=builders, torch_names=torch_names, options=options)
+    graphs.torch_extra = record_torch_state(
+        graphs.manifest, model, reconciled.checkpoint if reconciled is not None else None)
+    return graphs
 
 
 def _build(model: Model, *, trainable: Sequence[str], frozen: Sequence[str], loss: LossKind,

@@ -53,7 +53,7 @@ values from which the recipe computes something else (:meth:`Fold.stale`).
 """
 
 from graphpass.torch.folding.finder import find_folds, find_merges, find_ties
-from graphpass.torch.folding.folds import Fold, Folding, FusedBatchNorm
+from graphpass.torch.folding.folds import Fold, Folding, FusedBatchNorm, UnrestorableParameters
 from graphpass.torch.folding.recipes import (
     Affine,
     Broadcast,
@@ -87,6 +87,7 @@ __all__ = [
     "Select",
     "StateValues",
     "Transpose",
+    "UnrestorableParameters",
     "WeightNorm",
     "find_folds",
     "find_merges",

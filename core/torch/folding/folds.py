@@ -12,7 +12,7 @@ from graphpass.ir import Graph, Node
 from graphpass.torch.export_record import StateKind
 from graphpass.torch.folding.recipes import Recipe, close
 
-__all__ = ["Fold", "Folding", "FusedBatchNorm"]
+__all__ = ["Fold", "Folding", "FusedBatchNorm", "UnrestorableParameters"]
 
 
 @dataclass
@@ -173,3 +173,17 @@ class Folding:
         for fused in self.fused.values():
             found.update(fused.sources)
         return found
+
+
+@dataclass(frozen=True)
+class UnrestorableParameters:
+    """Torch parameters the model computes with that no pass could restore: an analysis.
+
+    ``restore-parameters`` gives it (and reports them, ``GP251``); ``lint-gradients``
+    asks for it so as not to report the same parameters again (``GP426``).
+
+    Attributes:
+        names: The parameters, by their torch names.
+    """
+
+    names: frozenset[str] = frozenset()

@@ -78,6 +78,7 @@ __all__ = [
     "OpFailure",
     "OutputsFewerThan",
     "Predicate",
+    "SelectionReport",
     "StopEdges",
     "TrainableWeights",
     "TrainerFailure",
@@ -962,6 +963,33 @@ class TrainableWeights:
     frozen: list[str]
     findings: list[Finding]
     selection: WeightSelection
+
+
+@dataclass(frozen=True)
+class SelectionReport:
+    """The problems of a ``trainable``/``frozen`` request already reported: an analysis.
+
+    ``lint-gradients`` gives it; ``build-training-graph`` asks for it, so that a problem
+    of the same request (a pattern that matches nothing, a weight that cannot train) is
+    reported once. Removing what nothing reads leaves it true (a pattern that matched
+    nothing still matches nothing), so ``remove-unused`` preserves it; the weights each
+    pass trains are chosen again by :func:`trainable_weights` from the model it is given.
+
+    Attributes:
+        trainable_patterns: The ``trainable`` option of the request.
+        frozen_patterns: The ``frozen`` option of the request.
+        reported: ``(problem, value)`` of each problem reported (``problem``:
+            ``no-match`` or ``not-float``; ``value``: the pattern or the weight).
+    """
+
+    trainable_patterns: tuple[str, ...]
+    frozen_patterns: tuple[str, ...]
+    reported: frozenset[tuple[str, str]] = frozenset()
+
+    def asked(self, trainable: Sequence[str], frozen: Sequence[str]) -> bool:
+        """Whether this report is of the request ``trainable``/``frozen``."""
+        return (self.trainable_patterns, self.frozen_patterns) == (tuple(trainable),
+                                                                  tuple(frozen))
 
 
 def trainable_weights(graph: Graph, trainable: Sequence[str] = (), frozen: Sequence[str] = (),

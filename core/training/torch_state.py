@@ -1,6 +1,7 @@
 """Which torch ``state_dict`` keys a trained checkpoint needs, and where each one's value is.
 
-``build-training-graph`` records this in the manifest (``torch_state``) so that
+:func:`~graphpass.training.graphs.build_training_graphs` (and so ``build-training-graph``)
+records this in the manifest (``torch_state``) so that
 :meth:`graphpass.training.Trainer.checkpoint` can write every key that
 ``model.load_state_dict(..., strict=True)`` asks for:
 
@@ -31,7 +32,7 @@ from typing import Any, Final
 import numpy as np
 
 from graphpass.checkpoint import Checkpoint
-from graphpass.ir import Graph
+from graphpass.ir import Graph, Model
 from graphpass.torch.export_record import (
     INPUT_PERSISTENT,
     LEGACY_CONSTANT_NAME,
@@ -40,8 +41,13 @@ from graphpass.torch.export_record import (
     records_state,
     state_kinds,
 )
+from graphpass.torch.folding import find_ties
 
-__all__ = ["Spelling", "TorchState", "torch_state"]
+__all__ = ["TORCH_EXTRA", "Spelling", "TorchState", "record_torch_state", "torch_aliases",
+           "torch_state"]
+
+TORCH_EXTRA: Final = "torch_extra.safetensors"
+"""The file of the checkpoint keys no initializer holds (``num_batches_tracked`` ...)."""
 
 COUNTER: Final = "num_batches_tracked"
 _SIGNATURE_LINE: Final = re.compile(
@@ -150,11 +156,11 @@ def torch_state(graph: Graph, *, torch_names: Mapping[str, str],
                 state.keys[key] = None
                 state.extra[key] = np.array(entry.numpy())
     else:
-        for _, kind, target, persistent in signature:
+        for _, recorded_kind, target, persistent in signature:
             key = spell(target)
-            if key in state.keys or not persistent or kind == "CONSTANT_TENSOR":
+            if key in state.keys or not persistent or recorded_kind == "CONSTANT_TENSOR":
                 continue
-            if kind == "BUFFER" and target.rsplit(".", 1)[-1] == COUNTER:
+            if recorded_kind == "BUFFER" and target.rsplit(".", 1)[-1] == COUNTER:
                 state.keys[key] = None
                 state.extra[key] = np.array(0, dtype=np.int64)
             else:
@@ -174,3 +180,55 @@ def torch_state(graph: Graph, *, torch_names: Mapping[str, str],
         if by_key.get(f"{module}running_mean") in carried:
             state.counters.append(key)
     return state
+
+
+def record_torch_state(manifest: dict[str, Any], model: Model,
+                       checkpoint: Checkpoint | None) -> dict[str, np.ndarray]:
+    """Add ``torch_aliases`` and ``torch_state`` to a training manifest.
+
+    Args:
+        manifest: The manifest (``torch_names``, ``trainable``, ``buffers`` set); changed.
+        model: The model the training graphs were built from.
+        checkpoint: The checkpoint the model was filled from, if any.
+
+    Returns:
+        The values of the keys no initializer holds (for :data:`TORCH_EXTRA`; the
+        manifest's ``files`` names it when there are any).
+    """
+    checkpoints = [checkpoint] if checkpoint is not None else []
+    aliases = torch_aliases(model, manifest["torch_names"], checkpoints)
+    state = torch_state(model.graph, torch_names=manifest["torch_names"], aliases=aliases,
+                        trainable=manifest["trainable"],
+                        carried_statistics=manifest["buffers"], checkpoints=checkpoints)
+    manifest["torch_aliases"] = aliases
+    manifest["torch_state"] = state.manifest(TORCH_EXTRA)
+    if state.extra:
+        manifest["files"]["torch_extra"] = TORCH_EXTRA
+    return state.extra
+
+
+def torch_aliases(model: Model, torch_names: Mapping[str, str],
+                  checkpoints: Sequence[Checkpoint]) -> dict[str, list[str]]:
+    """Initializer -> every other ``state_dict`` name of the same tensor (tied weights).
+
+    From the checkpoint, keys that share the matched key's storage; from the model, the
+    ties :func:`graphpass.torch.folding.find_ties` knows (what ``restore-parameters`` and
+    ``reconcile-initializers`` recorded, and torch's export record: GPT-2's
+    ``transformer.wte`` reads ``lm_head.weight``).
+    """
+    graph = model.graph
+    spell = Spelling(torch_names)
+    ties = find_ties(graph)
+    found: dict[str, list[str]] = {}
+    for name in graph.initializers:
+        names: list[str] = []
+        key = torch_names.get(name)
+        for checkpoint in checkpoints:
+            if key is not None and key in checkpoint:
+                names.extend(checkpoint.aliases(key))
+        names.extend(spell(alias) for alias in ties.get(name, ()))
+        own = key if key is not None else spell(name)
+        unique = [n for n in dict.fromkeys(names) if n != own]
+        if unique:
+            found[name] = unique
+    return found
