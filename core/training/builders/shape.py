@@ -150,6 +150,59 @@ def _static_pads(ctx: GradientContext) -> list[int] | None:
     return begin + end
 
 
+def _runtime_pads(ctx: GradientContext) -> str | None:
+    """``Pad``'s pads undoing a step-1 slice of dimensions known only at run time, or ``None``.
+
+    The pads follow ``Slice``'s own rules, computed on the shape: a negative start or end
+    counts from the end, both are clamped to ``[0, dim]`` and the end to at least the start.
+    Padding ``dY`` costs one copy, where scattering it at flat indices would build an index
+    tensor of the input's size.
+    """
+    e = ctx.emit
+    x = ctx.input(0)
+    shape = ctx.type_of(x).shape
+    if shape is None:
+        return None
+    rank = len(shape)
+    axes = ctx.constant_value(ctx.input(3)) if ctx.has_input(3) else None
+    steps = ctx.constant_value(ctx.input(4)) if ctx.has_input(4) else None
+    if (ctx.has_input(3) and axes is None) or (ctx.has_input(4) and steps is None):
+        return None
+    if steps is not None and any(int(step) != 1 for step in np.ravel(steps)):
+        return None
+    count = len(np.ravel(axes)) if axes is not None else None
+    if count is None:
+        starts_shape = ctx.type_of(ctx.input(1)).shape
+        if starts_shape is None or len(starts_shape) != 1 or not isinstance(starts_shape[0], int):
+            return None
+        count = starts_shape[0]
+    axes_list = [int(a) % rank for a in (np.ravel(axes) if axes is not None else range(count))]
+    if len(set(axes_list)) != len(axes_list):
+        return None
+    zero = e.ints([0])
+    dims = e.op("Gather", e.dims(x), e.ints(axes_list), axis=0)
+
+    def clamped(index: int) -> str:
+        bound = e.cast_like(ctx.input(index), dims)
+        negative = e.op("Less", bound, zero)
+        counted = e.op("Where", negative, e.op("Add", bound, dims), bound)
+        return e.op("Min", e.op("Max", counted, zero), dims)
+
+    begin = clamped(1)
+    end = e.op("Max", clamped(2), begin)
+    after = e.op("Sub", dims, end)
+    pieces = {"begin": begin, "after": after}
+    parts = []
+    for which in ("begin", "after"):
+        for axis in range(rank):
+            if axis in axes_list:
+                at = axes_list.index(axis)
+                parts.append(e.op("Slice", pieces[which], e.ints([at]), e.ints([at + 1])))
+            else:
+                parts.append(zero)
+    return e.op("Concat", *parts, axis=0)
+
+
 def _scatter_flat(ctx: GradientContext, dy: str, selected: str) -> str:
     """Scatter ``dy`` into zeros shaped like input 0 at the flat indices ``selected``."""
     e = ctx.emit
@@ -180,6 +233,9 @@ def _slice(ctx: GradientContext) -> BuilderResult:
         if not any(pads):
             return [dy]
         return [e.op("Pad", dy, e.ints(pads), mode="constant")]
+    runtime = _runtime_pads(ctx)
+    if runtime is not None:
+        return [e.op("Pad", dy, runtime, mode="constant")]
     selected = e.op("Slice", _flat_indices(ctx), *ctx.node.inputs[1:])
     return [_scatter_flat(ctx, dy, selected)]
 
