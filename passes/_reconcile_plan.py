@@ -34,6 +34,7 @@ from graphpass.findings import Finding, Severity
 from graphpass.ir import dtype_name
 from graphpass.passes._reconcile_names import canonical_forms, ends_with_leaf, leaf
 from graphpass.torch.export_record import (
+    LEGACY_CONSTANT_NAME,
     fx_arguments,
     fx_target,
     is_placeholder_name,
@@ -114,6 +115,10 @@ class Plan:
             their sources (or fills them with the values the file holds).
         refusals: Error findings: folded constants the checkpoint's values would make
             stale, or may, that graphpass cannot compute again.
+        folded_slots: Constants the legacy exporter folded whose sources no checkpoint
+            tensor was found to give, by name, with why: they are no checkpoint tensor,
+            so no rename can fill them.
+        advice: How to export the model again without constant folding, in its tool's words.
     """
 
     fills: list[Fill] = field(default_factory=list)
@@ -122,6 +127,8 @@ class Plan:
     unfusions: list[Unfusion] = field(default_factory=list)
     kept: list[Fold] = field(default_factory=list)
     refusals: list[Finding] = field(default_factory=list)
+    folded_slots: dict[str, str] = field(default_factory=dict)
+    advice: str = ""
 
     def used_keys(self) -> set[str]:
         """Every key some fill reads."""
@@ -197,7 +204,7 @@ class _Planner:
         self.matching = matching
         self.checkpoint = checkpoint
         self.signature = signature
-        self.plan = Plan()
+        self.plan = Plan(advice=self.advice)
         self.served: set[str] = set()
         self.real_placeholders = {t.placeholder for t in targets if t.placeholder}
         self.by_name = {t.name: t for t in targets}
@@ -215,14 +222,40 @@ class _Planner:
             if key is None:
                 continue
             entry = self.checkpoint[key]
-            problem = _mismatch(target, entry)
+            rule = self.matching.matches[target.name].rule
+            problem = _mismatch(target, entry) or self._folded_slot(target, entry, rule)
             if problem:
                 self.plan.problems.append(problem)
                 continue
-            fill = Fill(target.name, key, self.matching.matches[target.name].rule, target.name)
+            fill = Fill(target.name, key, rule, target.name)
             self.plan.fills.append(fill)
             self.plain_fills[target.name] = fill
             self.served.add(target.name)
+
+    def _folded_slot(self, target: Target, entry: CheckpointEntry, rule: str) -> str | None:
+        """Why a rename or rule may not fill a constant the legacy exporter computed.
+
+        Its constant folding names what it computed from parameters (a transposed weight, a
+        convolution with a batch norm fused in) ``onnx::<Op>_<N>``: no checkpoint tensor,
+        so a key renamed onto it fills the slot with raw values the model does not compute
+        with (the fused convolution then silently stops computing the batch norm). A key
+        of the file's own values is harmless; an exact name (a checkpoint made from the
+        ONNX file) is the file's.
+        """
+        if rule not in ("rename", "rule") or self.signature or \
+                not LEGACY_CONSTANT_NAME.fullmatch(target.name):
+            return None
+        held = self.graph.initializers.get(target.name)
+        if held is not None and tuple(held.shape) == tuple(entry.shape) and \
+                np.array_equal(held.numpy(), entry.numpy()):
+            return None
+        return (f"a {rule} fills {target.name!r} from key {entry.key!r}, but {target.name!r} is "
+                "a constant the legacy exporter's constant folding computed from parameters "
+                "(a transposed weight, a convolution with the batch norm after it fused in), "
+                "not a checkpoint tensor: filled with the key's values the model would compute "
+                "something else. Drop the rename; reconcile-initializers computes it again from "
+                "the tensors it was computed from when the checkpoint holds them all. Hint: "
+                f"{self.advice}")
 
     # -------------------------------------------------------------- tied aliases
     def tied_aliases(self) -> None:
@@ -285,7 +318,9 @@ class _Planner:
                     used.add(found)
                     continue
             if key is None and fold.source == fold.name:
-                continue  # a legacy copy of nothing known: unmatched (restore-parameters says)
+                # A legacy constant of nothing known: unmatched, and no rename can fill it.
+                self.plan.folded_slots[fold.name] = fold.problem or "its source is not known"
+                continue
             if key is None:
                 self.plan.kept.append(fold)
                 self.served.add(fold.name)
@@ -449,9 +484,15 @@ class _Planner:
                     f"node {fused.node.name!r} is a convolution with the batch norm after it "
                     f"fused in ({fused.weight!r} holds the fused weights); the checkpoint "
                     f"fills {', '.join(repr(s) for s in keys if keys[s])} but has no key for "
-                    f"{', '.join(map(repr, missing))}, so the two cannot be separated again",
-                    node=fused.node.name or "Conv", value=fused.weight, hint=self.advice,
-                    data={"missing": missing}))
+                    f"{', '.join(map(repr, missing))}, so the two cannot be separated again "
+                    f"(filled with {fused.conv_weight!r} alone, the model would stop computing "
+                    "the batch norm)",
+                    node=fused.node.name or "Conv", value=fused.weight,
+                    hint=f"give a checkpoint that holds {_quoted(missing)} too (a checkpoint "
+                         "that holds it under another key: add a rename, checkpoint key = "
+                         f"{missing[0]!r}); or {self.advice}",
+                    data={"missing": missing, "fused": fused.weight,
+                          "bias": fused.bias, "conv_weight": fused.conv_weight}))
                 continue
             values = {source: self.checkpoint[key].numpy() for source, key in keys.items()
                       if key is not None}
@@ -614,6 +655,12 @@ class _Planner:
             number += 1
             candidate = f"{name}__reconciled{number}"
         return candidate
+
+
+def _quoted(names: Sequence[str]) -> str:
+    """``'a'``, ``'a' and 'b'``, ``'a', 'b' and 'c'``."""
+    quoted = [repr(name) for name in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
 
 
 def _mismatch(target: Target, entry: CheckpointEntry) -> str | None:

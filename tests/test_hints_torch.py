@@ -948,12 +948,13 @@ def test_gp211_a_fused_batch_norm_missing_a_key_clears_each_way_the_hint_names(e
     assert "GP211" not in _codes(findings), [f.message for f in findings]
 
 
-@pytest.mark.xfail(strict=True, reason="on the legacy export, a conv weight with the batch norm "
-                   "fused in whose checkpoint lacks bn.running_var gets GP201's 'add a rename' "
-                   "(the dynamo export gets GP211); the rename fills the fused slot with the "
-                   "raw conv weight and the model silently stops computing the batch norm")
 def test_gp201_on_a_legacy_fused_conv_weight_its_rename_keeps_the_model_right(exported,
                                                                            tmp_path):
+    """The legacy export's conv weight with the batch norm fused in is no checkpoint tensor:
+    a checkpoint lacking ``bn.running_var`` gets GP211 naming that key (as the dynamo export
+    does), never GP201's "add a rename" (which filled the slot with the raw conv weight, and
+    the model silently stopped computing the batch norm). The hint's rename of the key the
+    checkpoint holds under another name separates the two again, and the model stays right."""
     import numpy as np
 
     ort = pytest.importorskip("onnxruntime")
@@ -961,17 +962,29 @@ def test_gp201_on_a_legacy_fused_conv_weight_its_rename_keeps_the_model_right(ex
     torch.randn(3, 4)  # as ``exported`` draws its input before it builds the module
     reference = ConvNorm().eval()
     state = dict(reference.state_dict())
-    state.pop("bn.running_var")
+    variance = state.pop("bn.running_var")
     partial = _save(state, tmp_path / "partial.safetensors")
+    renamed = _save({**state, "bn.var": variance}, tmp_path / "renamed.safetensors")
     path = exported("conv-norm-legacy", ConvNorm, "legacy")
     findings = _run(path, ["reconcile-initializers"], checkpoints=[partial])
-    fused = [f for f in findings if f.code == "GP201" and f.value.startswith("onnx::Conv")]
-    assert fused and all("add a rename" in (f.hint or "") for f in fused)
-    # The advice, followed: rename the conv's keys onto the initializers GP201 names.
-    weight, bias = sorted(f.value for f in fused)
-    result = graphpass.PassManager(["reconcile-initializers"], checkpoints=[partial], options={
-        "reconcile-initializers": {"renames": {"c.weight": weight, "c.bias": bias}}},
+    assert not [f for f in findings if f.code == "GP201"], [f.message for f in findings]
+    (finding,) = _only(findings, "GP211")
+    assert finding.value.startswith("onnx::Conv") and "'bn.running_var'" in finding.message
+    assert finding.data["missing"] == ["bn.running_var"]
+    hint = finding.hint or ""
+    assert "do_constant_folding=False" in hint and "checkpoint key = 'bn.running_var'" in hint
+    # The rename GP201 offered before, onto the fused slots, is refused: nothing is written.
+    weight, bias = finding.value, finding.data["bias"]
+    with pytest.raises(PassError, match="not a checkpoint tensor"):
+        graphpass.PassManager(["reconcile-initializers"], checkpoints=[partial], options={
+            "reconcile-initializers": {"renames": {"c.weight": weight, "c.bias": bias}}},
+        ).run(graphpass.load(path))
+    # The advice, followed: the key the checkpoint holds under another name, renamed.
+    result = graphpass.PassManager(["reconcile-initializers"], checkpoints=[renamed], options={
+        "reconcile-initializers": {"renames": {"bn.var": "bn.running_var"}}},
     ).run(graphpass.load(path))
+    assert "GP211" not in _codes(result.findings) and "GP212" in _codes(result.findings), \
+        [f.message for f in result.findings]
     assert not [f for f in result.findings if f.severity.name == "ERROR"]
     graphpass.save(result.model, tmp_path / "filled.onnx")
     x = torch.randn(3, 4)
@@ -980,6 +993,30 @@ def test_gp201_on_a_legacy_fused_conv_weight_its_rename_keeps_the_model_right(ex
         (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
         np.testing.assert_allclose(got, reference(x).detach().numpy(), atol=1e-5,
                                    err_msg=str(model))
+    # Followed the other way: exported without constant folding, nothing is fused.
+    findings = _run(exported("conv-norm-legacy-no-folding", ConvNorm, "legacy",
+                             do_constant_folding=False), ["reconcile-initializers"],
+                    checkpoints=[partial])
+    assert "GP211" not in _codes(findings), [f.message for f in findings]
+
+
+def test_gp201_on_a_legacy_folded_slot_no_tensor_explains_offers_no_rename(exported, tmp_path):
+    """Without the conv weight the fusion was computed from, the fused slot and its bias are
+    still constants the exporter computed: no rename can fill them, and the hint says so."""
+    torch.manual_seed(0)
+    torch.randn(3, 4)
+    state = dict(ConvNorm().eval().state_dict())
+    state.pop("c.weight")
+    checkpoint = _save(state, tmp_path / "no-conv-weight.safetensors")
+    path = exported("conv-norm-legacy", ConvNorm, "legacy")
+    findings = _run(path, ["reconcile-initializers"], checkpoints=[checkpoint])
+    found = [f for f in findings if f.code == "GP201"]
+    assert len(found) == 2 and all(f.value.startswith("onnx::Conv") for f in found), \
+        [f.message for f in findings]
+    for finding in found:
+        hint = finding.hint or ""
+        assert "add a rename" not in hint and "no rename can fill it" in hint, hint
+        assert "do_constant_folding=False" in hint and "constant folding" in finding.message
 
 
 class Scaled(torch.nn.Module):
