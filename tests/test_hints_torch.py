@@ -600,6 +600,7 @@ def test_gp251_on_a_fused_batch_norm_clears_without_the_optimizer(exported, tmp_
     findings = _run(path, ["restore-parameters"])
     (finding,) = _only(findings, "GP251")
     assert "optimize=False" in (finding.hint or "")
+    assert "rename" not in (finding.hint or "")  # no checkpoint was given: nothing to rename
     findings = _run(exported("conv-norm-dynamo-no-optimize", ConvNorm, "dynamo",
                              optimize=False), ["restore-parameters", "lint-gradients"])
     assert not _codes(findings) & {"GP251", "GP426"}, [f.message for f in findings]
