@@ -557,8 +557,6 @@ def test_gp303_filling_from_the_checkpoint_the_hint_names_clears_it(exported, mo
     assert "GP303" not in _codes(findings), [f.message for f in findings]
 
 
-@pytest.mark.xfail(strict=True, reason="GP303's hint shows `graphpass run MODEL -o OUT "
-                   "--checkpoint PATH` without -p; graphpass run then answers 'nothing to run'")
 def test_gp303_the_command_the_hint_shows_runs_as_written(exported, module, cli, tmp_path):
     path = exported("no-params", Normed, "legacy", export_params=False)
     checkpoint = _save(module.state_dict(), tmp_path / "model.safetensors")
@@ -570,6 +568,8 @@ def test_gp303_the_command_the_hint_shows_runs_as_written(exported, module, cli,
         "OUT", str(tmp_path / "filled.onnx")).split()
     code, _, stderr = cli(*args)
     assert code == 0, stderr
+    findings = _run(tmp_path / "filled.onnx", ["detect-missing-buffers"])
+    assert "GP303" not in _codes(findings), [f.message for f in findings]
 
 
 # ===================================================================== GP252
@@ -1124,21 +1124,24 @@ def test_gp301_for_a_lifted_constant_is_filled_from_the_programs_save_state(lift
     assert "GP301" not in _codes(findings), [f.message for f in findings]
 
 
-@pytest.mark.xfail(strict=True, reason="GP301's hint for a constant the dynamo optimizer folded "
-                   "says no checkpoint has it, but graphpass.torch.save_state(onnx_program) "
-                   "holds it and fills it (the hint names neither)")
-def test_gp301_for_a_folded_constant_says_no_checkpoint_has_it_only_when_none_does(lifted,
-                                                                                 tmp_path):
+def test_gp301_for_a_folded_constant_is_filled_from_the_programs_save_state(lifted, tmp_path):
+    """The dynamo optimizer's folded constant, saved without initializers, is in no
+    ``state_dict()`` checkpoint, but the ONNXProgram's own tensors hold it: the hint names
+    ``save_state(onnx_program)`` (not "no checkpoint has it"), and following it fills it."""
     from safetensors import safe_open
 
     program, path = lifted(True)
     findings = _run(path, ["detect-missing-buffers"])
     (finding,) = (f for f in findings if f.code == "GP301" and "folded constant" in f.message)
-    assert "no checkpoint has it" in (finding.hint or "")
+    hint = finding.hint or ""
+    assert "save_state(onnx_program" in hint and "no checkpoint has it" not in hint
+    # The advice, followed: the export's own tensors saved (they hold it), and filled from.
     state = gp_torch.save_state(program, tmp_path / "export.safetensors")
     with safe_open(str(state), "pt") as opened:
-        held = list(opened.keys())
-    assert finding.value not in held
+        assert finding.value in list(opened.keys())
+    findings = _run(path, ["reconcile-initializers", "detect-missing-buffers"],
+                    checkpoints=[state])
+    assert "GP301" not in _codes(findings), [f.message for f in findings]
 
 
 # ===================================================================== GP851
