@@ -41,6 +41,7 @@ from graphpass.torch.export_record import (
     module_scope,
 )
 from graphpass.torch.folding import Fold, Folding, FusedBatchNorm, StateValues, Transpose
+from graphpass.torch.folding.search import shape_ops
 from graphpass.torch.producers import unfolded_export_advice
 
 if TYPE_CHECKING:
@@ -708,14 +709,21 @@ def _transpose_problem(graph: Graph, target: Target, entry: CheckpointEntry,
 
 def _square_problem(graph: Graph, target: Target, entry: CheckpointEntry,
                     node: Node) -> str | None:
-    """Whether a square constant is the key's transpose, told by which is nearer its values.
+    """Whether a square constant is the key's transpose (``None``: it is).
 
-    A legacy export's folded ``W.T`` of a square weight looks the same transposed or not;
-    its values tell: when the checkpoint holds weights changed a little since the export
-    (fine-tuning), the constant is still far nearer their transpose than the weights
-    themselves. Decisive means four times nearer.
+    A square ``W.T`` has ``W``'s shape, so the shape ops the folding search knows
+    (:func:`~graphpass.torch.folding.search.shape_ops`) give a copy and a transpose. A
+    constant the legacy exporter named (``onnx::MatMul_N``) is no copy: the exporter gives a
+    tensor it did not change the tensor's own name, so the transpose is the one shape op
+    left, whatever the checkpoint's values (a fine-tuned or freshly initialised model).
+    Unless its values say otherwise: a constant decisively nearer the key itself than its
+    transpose is refused. Without the legacy name, its values must tell: when the
+    checkpoint holds weights changed a little since the export (fine-tuning), the constant
+    is still far nearer their transpose than the weights themselves. Decisive means four
+    times nearer.
     """
     tensor = graph.initializers.get(target.name)
+    transposed = plain = None
     if tensor is not None:
         constant = tensor.numpy().astype(np.float64)
         weight = entry.numpy().astype(np.float64)
@@ -723,6 +731,14 @@ def _square_problem(graph: Graph, target: Target, entry: CheckpointEntry,
         plain = float(np.linalg.norm(constant - weight))
         if transposed <= 0.25 * plain:
             return None
+    computed = [op for op in shape_ops(tuple(entry.shape), tuple(entry.shape[::-1]))
+                if op.kind != "copy"]
+    if LEGACY_CONSTANT_NAME.fullmatch(target.name) and \
+            [op.kind for op in computed] == ["transpose"]:
+        if plain is None or transposed is None or plain > 0.25 * transposed:
+            return None
+        return (f"the weight is square and {target.name!r}, a constant the legacy exporter "
+                "computed, is decisively nearer the key itself than its transpose")
     return ("the weight is square, so its shape cannot tell a transpose apart, its values are "
             "not decisively nearer the key's transpose than the key, and "
             f"node {node.name!r} does not record an aten.linear reading it")

@@ -627,19 +627,28 @@ def test_gp215_the_untied_model_exported_takes_both_values(exported, tmp_path):
     assert not _codes(findings) & {"GP201", "GP215"}, [f.message for f in findings]
 
 
-@pytest.mark.xfail(strict=True, raises=PassError,
-                   reason="for a square weight reconcile-initializers refuses to fill the "
-                   "legacy exporter's folded transpose, which GP252's hint says it computes")
 def test_gp252_on_a_square_weight_a_checkpoint_fills_the_copy(exported, tmp_path):
     path = exported("linear3d-square-legacy", lambda: Linear3d(out=4), "legacy")
     findings = _run(path, ["restore-parameters"])
     assert "reconcile-initializers computes the copies" in (next(_only(findings, "GP252")).hint
                                                             or "")
+    import numpy as np
+
+    ort = pytest.importorskip("onnxruntime")
     torch.manual_seed(0)
-    checkpoint = _save(Linear3d(out=4).state_dict(), tmp_path / "square.safetensors")
-    findings = _run(path, ["reconcile-initializers", "restore-parameters", "lint-gradients"],
-                    checkpoints=[checkpoint])
-    assert not _codes(findings) & {"GP251", "GP252", "GP426"}, [f.message for f in findings]
+    reference = Linear3d(out=4).eval()  # other values than the export's (a trained model's)
+    checkpoint = _save(reference.state_dict(), tmp_path / "square.safetensors")
+    result = graphpass.PassManager(
+        ["reconcile-initializers", "restore-parameters", "lint-gradients"],
+        checkpoints=[checkpoint]).run(graphpass.load(path))
+    assert not _codes(result.findings) & {"GP251", "GP252", "GP426"}, \
+        [f.message for f in result.findings]
+    # The copy is the weight transposed (x @ W.T), not the weight: the model computes torch's.
+    graphpass.save(result.model, tmp_path / "filled.onnx")
+    session = ort.InferenceSession(str(tmp_path / "filled.onnx"))
+    x = torch.randn(3, 4)
+    (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    np.testing.assert_allclose(got, reference(x).detach().numpy(), atol=1e-5)
 
 
 # ===================================================================== GP425
