@@ -909,9 +909,6 @@ def test_gp424_larger_inputs_or_frozen_weights_before_it_clear_it(exported):
     assert "GP424" not in _codes(findings), [f.message for f in findings]
 
 
-@pytest.mark.xfail(strict=True, reason="GP424 still fires with every weight before the "
-                   "BatchNorm frozen: it counts the BatchNorm's own scale and shift, which "
-                   "act after the normalisation, as weights before it")
 def test_gp424_clears_when_the_weights_before_it_are_frozen(exported):
     path = exported("conv-then-norm", ConvThenNorm, "dynamo", optimize=False)
     assert "freeze the weights before it" in (next(_only(_run(path, ["lint-gradients"]),
