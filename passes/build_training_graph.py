@@ -13,7 +13,8 @@ when the export records them, else every float initializer).
 
 Findings: ``GP850`` (info) the directory was written; ``GP851`` (error) a node
 cannot be differentiated (the message names it); ``GP852`` (error) no trainable
-weight; ``GP853`` (warning) trainable weights no gradient reaches, left frozen;
+weight, or none a gradient reaches (nothing is written); ``GP853`` (warning) trainable
+weights no gradient reaches, left frozen (when others train);
 ``GP854`` (warning) a ``trainable``/``frozen`` pattern that matches nothing, or a
 requested weight that is not a float initializer; ``GP855`` (error) the directory
 cannot be written.
@@ -157,6 +158,20 @@ class BuildTrainingGraph(Pass):
         except GradientError as error:
             findings.append(Finding(CODES["not-differentiable"], Severity.ERROR, error.message,
                                     node=error.node, hint=error.hint))
+            return PassResult(findings=findings)
+        if not graphs.manifest["trainable"]:  # every one left frozen: nothing would train
+            unreached = graphs.frozen_unreached
+            findings.append(Finding(
+                CODES["no-trainable"], Severity.ERROR,
+                ("no gradient reaches the trainable weight " if len(unreached) == 1 else
+                 f"no gradient reaches any of the {len(unreached)} trainable weights ")
+                + f"{shortened_list(unreached, 4, quote=True)}: nothing to train, and nothing "
+                "was written",
+                hint="check that the loss depends on them through differentiable operations "
+                     "(torch would give them no gradient either: a weight read only by a "
+                     "comparison, a shape or an index has none), or name other weights with "
+                     "the trainable option",
+                data={"weights": unreached}))
             return PassResult(findings=findings)
         _record_torch_state(graphs, model, context)
         if graphs.frozen_unreached:

@@ -1168,3 +1168,38 @@ def test_gp851_on_torch_cond_clears_when_frozen_or_resolved(exported, tmp_path):
                     options={"build-training-graph": {"directory": str(tmp_path / "c")}})
     assert "GP851" not in _codes(findings) and "GP850" in _codes(findings), \
         [f.message for f in findings]
+
+
+class Signed(torch.nn.Module):
+    """``x`` or ``-x`` by the sign of a trainable ``w``: a comparison, so no gradient reaches
+    ``w`` (nor, with ``scaled``, is it the only weight: a Linear before it trains)."""
+
+    def __init__(self, scaled: bool = False) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4))
+        self.a = torch.nn.Linear(4, 4) if scaled else None
+
+    def forward(self, x: Any) -> Any:
+        y = self.a(x) if self.a is not None else x
+        return torch.where(self.w > 0, y, -y)
+
+
+# ===================================================================== GP852
+def test_gp852_when_no_gradient_reaches_any_weight_nothing_is_written(exported, cli, tmp_path):
+    path = exported("signed", Signed, "dynamo", optimize=False)  # (the optimizer folds w > 0)
+    findings = _run(path, ["build-training-graph"],
+                    options={"build-training-graph": {"directory": str(tmp_path / "a")}})
+    (finding,) = _only(findings, "GP852")
+    assert "'w'" in finding.message and finding.data["weights"] == ["w"]
+    assert not _codes(findings) & {"GP850", "GP853"}, [f.message for f in findings]
+    assert not (tmp_path / "a").exists()
+    code, stdout, _ = cli("run", path, "-o", tmp_path / "ready.onnx", "-p", "train-ready",
+                          "--emit-training-graph", tmp_path / "b")
+    assert code == 1 and "GP852" in stdout and not (tmp_path / "b").exists()
+    # The advice, followed: a weight the loss depends on trains; w stays frozen (GP853).
+    findings = _run(exported("signed-scaled", lambda: Signed(scaled=True), "dynamo",
+                             optimize=False), ["build-training-graph"],
+                    options={"build-training-graph": {"directory": str(tmp_path / "c")}})
+    assert {"GP850", "GP853"} <= _codes(findings) and "GP852" not in _codes(findings), \
+        [f.message for f in findings]
+    assert (tmp_path / "c" / "gradient.onnx").exists()
