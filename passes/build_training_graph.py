@@ -23,7 +23,7 @@ cannot be written.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from graphpass.checkpoint import Checkpoint, open_checkpoint
 from graphpass.errors import CheckpointError, ModelSaveError
@@ -32,14 +32,13 @@ from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Model
 from graphpass.passes._torch_state import Spelling, torch_state
 from graphpass.torch.folding import find_ties
-from graphpass.training import GradientError
 from graphpass.training.batch_norm import BatchNormMode
-from graphpass.training.directory import write_training_directory
-from graphpass.training.graphs import TrainingGraphs, build_training_graphs
 from graphpass.training.optimizers import SGD, AdamW, Optimizer
 from graphpass.training.recompute import RecomputePolicy
 from graphpass.training.rules.model import trainable_weights
-from graphpass.training.table import registered_builders
+
+if TYPE_CHECKING:
+    from graphpass.training.graphs import TrainingGraphs
 
 __all__ = ["CODES", "TORCH_EXTRA", "BuildTrainingGraph"]
 
@@ -147,6 +146,13 @@ class BuildTrainingGraph(Pass):
                 hint="name weights with the trainable option, or check that the model has float "
                      "initializers (run reconcile-initializers to fill them from a checkpoint)"))
             return PassResult(findings=findings)
+        # Imported here: listing or planning passes (graphpass passes, plan) never needs
+        # autodiff, the builders or the directory writer.
+        from graphpass.training.builder import GradientError
+        from graphpass.training.directory import write_training_directory
+        from graphpass.training.graphs import build_training_graphs
+        from graphpass.training.table import registered_builders
+
         directory = context.resolve_path(options.directory)
         try:
             graphs = build_training_graphs(
