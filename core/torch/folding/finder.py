@@ -714,7 +714,7 @@ def _channel_factor(fused: np.ndarray[Any, Any], weight: np.ndarray[Any, Any] | 
     pivot = rows[np.arange(rows.shape[0]), largest]
     if rows.shape[1] < 2 or bool((pivot == 0).any()):
         return None  # one value a channel: any factor fits, which proves nothing
-    factor = wanted[np.arange(rows.shape[0]), largest] / pivot
+    factor: np.ndarray[Any, Any] = wanted[np.arange(rows.shape[0]), largest] / pivot
     if not close(rows * factor[:, None], wanted):
         return None
     return factor
