@@ -27,8 +27,9 @@ import sys
 
 from _bench import write_docs_section
 
-HEAVY = ("onnx", "numpy", "onnxruntime", "torch")
-"""Modules whose import the table reports for each command."""
+HEAVY = ("onnx", "numpy", "onnx_ir", "networkx", "onnxruntime", "torch")
+"""Modules whose import the table reports for each command (onnx_ir and networkx: the
+ecosystem passes and the planner import them when used, not to list passes)."""
 
 FLOORS: dict[str, list[str]] = {
     "python -c pass": ["-c", "pass"],
@@ -87,7 +88,11 @@ def main() -> int:
         f"`benchmarks/startup.py`: each command in a fresh process, best and median of "
         f"{args.rounds} runs, CPU seconds of the process, against the imports it cannot "
         "avoid. `--version` and `--help` import neither onnx nor numpy; `passes` and `plan` "
-        "load the plugins, whose passes need onnx (the floor they are compared with).",
+        "load the plugins, whose passes need onnx (the floor they are compared with), and "
+        "`plan` networkx (the plan is a graph of passes); neither loads the trainer, "
+        "autodiff or the training-graph writer, which `graphpass.training` and "
+        "`build-training-graph` import on first use. The machine is shared: compare rows "
+        "of one run, not runs.",
         "",
         "| command | best s | median s | best / python | best / import onnx | heavy imports |",
         "| --- | ---: | ---: | ---: | ---: | --- |",

@@ -34,12 +34,14 @@ from graphpass.findings import Finding, Severity
 from graphpass.ir import dtype_name
 from graphpass.passes._reconcile_names import canonical_forms, ends_with_leaf, leaf
 from graphpass.torch.export_record import (
+    LEGACY_CONSTANT_NAME,
     fx_arguments,
     fx_target,
     is_placeholder_name,
     module_scope,
 )
 from graphpass.torch.folding import Fold, Folding, FusedBatchNorm, StateValues, Transpose
+from graphpass.torch.folding.search import shape_ops
 from graphpass.torch.producers import unfolded_export_advice
 
 if TYPE_CHECKING:
@@ -114,6 +116,10 @@ class Plan:
             their sources (or fills them with the values the file holds).
         refusals: Error findings: folded constants the checkpoint's values would make
             stale, or may, that graphpass cannot compute again.
+        folded_slots: Constants the legacy exporter folded whose sources no checkpoint
+            tensor was found to give, by name, with why: they are no checkpoint tensor,
+            so no rename can fill them.
+        advice: How to export the model again without constant folding, in its tool's words.
     """
 
     fills: list[Fill] = field(default_factory=list)
@@ -122,6 +128,8 @@ class Plan:
     unfusions: list[Unfusion] = field(default_factory=list)
     kept: list[Fold] = field(default_factory=list)
     refusals: list[Finding] = field(default_factory=list)
+    folded_slots: dict[str, str] = field(default_factory=dict)
+    advice: str = ""
 
     def used_keys(self) -> set[str]:
         """Every key some fill reads."""
@@ -197,7 +205,7 @@ class _Planner:
         self.matching = matching
         self.checkpoint = checkpoint
         self.signature = signature
-        self.plan = Plan()
+        self.plan = Plan(advice=self.advice)
         self.served: set[str] = set()
         self.real_placeholders = {t.placeholder for t in targets if t.placeholder}
         self.by_name = {t.name: t for t in targets}
@@ -215,14 +223,40 @@ class _Planner:
             if key is None:
                 continue
             entry = self.checkpoint[key]
-            problem = _mismatch(target, entry)
+            rule = self.matching.matches[target.name].rule
+            problem = _mismatch(target, entry) or self._folded_slot(target, entry, rule)
             if problem:
                 self.plan.problems.append(problem)
                 continue
-            fill = Fill(target.name, key, self.matching.matches[target.name].rule, target.name)
+            fill = Fill(target.name, key, rule, target.name)
             self.plan.fills.append(fill)
             self.plain_fills[target.name] = fill
             self.served.add(target.name)
+
+    def _folded_slot(self, target: Target, entry: CheckpointEntry, rule: str) -> str | None:
+        """Why a rename or rule may not fill a constant the legacy exporter computed.
+
+        Its constant folding names what it computed from parameters (a transposed weight, a
+        convolution with a batch norm fused in) ``onnx::<Op>_<N>``: no checkpoint tensor,
+        so a key renamed onto it fills the slot with raw values the model does not compute
+        with (the fused convolution then silently stops computing the batch norm). A key
+        of the file's own values is harmless; an exact name (a checkpoint made from the
+        ONNX file) is the file's.
+        """
+        if rule not in ("rename", "rule") or self.signature or \
+                not LEGACY_CONSTANT_NAME.fullmatch(target.name):
+            return None
+        held = self.graph.initializers.get(target.name)
+        if held is not None and tuple(held.shape) == tuple(entry.shape) and \
+                np.array_equal(held.numpy(), entry.numpy()):
+            return None
+        return (f"a {rule} fills {target.name!r} from key {entry.key!r}, but {target.name!r} is "
+                "a constant the legacy exporter's constant folding computed from parameters "
+                "(a transposed weight, a convolution with the batch norm after it fused in), "
+                "not a checkpoint tensor: filled with the key's values the model would compute "
+                "something else. Drop the rename; reconcile-initializers computes it again from "
+                "the tensors it was computed from when the checkpoint holds them all. Hint: "
+                f"{self.advice}")
 
     # -------------------------------------------------------------- tied aliases
     def tied_aliases(self) -> None:
@@ -285,7 +319,9 @@ class _Planner:
                     used.add(found)
                     continue
             if key is None and fold.source == fold.name:
-                continue  # a legacy copy of nothing known: unmatched (restore-parameters says)
+                # A legacy constant of nothing known: unmatched, and no rename can fill it.
+                self.plan.folded_slots[fold.name] = fold.problem or "its source is not known"
+                continue
             if key is None:
                 self.plan.kept.append(fold)
                 self.served.add(fold.name)
@@ -449,9 +485,15 @@ class _Planner:
                     f"node {fused.node.name!r} is a convolution with the batch norm after it "
                     f"fused in ({fused.weight!r} holds the fused weights); the checkpoint "
                     f"fills {', '.join(repr(s) for s in keys if keys[s])} but has no key for "
-                    f"{', '.join(map(repr, missing))}, so the two cannot be separated again",
-                    node=fused.node.name or "Conv", value=fused.weight, hint=self.advice,
-                    data={"missing": missing}))
+                    f"{', '.join(map(repr, missing))}, so the two cannot be separated again "
+                    f"(filled with {fused.conv_weight!r} alone, the model would stop computing "
+                    "the batch norm)",
+                    node=fused.node.name or "Conv", value=fused.weight,
+                    hint=f"give a checkpoint that holds {_quoted(missing)} too (a checkpoint "
+                         "that holds it under another key: add a rename, checkpoint key = "
+                         f"{missing[0]!r}); or {self.advice}",
+                    data={"missing": missing, "fused": fused.weight,
+                          "bias": fused.bias, "conv_weight": fused.conv_weight}))
                 continue
             values = {source: self.checkpoint[key].numpy() for source, key in keys.items()
                       if key is not None}
@@ -616,6 +658,12 @@ class _Planner:
         return candidate
 
 
+def _quoted(names: Sequence[str]) -> str:
+    """``'a'``, ``'a' and 'b'``, ``'a', 'b' and 'c'``."""
+    quoted = [repr(name) for name in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+
+
 def _mismatch(target: Target, entry: CheckpointEntry) -> str | None:
     shape_ok = target.shape is None or (
         len(target.shape) == len(entry.shape)
@@ -661,14 +709,21 @@ def _transpose_problem(graph: Graph, target: Target, entry: CheckpointEntry,
 
 def _square_problem(graph: Graph, target: Target, entry: CheckpointEntry,
                     node: Node) -> str | None:
-    """Whether a square constant is the key's transpose, told by which is nearer its values.
+    """Whether a square constant is the key's transpose (``None``: it is).
 
-    A legacy export's folded ``W.T`` of a square weight looks the same transposed or not;
-    its values tell: when the checkpoint holds weights changed a little since the export
-    (fine-tuning), the constant is still far nearer their transpose than the weights
-    themselves. Decisive means four times nearer.
+    A square ``W.T`` has ``W``'s shape, so the shape ops the folding search knows
+    (:func:`~graphpass.torch.folding.search.shape_ops`) give a copy and a transpose. A
+    constant the legacy exporter named (``onnx::MatMul_N``) is no copy: the exporter gives a
+    tensor it did not change the tensor's own name, so the transpose is the one shape op
+    left, whatever the checkpoint's values (a fine-tuned or freshly initialised model).
+    Unless its values say otherwise: a constant decisively nearer the key itself than its
+    transpose is refused. Without the legacy name, its values must tell: when the
+    checkpoint holds weights changed a little since the export (fine-tuning), the constant
+    is still far nearer their transpose than the weights themselves. Decisive means four
+    times nearer.
     """
     tensor = graph.initializers.get(target.name)
+    transposed = plain = None
     if tensor is not None:
         constant = tensor.numpy().astype(np.float64)
         weight = entry.numpy().astype(np.float64)
@@ -676,6 +731,14 @@ def _square_problem(graph: Graph, target: Target, entry: CheckpointEntry,
         plain = float(np.linalg.norm(constant - weight))
         if transposed <= 0.25 * plain:
             return None
+    computed = [op for op in shape_ops(tuple(entry.shape), tuple(entry.shape[::-1]))
+                if op.kind != "copy"]
+    if LEGACY_CONSTANT_NAME.fullmatch(target.name) and \
+            [op.kind for op in computed] == ["transpose"]:
+        if plain is None or transposed is None or plain > 0.25 * transposed:
+            return None
+        return (f"the weight is square and {target.name!r}, a constant the legacy exporter "
+                "computed, is decisively nearer the key itself than its transpose")
     return ("the weight is square, so its shape cannot tell a transpose apart, its values are "
             "not decisively nearer the key's transpose than the key, and "
             f"node {node.name!r} does not record an aten.linear reading it")

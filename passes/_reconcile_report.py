@@ -187,6 +187,16 @@ def build_report(plan: Plan, matching: Matching, targets: Sequence[Target],
                      "it, write the checkpoint with graphpass.torch.save_state(model, path), "
                      "which holds non-persistent buffers and tensor constants too"))
             continue
+        if name in plan.folded_slots:  # computed at export time: no checkpoint tensor
+            findings.append(Finding(
+                "GP201", Severity.WARNING,
+                f"no checkpoint key fills {target.source} {name!r}, a constant the exporter's "
+                f"constant folding computed from parameters ({plan.folded_slots[name]}); "
+                f"{fate}", PASS_NAME, value=name,
+                hint="it is no checkpoint tensor, so no rename can fill it: give a checkpoint "
+                     "that holds every tensor it was computed from (reconcile-initializers "
+                     f"then computes it again), or {plan.advice}"))
+            continue
         findings.append(Finding(
             "GP201", Severity.WARNING,
             f"no checkpoint key fills {target.source} {name!r}{source}; {fate}",

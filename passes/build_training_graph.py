@@ -21,7 +21,8 @@ the same inputs.
 
 Findings: ``GP850`` (info) the directory was written; ``GP851`` (error) a node
 cannot be differentiated (the message names it); ``GP852`` (error) no trainable
-weight; ``GP853`` (warning) trainable weights no gradient reaches, left frozen;
+weight, or none a gradient reaches (nothing is written); ``GP853`` (warning) trainable
+weights no gradient reaches, left frozen (when others train);
 ``GP854`` (warning) a ``trainable``/``frozen`` pattern that matches nothing, or a
 requested weight that is not a float initializer; ``GP855`` (error) the directory
 cannot be written.
@@ -37,14 +38,10 @@ from graphpass.errors import ModelSaveError
 from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Model
-from graphpass.training import GradientError
 from graphpass.training.batch_norm import BatchNormMode
-from graphpass.training.directory import write_training_directory
-from graphpass.training.graphs import build_training_graphs
 from graphpass.training.optimizers import SGD, AdamW, Optimizer
 from graphpass.training.recompute import RecomputePolicy
 from graphpass.training.rules.model import SelectionReport, trainable_weights
-from graphpass.training.table import registered_builders
 
 __all__ = ["CODES", "BuildTrainingGraph"]
 
@@ -149,6 +146,13 @@ class BuildTrainingGraph(Pass):
                 hint="name weights with the trainable option, or check that the model has float "
                      "initializers (run reconcile-initializers to fill them from a checkpoint)"))
             return PassResult(findings=findings)
+        # Imported here: listing or planning passes (graphpass passes, plan) never needs
+        # autodiff, the builders or the directory writer.
+        from graphpass.training.builder import GradientError
+        from graphpass.training.directory import write_training_directory
+        from graphpass.training.graphs import build_training_graphs
+        from graphpass.training.table import registered_builders
+
         directory = context.resolve_path(options.directory)
         try:
             graphs = build_training_graphs(
@@ -160,6 +164,20 @@ class BuildTrainingGraph(Pass):
         except GradientError as error:
             findings.append(Finding(CODES["not-differentiable"], Severity.ERROR, error.message,
                                     node=error.node, hint=error.hint))
+            return PassResult(findings=findings)
+        if not graphs.manifest["trainable"]:  # every one left frozen: nothing would train
+            unreached = graphs.frozen_unreached
+            findings.append(Finding(
+                CODES["no-trainable"], Severity.ERROR,
+                ("no gradient reaches the trainable weight " if len(unreached) == 1 else
+                 f"no gradient reaches any of the {len(unreached)} trainable weights ")
+                + f"{shortened_list(unreached, 4, quote=True)}: nothing to train, and nothing "
+                "was written",
+                hint="check that the loss depends on them through differentiable operations "
+                     "(torch would give them no gradient either: a weight read only by a "
+                     "comparison, a shape or an index has none), or name other weights with "
+                     "the trainable option",
+                data={"weights": unreached}))
             return PassResult(findings=findings)
         if graphs.frozen_unreached:
             findings.append(Finding(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -40,6 +41,7 @@ from graphpass.passes._missing_kinds import (
     classify,
 )
 from graphpass.torch.export_record import INPUT_KIND
+from graphpass.torch.producers import Producer, producer
 
 __all__ = ["DetectMissingBuffers"]
 
@@ -112,7 +114,8 @@ class DetectMissingBuffers(AnalysisPass):
                 reported.append((gap, classification))
         reported.extend(self._state_inputs(model, inputs))
         reported.sort(key=lambda item: (item[1].module, item[0].name))
-        findings = [_finding(gap, classification, reconciled)
+        exporter = producer(model.graph)
+        findings = [_finding(gap, classification, reconciled, exporter)
                     for gap, classification in reported]
         return PassResult(changed=False, findings=findings, stats=_stats(reported))
 
@@ -204,7 +207,8 @@ _PROBLEM_TEXT: Final = {
 }
 
 
-def _finding(gap: Gap, classification: Classification, reconciled: bool) -> Finding:
+def _finding(gap: Gap, classification: Classification, reconciled: bool,
+             exporter: Producer) -> Finding:
     kind = classification.kind
     subject = f"{kind} {gap.name!r}" if kind != "unknown" else repr(gap.name)
     text = f"{subject} {_PROBLEM_TEXT[gap.problem]}"
@@ -215,7 +219,7 @@ def _finding(gap: Gap, classification: Classification, reconciled: bool) -> Find
     if classification.module:
         text = f"module {classification.module!r}: {text}"
     text += f"; used by {_describe_consumers(gap)}" if gap.consumers else "; not used"
-    fix, hint = _fix(gap, classification, reconciled)
+    fix, hint = _fix(gap, classification, reconciled, exporter)
     severity = Severity.ERROR
     if gap.problem == "no-data" and not gap.consumers:
         severity = Severity.WARNING
@@ -262,15 +266,20 @@ _EXPORT_STATE: Final = ("it is not in state_dict() (non-persistent buffers and t
                         f"never are), so no checkpoint saved from it has it: {_SAVE_STATE}")
 
 
-def _fix(gap: Gap, classification: Classification, reconciled: bool) -> tuple[str, str]:
-    """The fix, as a stable keyword (for tools) and in words (for people)."""
+def _fix(gap: Gap, classification: Classification, reconciled: bool,
+         exporter: Producer) -> tuple[str, str]:
+    """The fix, as a stable keyword (for tools) and in words (for people).
+
+    ``exporter``: the tool that wrote the model; a constant torch's dynamo exporter folded
+    is among the tensors of the ``ONNXProgram`` it returned, which ``save_state`` writes.
+    """
     kind = classification.kind
     match = classification.checkpoint
     if match is not None:
         how = "" if match.exact else f" as {match.key!r}"
         hint = (f"checkpoint {match.checkpoint} has it{how}: fill the model from it with "
-                f"reconcile-initializers (graphpass run MODEL -o OUT --checkpoint "
-                f"{match.checkpoint})")
+                f"reconcile-initializers (graphpass run MODEL -o OUT -p "
+                f"reconcile-initializers --checkpoint {shlex.quote(str(match.checkpoint))})")
         if reconciled:
             hint += "; reconcile-initializers ran but did not fill it: see its findings"
         return "reconcile", hint
@@ -290,6 +299,13 @@ def _fix(gap: Gap, classification: Classification, reconciled: bool) -> tuple[st
             "attribute holds: save the export's own tensors with graphpass.torch.save_state("
             "onnx_program, 'export.safetensors') and fill from that, or save the export with "
             "its initializers (include_initializers=True)")
+    if kind == "folded constant" and exporter == "torch-dynamo":
+        return "export-state", (
+            "the exporter's optimizer computed it by constant folding, and the file was saved "
+            "without it: no state_dict() checkpoint has it, but the export's own tensors do: "
+            "save them with graphpass.torch.save_state(onnx_program, 'export.safetensors') "
+            "and fill from that (--checkpoint export.safetensors), save the export with its "
+            "initializers, or re-export without folding (dynamo=True, optimize=False)")
     if kind == "folded constant":
         return "re-export", (
             "the exporter computed it by constant folding and did not save it, so no "

@@ -62,6 +62,7 @@ from graphpass.torch.folding import UnrestorableParameters
 from graphpass.training._region import (
     Region,
     differentiable_region,
+    input_bits,
     names_of,
     weight_bits,
 )
@@ -425,8 +426,11 @@ class _Linter:
                     bits_of: Callable[[], dict[Node, int]]) -> None:
         """Warn about trained BatchNorms whose batch statistics cover very few values."""
         for node in region.ordered():
+            # Only weights before it (reaching its X) get the noise: its own scale and shift
+            # act after the normalisation.
             if node.op_type != "BatchNormalization" or normalize_domain(node.domain) or \
-                    not node.inputs or not bits_of().get(node):
+                    not node.inputs or not input_bits(region, bits_of(), self.trainable,
+                                                      node, 0):
                 continue
             shape = scope.type_of(node.inputs[0]).static_shape
             if shape is None or len(shape) < 2:

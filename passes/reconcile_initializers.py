@@ -46,7 +46,7 @@ from graphpass.checkpoint import Checkpoint, ReconcileResult, open_checkpoint
 from graphpass.errors import CheckpointError, PipelineError
 from graphpass.framework.pass_base import Pass, PassContext, PassResult
 from graphpass.ir import Graph, Model, Node
-from graphpass.passes._reconcile_match import match_names
+from graphpass.passes._reconcile_match import Matching, match_names
 from graphpass.passes._reconcile_plan import Fill, Plan, checkpoint_state, plan_fills
 from graphpass.passes._reconcile_report import CODES, build_report
 from graphpass.passes._reconcile_shapes import ShapeCheck, check_undeclared
@@ -148,6 +148,13 @@ class ReconcileInitializers(Pass):
         matching = match_names(names, list(checkpoint), renames=renames, rules=self._rules,
                                same_data=lambda a, b: checkpoint[a].storage
                                == checkpoint[b].storage)
+        fused = _fused_names(graph, checkpoint, matching, names) if matching.problems and \
+            not signature else []
+        if fused:  # a rename may name a tensor of a batch norm the legacy exporter fused
+            names += fused
+            matching = match_names(names, list(checkpoint), renames=renames, rules=self._rules,
+                                   same_data=lambda a, b: checkpoint[a].storage
+                                   == checkpoint[b].storage)
         _raise_problems("checkpoint keys do not match the model unambiguously",
                         matching.problems, checkpoint,
                         "add renames (checkpoint key = initializer) or regex rules to say "
@@ -230,6 +237,21 @@ def _vanished_names(graph: Graph, targets: list[Target], signature: dict[str, st
                         and argument not in real:
                     names[argument] = None
     return list(names)
+
+
+def _fused_names(graph: Graph, checkpoint: Checkpoint, matching: Matching,
+                 names: list[str]) -> list[str]:
+    """The tensors of the batch norms a legacy export fused in, that ``names`` lacks.
+
+    A legacy export records no name of what its constant folding consumed: the batch norm
+    fused into a convolution is found only by the fold search, from the checkpoint's values
+    (in part, when the checkpoint lacks some of its tensors). Its tensors are then names a
+    rename may fill.
+    """
+    state, _ = checkpoint_state(checkpoint, matching)
+    known = set(names)
+    return list(dict.fromkeys(source for fused in find_folds(graph, checkpoint=state).fused
+                              .values() for source in fused.sources if source not in known))
 
 
 def _raise_problems(summary: str, problems: list[str], checkpoint: Checkpoint,

@@ -220,6 +220,21 @@ def test_version_and_help_import_neither_onnx_nor_numpy(flag: str) -> None:
     assert not imported & {"onnx", "numpy", "onnxruntime", "torch"}
 
 
+@pytest.mark.parametrize("command", [["passes"], ["plan", "-p", "train-ready"]])
+def test_passes_and_plan_load_no_trainer_autodiff_or_directory_writer(command: list[str]) -> None:
+    """Listing and planning passes needs none of training's machinery (nor onnxruntime):
+    ``graphpass.training`` gives its names on first use, ``build-training-graph`` imports
+    them when it runs."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "graphpass", *command],
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "graphpass.passes.build_training_graph" in imported  # the measurement works
+    assert not imported & {"graphpass.training.trainer", "graphpass.training.graphs",
+                           "graphpass.training.directory", "onnxruntime", "torch"}
+
+
 def test_import_graphpass_loads_the_api_on_first_use() -> None:
     code = ("import sys, graphpass; before = 'onnx' in sys.modules; "
             "model = graphpass.load('examples/tiny_classifier.onnx'); "

@@ -557,8 +557,6 @@ def test_gp303_filling_from_the_checkpoint_the_hint_names_clears_it(exported, mo
     assert "GP303" not in _codes(findings), [f.message for f in findings]
 
 
-@pytest.mark.xfail(strict=True, reason="GP303's hint shows `graphpass run MODEL -o OUT "
-                   "--checkpoint PATH` without -p; graphpass run then answers 'nothing to run'")
 def test_gp303_the_command_the_hint_shows_runs_as_written(exported, module, cli, tmp_path):
     path = exported("no-params", Normed, "legacy", export_params=False)
     checkpoint = _save(module.state_dict(), tmp_path / "model.safetensors")
@@ -570,6 +568,8 @@ def test_gp303_the_command_the_hint_shows_runs_as_written(exported, module, cli,
         "OUT", str(tmp_path / "filled.onnx")).split()
     code, _, stderr = cli(*args)
     assert code == 0, stderr
+    findings = _run(tmp_path / "filled.onnx", ["detect-missing-buffers"])
+    assert "GP303" not in _codes(findings), [f.message for f in findings]
 
 
 # ===================================================================== GP252
@@ -600,6 +600,7 @@ def test_gp251_on_a_fused_batch_norm_clears_without_the_optimizer(exported, tmp_
     findings = _run(path, ["restore-parameters"])
     (finding,) = _only(findings, "GP251")
     assert "optimize=False" in (finding.hint or "")
+    assert "rename" not in (finding.hint or "")  # no checkpoint was given: nothing to rename
     findings = _run(exported("conv-norm-dynamo-no-optimize", ConvNorm, "dynamo",
                              optimize=False), ["restore-parameters", "lint-gradients"])
     assert not _codes(findings) & {"GP251", "GP426"}, [f.message for f in findings]
@@ -626,19 +627,28 @@ def test_gp215_the_untied_model_exported_takes_both_values(exported, tmp_path):
     assert not _codes(findings) & {"GP201", "GP215"}, [f.message for f in findings]
 
 
-@pytest.mark.xfail(strict=True, raises=PassError,
-                   reason="for a square weight reconcile-initializers refuses to fill the "
-                   "legacy exporter's folded transpose, which GP252's hint says it computes")
 def test_gp252_on_a_square_weight_a_checkpoint_fills_the_copy(exported, tmp_path):
     path = exported("linear3d-square-legacy", lambda: Linear3d(out=4), "legacy")
     findings = _run(path, ["restore-parameters"])
     assert "reconcile-initializers computes the copies" in (next(_only(findings, "GP252")).hint
                                                             or "")
+    import numpy as np
+
+    ort = pytest.importorskip("onnxruntime")
     torch.manual_seed(0)
-    checkpoint = _save(Linear3d(out=4).state_dict(), tmp_path / "square.safetensors")
-    findings = _run(path, ["reconcile-initializers", "restore-parameters", "lint-gradients"],
-                    checkpoints=[checkpoint])
-    assert not _codes(findings) & {"GP251", "GP252", "GP426"}, [f.message for f in findings]
+    reference = Linear3d(out=4).eval()  # other values than the export's (a trained model's)
+    checkpoint = _save(reference.state_dict(), tmp_path / "square.safetensors")
+    result = graphpass.PassManager(
+        ["reconcile-initializers", "restore-parameters", "lint-gradients"],
+        checkpoints=[checkpoint]).run(graphpass.load(path))
+    assert not _codes(result.findings) & {"GP251", "GP252", "GP426"}, \
+        [f.message for f in result.findings]
+    # The copy is the weight transposed (x @ W.T), not the weight: the model computes torch's.
+    graphpass.save(result.model, tmp_path / "filled.onnx")
+    session = ort.InferenceSession(str(tmp_path / "filled.onnx"))
+    x = torch.randn(3, 4)
+    (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    np.testing.assert_allclose(got, reference(x).detach().numpy(), atol=1e-5)
 
 
 # ===================================================================== GP425
@@ -899,9 +909,6 @@ def test_gp424_larger_inputs_or_frozen_weights_before_it_clear_it(exported):
     assert "GP424" not in _codes(findings), [f.message for f in findings]
 
 
-@pytest.mark.xfail(strict=True, reason="GP424 still fires with every weight before the "
-                   "BatchNorm frozen: it counts the BatchNorm's own scale and shift, which "
-                   "act after the normalisation, as weights before it")
 def test_gp424_clears_when_the_weights_before_it_are_frozen(exported):
     path = exported("conv-then-norm", ConvThenNorm, "dynamo", optimize=False)
     assert "freeze the weights before it" in (next(_only(_run(path, ["lint-gradients"]),
@@ -948,12 +955,13 @@ def test_gp211_a_fused_batch_norm_missing_a_key_clears_each_way_the_hint_names(e
     assert "GP211" not in _codes(findings), [f.message for f in findings]
 
 
-@pytest.mark.xfail(strict=True, reason="on the legacy export, a conv weight with the batch norm "
-                   "fused in whose checkpoint lacks bn.running_var gets GP201's 'add a rename' "
-                   "(the dynamo export gets GP211); the rename fills the fused slot with the "
-                   "raw conv weight and the model silently stops computing the batch norm")
 def test_gp201_on_a_legacy_fused_conv_weight_its_rename_keeps_the_model_right(exported,
                                                                            tmp_path):
+    """The legacy export's conv weight with the batch norm fused in is no checkpoint tensor:
+    a checkpoint lacking ``bn.running_var`` gets GP211 naming that key (as the dynamo export
+    does), never GP201's "add a rename" (which filled the slot with the raw conv weight, and
+    the model silently stopped computing the batch norm). The hint's rename of the key the
+    checkpoint holds under another name separates the two again, and the model stays right."""
     import numpy as np
 
     ort = pytest.importorskip("onnxruntime")
@@ -961,17 +969,29 @@ def test_gp201_on_a_legacy_fused_conv_weight_its_rename_keeps_the_model_right(ex
     torch.randn(3, 4)  # as ``exported`` draws its input before it builds the module
     reference = ConvNorm().eval()
     state = dict(reference.state_dict())
-    state.pop("bn.running_var")
+    variance = state.pop("bn.running_var")
     partial = _save(state, tmp_path / "partial.safetensors")
+    renamed = _save({**state, "bn.var": variance}, tmp_path / "renamed.safetensors")
     path = exported("conv-norm-legacy", ConvNorm, "legacy")
     findings = _run(path, ["reconcile-initializers"], checkpoints=[partial])
-    fused = [f for f in findings if f.code == "GP201" and f.value.startswith("onnx::Conv")]
-    assert fused and all("add a rename" in (f.hint or "") for f in fused)
-    # The advice, followed: rename the conv's keys onto the initializers GP201 names.
-    weight, bias = sorted(f.value for f in fused)
-    result = graphpass.PassManager(["reconcile-initializers"], checkpoints=[partial], options={
-        "reconcile-initializers": {"renames": {"c.weight": weight, "c.bias": bias}}},
+    assert not [f for f in findings if f.code == "GP201"], [f.message for f in findings]
+    (finding,) = _only(findings, "GP211")
+    assert finding.value.startswith("onnx::Conv") and "'bn.running_var'" in finding.message
+    assert finding.data["missing"] == ["bn.running_var"]
+    hint = finding.hint or ""
+    assert "do_constant_folding=False" in hint and "checkpoint key = 'bn.running_var'" in hint
+    # The rename GP201 offered before, onto the fused slots, is refused: nothing is written.
+    weight, bias = finding.value, finding.data["bias"]
+    with pytest.raises(PassError, match="not a checkpoint tensor"):
+        graphpass.PassManager(["reconcile-initializers"], checkpoints=[partial], options={
+            "reconcile-initializers": {"renames": {"c.weight": weight, "c.bias": bias}}},
+        ).run(graphpass.load(path))
+    # The advice, followed: the key the checkpoint holds under another name, renamed.
+    result = graphpass.PassManager(["reconcile-initializers"], checkpoints=[renamed], options={
+        "reconcile-initializers": {"renames": {"bn.var": "bn.running_var"}}},
     ).run(graphpass.load(path))
+    assert "GP211" not in _codes(result.findings) and "GP212" in _codes(result.findings), \
+        [f.message for f in result.findings]
     assert not [f for f in result.findings if f.severity.name == "ERROR"]
     graphpass.save(result.model, tmp_path / "filled.onnx")
     x = torch.randn(3, 4)
@@ -980,6 +1000,30 @@ def test_gp201_on_a_legacy_fused_conv_weight_its_rename_keeps_the_model_right(ex
         (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
         np.testing.assert_allclose(got, reference(x).detach().numpy(), atol=1e-5,
                                    err_msg=str(model))
+    # Followed the other way: exported without constant folding, nothing is fused.
+    findings = _run(exported("conv-norm-legacy-no-folding", ConvNorm, "legacy",
+                             do_constant_folding=False), ["reconcile-initializers"],
+                    checkpoints=[partial])
+    assert "GP211" not in _codes(findings), [f.message for f in findings]
+
+
+def test_gp201_on_a_legacy_folded_slot_no_tensor_explains_offers_no_rename(exported, tmp_path):
+    """Without the conv weight the fusion was computed from, the fused slot and its bias are
+    still constants the exporter computed: no rename can fill them, and the hint says so."""
+    torch.manual_seed(0)
+    torch.randn(3, 4)
+    state = dict(ConvNorm().eval().state_dict())
+    state.pop("c.weight")
+    checkpoint = _save(state, tmp_path / "no-conv-weight.safetensors")
+    path = exported("conv-norm-legacy", ConvNorm, "legacy")
+    findings = _run(path, ["reconcile-initializers"], checkpoints=[checkpoint])
+    found = [f for f in findings if f.code == "GP201"]
+    assert len(found) == 2 and all(f.value.startswith("onnx::Conv") for f in found), \
+        [f.message for f in findings]
+    for finding in found:
+        hint = finding.hint or ""
+        assert "add a rename" not in hint and "no rename can fill it" in hint, hint
+        assert "do_constant_folding=False" in hint and "constant folding" in finding.message
 
 
 class Scaled(torch.nn.Module):
@@ -1086,21 +1130,24 @@ def test_gp301_for_a_lifted_constant_is_filled_from_the_programs_save_state(lift
     assert "GP301" not in _codes(findings), [f.message for f in findings]
 
 
-@pytest.mark.xfail(strict=True, reason="GP301's hint for a constant the dynamo optimizer folded "
-                   "says no checkpoint has it, but graphpass.torch.save_state(onnx_program) "
-                   "holds it and fills it (the hint names neither)")
-def test_gp301_for_a_folded_constant_says_no_checkpoint_has_it_only_when_none_does(lifted,
-                                                                                 tmp_path):
+def test_gp301_for_a_folded_constant_is_filled_from_the_programs_save_state(lifted, tmp_path):
+    """The dynamo optimizer's folded constant, saved without initializers, is in no
+    ``state_dict()`` checkpoint, but the ONNXProgram's own tensors hold it: the hint names
+    ``save_state(onnx_program)`` (not "no checkpoint has it"), and following it fills it."""
     from safetensors import safe_open
 
     program, path = lifted(True)
     findings = _run(path, ["detect-missing-buffers"])
     (finding,) = (f for f in findings if f.code == "GP301" and "folded constant" in f.message)
-    assert "no checkpoint has it" in (finding.hint or "")
+    hint = finding.hint or ""
+    assert "save_state(onnx_program" in hint and "no checkpoint has it" not in hint
+    # The advice, followed: the export's own tensors saved (they hold it), and filled from.
     state = gp_torch.save_state(program, tmp_path / "export.safetensors")
     with safe_open(str(state), "pt") as opened:
-        held = list(opened.keys())
-    assert finding.value not in held
+        assert finding.value in list(opened.keys())
+    findings = _run(path, ["reconcile-initializers", "detect-missing-buffers"],
+                    checkpoints=[state])
+    assert "GP301" not in _codes(findings), [f.message for f in findings]
 
 
 # ===================================================================== GP851
@@ -1121,3 +1168,38 @@ def test_gp851_on_torch_cond_clears_when_frozen_or_resolved(exported, tmp_path):
                     options={"build-training-graph": {"directory": str(tmp_path / "c")}})
     assert "GP851" not in _codes(findings) and "GP850" in _codes(findings), \
         [f.message for f in findings]
+
+
+class Signed(torch.nn.Module):
+    """``x`` or ``-x`` by the sign of a trainable ``w``: a comparison, so no gradient reaches
+    ``w`` (nor, with ``scaled``, is it the only weight: a Linear before it trains)."""
+
+    def __init__(self, scaled: bool = False) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4))
+        self.a = torch.nn.Linear(4, 4) if scaled else None
+
+    def forward(self, x: Any) -> Any:
+        y = self.a(x) if self.a is not None else x
+        return torch.where(self.w > 0, y, -y)
+
+
+# ===================================================================== GP852
+def test_gp852_when_no_gradient_reaches_any_weight_nothing_is_written(exported, cli, tmp_path):
+    path = exported("signed", Signed, "dynamo", optimize=False)  # (the optimizer folds w > 0)
+    findings = _run(path, ["build-training-graph"],
+                    options={"build-training-graph": {"directory": str(tmp_path / "a")}})
+    (finding,) = _only(findings, "GP852")
+    assert "'w'" in finding.message and finding.data["weights"] == ["w"]
+    assert not _codes(findings) & {"GP850", "GP853"}, [f.message for f in findings]
+    assert not (tmp_path / "a").exists()
+    code, stdout, _ = cli("run", path, "-o", tmp_path / "ready.onnx", "-p", "train-ready",
+                          "--emit-training-graph", tmp_path / "b")
+    assert code == 1 and "GP852" in stdout and not (tmp_path / "b").exists()
+    # The advice, followed: a weight the loss depends on trains; w stays frozen (GP853).
+    findings = _run(exported("signed-scaled", lambda: Signed(scaled=True), "dynamo",
+                             optimize=False), ["build-training-graph"],
+                    options={"build-training-graph": {"directory": str(tmp_path / "c")}})
+    assert {"GP850", "GP853"} <= _codes(findings) and "GP852" not in _codes(findings), \
+        [f.message for f in findings]
+    assert (tmp_path / "c" / "gradient.onnx").exists()

@@ -416,7 +416,8 @@ def test_gpt2_with_tied_weights_has_nothing_missing_after_state_dict(exported, t
 def test_gpt2_optimized_export_loses_only_folded_constants(exported, tmp_path):
     # optimize=True (the default) folds constants (position embeddings looked up at
     # fixed positions, transposed weights ...) into new initializers, which
-    # include_initializers=False drops: no checkpoint can fill them.
+    # include_initializers=False drops: no state_dict() checkpoint can fill them, only the
+    # export's own tensors (save_state(onnx_program)), or an export without folding.
     real = gpt2()
     state = real.state_dict()
     checkpoint = gp_torch.save_state(state, tmp_path / "gpt2.safetensors")
@@ -427,8 +428,9 @@ def test_gpt2_optimized_export_loses_only_folded_constants(exported, tmp_path):
     assert in_checkpoint and folded
     assert {f.data["fix"] for f in in_checkpoint.values()} == {"reconcile"}
     assert {f.data["kind"] for f in folded.values()} == {"folded constant"}
-    assert {f.data["fix"] for f in folded.values()} == {"re-export"}
-    assert all("optimize=False" in f.hint for f in folded.values())
+    assert {f.data["fix"] for f in folded.values()} == {"export-state"}
+    assert all("optimize=False" in f.hint and "save_state(onnx_program" in f.hint
+               for f in folded.values())
 
 
 # ============================================ a tensor made in a submodule's forward

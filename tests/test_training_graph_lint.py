@@ -40,7 +40,9 @@ def _verdicts(proto: onnx.ModelProto, directory: Path) -> tuple[set[str], set[st
         "build-training-graph": {"directory": str(directory), "loss": "mse"}},
         stop_on_error=False).run(model)
     refused = next((f for f in build.findings if f.code == "GP851"), None)
-    frozen = next((set(f.data["weights"]) for f in build.findings if f.code == "GP853"), set())
+    # Left frozen beside others that train (GP853), or all of them, so nothing is (GP852).
+    frozen = next((set(f.data["weights"]) for f in build.findings
+                   if f.code in ("GP853", "GP852") and "weights" in f.data), set())
     return errors, unreached, (refused.node if refused else None), frozen
 
 

@@ -25,8 +25,7 @@ Producer = Literal["torch-dynamo", "torch-legacy", "optimum", "unknown"]
 _ADVICE: Final[dict[Producer, str]] = {
     "torch-dynamo": (
         "re-export without the optimizer's folding: torch.onnx.export(..., dynamo=True, "
-        "optimize=False) (every parameter then keeps an initializer of its own); or name the "
-        "key with a rename"),
+        "optimize=False) (every parameter then keeps an initializer of its own)"),
     "torch-legacy": (
         "re-export without constant folding: torch.onnx.export(..., dynamo=False, "
         "do_constant_folding=False), or with dynamo=True, optimize=False (every parameter then "

@@ -38,7 +38,8 @@ from graphpass.ir import CAPTURE, Graph, Node
 from graphpass.training.rules.model import GradientRules, NodeSite
 from graphpass.training.value_types import TypeInfo
 
-__all__ = ["Region", "differentiable_region", "gradient_region", "names_of", "weight_bits"]
+__all__ = ["Region", "differentiable_region", "gradient_region", "input_bits", "names_of",
+           "weight_bits"]
 
 TypeOf = Callable[[str], TypeInfo]
 _ABSENT = TypeInfo(None)
@@ -273,6 +274,27 @@ def weight_bits(region: Region, weights: list[str]) -> dict[Node, int]:
                 value |= bits.get(source, 0)
         bits[node] = value
     return bits
+
+
+def input_bits(region: Region, bits: Mapping[Node, int], weights: list[str], node: Node,
+               slot: int) -> int:
+    """The weights whose gradient reaches ``node`` through its input ``slot`` alone.
+
+    ``bits`` is :func:`weight_bits`'s, which joins every input of a node: a
+    ``BatchNormalization`` there holds its own scale and shift with what flows into its
+    ``X``. Bit ``i`` stands for ``weights[i]``.
+    """
+    if slot >= len(node.inputs) or slot in region.stops.get(node, frozenset()):
+        return 0
+    name = node.inputs[slot]
+    value = 0
+    if name in weights and node in region.entries.get(name, ()):
+        value |= 1 << weights.index(name)
+    for source, edge_value, edge_slot in region.pred.get(node, ()):
+        if edge_slot == slot and source in region.visited and \
+                edge_value in region.gradient_values:
+            value |= bits.get(source, 0)
+    return value
 
 
 def names_of(bits: int, weights: list[str]) -> list[str]:

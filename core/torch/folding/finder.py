@@ -547,6 +547,11 @@ class _Finder:
             if conv is not None and self._legacy_fused(conv, name):
                 continue
             self._legacy_copy(name, tensor, file)
+            bias = conv.inputs[2] if conv is not None and len(conv.inputs) > 2 else ""
+            if bias in biases and self.folding.folds[name].recipe is None:
+                self._add(Fold(bias, bias, None, problem=(
+                    f"the bias of a convolution whose weight {name!r} was folded too, such as "
+                    "a batch norm fused in makes it")))
         for value in self.graph.inputs:  # export_params=False: the folded copies are inputs
             if LEGACY_CONSTANT_NAME.fullmatch(value.name) and \
                     value.name not in self.initializers and any(
@@ -610,7 +615,60 @@ class _Finder:
                 distance = float(np.linalg.norm(computed - fused_weight)) / max(
                     float(np.linalg.norm(fused_weight)), 1e-30)
                 near.append((distance, fused))
-        return self._nearest_fusion(weight, near)
+        return self._nearest_fusion(weight, near) or \
+            self._partial_fusion(node, weight, bias, candidates, scope)
+
+    def _partial_fusion(self, node: Node, weight: str, bias: str, candidates: list[str],
+                        scope: str) -> bool:
+        """A fusion the checkpoint holds only in part: its conv weight and some batch norm keys.
+
+        Fusing scales each output channel of the conv weight by ``gamma / sigma``, so the
+        conv weight whose every channel is a multiple of the fused weight's is its source,
+        whatever the batch norm's keys the checkpoint lacks. A batch norm of the checkpoint
+        with a running statistic of that many channels and some of its four tensors missing
+        is the one fused in when it is the only one the present values do not contradict.
+        The fusion found names the missing tensors (:attr:`FusedBatchNorm.sources`), so
+        that the slot is refused naming them rather than filled with a raw tensor.
+        """
+        fused_weight = self.initializers[weight].numpy().astype(np.float64)
+        channels = fused_weight.shape[0]
+        leaves = ("weight", "bias", "running_mean", "running_var")
+        prefixes = sorted({name.rpartition(".")[0] for name in self.checkpoint.names()
+                           if name.endswith((".running_mean", ".running_var"))
+                           and self.checkpoint.shape(name) == (channels,)},
+                          key=lambda prefix: -_shared_prefix(prefix, scope))
+        partial = [p for p in prefixes
+                   if not all(f"{p}.{leaf}" in self.checkpoint for leaf in leaves)]
+        found: list[FusedBatchNorm] = []
+        for conv_weight in candidates:
+            factor = _channel_factor(fused_weight, self.checkpoint.value(conv_weight))
+            if factor is None:
+                continue
+            module = conv_weight.rpartition(".")[0]
+            conv_bias = f"{module}.bias" if f"{module}.bias" in self.checkpoint else None
+            for prefix in partial:
+                fused = FusedBatchNorm(
+                    node, weight, bias, conv_weight, conv_bias, f"{prefix}.weight",
+                    f"{prefix}.bias", f"{prefix}.running_mean", f"{prefix}.running_var",
+                    epsilon=1e-5, momentum=0.1, evidence=(
+                        f"values: every output channel of {weight!r} is a multiple of the "
+                        f"checkpoint's {conv_weight!r}, as a batch norm fused in makes it; the "
+                        f"checkpoint lacks part of the batch norm {prefix!r}"))
+                if self._contradicts(fused, factor):
+                    continue
+                found.append(fused)
+        if len(found) != 1:
+            return False
+        self.folding.fused[weight] = found[0]
+        return True
+
+    def _contradicts(self, fused: FusedBatchNorm, factor: np.ndarray[Any, Any]) -> bool:
+        """Whether the batch norm tensors the checkpoint has rule out ``fused``."""
+        scale, variance = self.checkpoint.value(fused.scale), self.checkpoint.value(fused.variance)
+        if scale is not None and variance is not None:
+            return not any(close(factor, scale.astype(np.float64) / np.sqrt(
+                variance.astype(np.float64) + epsilon)) for epsilon in (1e-5, 1e-3))
+        return False
 
     def _nearest_fusion(self, weight: str, near: list[tuple[float, FusedBatchNorm]]) -> bool:
         """The fusion decisively nearest the file's weights (a checkpoint changed since).
@@ -643,6 +701,23 @@ def _batch_norm_groups(values: StateValues, channels: int) -> list[tuple[str]]:
         if all(f"{prefix}.{leaf}" in values for leaf in ("weight", "bias", "running_var")):
             groups.append((prefix,))
     return groups
+
+
+def _channel_factor(fused: np.ndarray[Any, Any], weight: np.ndarray[Any, Any] | None
+                    ) -> np.ndarray[Any, Any] | None:
+    """The factor of each output channel with ``fused == weight * factor``, if there is one."""
+    if weight is None or weight.shape != fused.shape or weight.dtype.kind != "f":
+        return None
+    rows = weight.reshape(weight.shape[0], -1).astype(np.float64)
+    wanted = fused.reshape(fused.shape[0], -1)
+    largest = np.abs(rows).argmax(axis=1)
+    pivot = rows[np.arange(rows.shape[0]), largest]
+    if rows.shape[1] < 2 or bool((pivot == 0).any()):
+        return None  # one value a channel: any factor fits, which proves nothing
+    factor: np.ndarray[Any, Any] = wanted[np.arange(rows.shape[0]), largest] / pivot
+    if not close(rows * factor[:, None], wanted):
+        return None
+    return factor
 
 
 def _shared_prefix(name: str, scope: str) -> int:
