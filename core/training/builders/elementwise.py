@@ -10,6 +10,7 @@ at the bounds.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from graphpass.training.builder import BuilderResult, GradientBuilder, GradientContext
 from graphpass.training.builders._common import FIRST, builder, unary
@@ -119,11 +120,8 @@ def _extremum(op_type: str) -> GradientBuilder:
         "the gradient goes to the inputs equal to the result, split evenly between ties"))
 
 
-@builder("Sum", None, description="dA_i = sum_to(dY)")
-def _sum(ctx: GradientContext) -> BuilderResult:
-    dy, y = ctx.output_gradient(0), ctx.output(0)
-    assert dy is not None
-    return {i: ctx.emit.sum_to(dy, ctx.input(i), y) for i in ctx.wanted}
+_sum = replace(_add, op_type="Sum", description="dA_i = sum_to(dY)")
+"""``Sum`` of any number of inputs: ``Add``'s gradient, which already serves every input."""
 
 
 @builder("Mean", None, description="dA_i = sum_to(dY) / n")
