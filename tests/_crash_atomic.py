@@ -56,11 +56,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-from _crash_writes import strace_works
-from onnx import TensorProto, helper, numpy_helper
+from _crash_harness import CALL, mlp_proto, run, strace_works
 
 WRITERS = ("metrics", "plot", "checkpoint", "torch state", "snapshot", "artifacts",
            "training directory", "training directory (no exchange)")
@@ -120,7 +118,7 @@ def perform(writer: str, out: Path, version: str, inputs: Path) -> None:
 
         result = graphpass.PassManager(["build-training-graph"], options={
             "build-training-graph": {"directory": str(target), "lr": 0.01}}).run(
-            graphpass.Model.from_proto(mlp(value)))
+            graphpass.Model.from_proto(mlp_proto(WIDTH, 2, value)))
         if not result.ok:
             raise AssertionError(result.findings)
     else:
@@ -147,23 +145,6 @@ def _publish_artifacts(target: Path, value: float) -> None:
             for file, data in contents.items():
                 (Path(name) / file).write_bytes(data)
             ort_training._move_into(Path(name), target)
-
-
-def mlp(value: float) -> Any:
-    """A small MLP whose weights are scaled by ``value`` (so old and new differ)."""
-    rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array(
-        (value * rng.standard_normal((WIDTH, WIDTH)) / 8).astype(np.float32), f"w{i}")
-        for i in range(2)]
-    nodes, x = [], "x"
-    for i in range(2):
-        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
-                  helper.make_node("Tanh", [f"m{i}"], [f"h{i}"])]
-        x = f"h{i}"
-    graph = helper.make_graph(
-        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", WIDTH])],
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["n", WIDTH])], weights)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
 
 
 # ======================================================================= reading
@@ -229,35 +210,15 @@ def leftovers(writer: str, out: Path) -> list[str]:
 
 
 # ======================================================================= running
-def _child(writer: str, out: Path, version: str, inputs: Path, env: dict[str, str],
-           log: Path) -> None:
-    code = 3
-    try:
-        os.environ.update(env)
-        descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(descriptor, 1)
-        os.dup2(descriptor, 2)
-        perform(writer, out, version, inputs)
-        code = 0
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
 def forked(writer: str, out: Path, version: str, inputs: Path, log: Path, **env: str) -> int:
     """Run one write in a forked child; its exit code, or ``-signal``."""
     if writer.endswith("(no exchange)"):
         env = {**env, NO_EXCHANGE: "1"}
-    pid = os.fork()
-    if pid == 0:
-        _child(writer, out, version, inputs, env, log)
-    _, status = os.waitpid(pid, 0)
-    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+    def body() -> int:
+        perform(writer, out, version, inputs)
+        return 0
+    return run(body, log, **env)
 
 
 @dataclass
@@ -359,7 +320,6 @@ def sweep_points(case: Case) -> Tally:
 # ======================================================================= strace
 KILLABLE = ("rename", "renameat", "renameat2", "unlink", "unlinkat", "rmdir", "mkdir",
             "mkdirat", "link", "linkat", "symlink", "symlinkat", "fsync", "fdatasync")
-_CALL = re.compile(r"^(?P<pid>\d+)\s+(?P<name>\w+)\((?P<args>.*)\)\s+=\s+(?P<result>-?\d+|\?)")
 
 
 def _strace(case: Case, log: Path, *extra: str) -> int:
@@ -411,7 +371,7 @@ def _calls(trace: Path) -> list[tuple[str, int, str, str]]:
     counts: Counter[str] = Counter()
     main_pid = None
     for line in trace.read_text(errors="replace").splitlines():
-        match = _CALL.match(line) or re.match(r"^(?P<pid>\d+)\s+(?P<name>\w+)\((?P<args>.*?)"
+        match = CALL.match(line) or re.match(r"^(?P<pid>\d+)\s+(?P<name>\w+)\((?P<args>.*?)"
                                               r"(?: <unfinished|\) += \?)", line)
         if match is None:
             continue

@@ -4,7 +4,7 @@ A small MLP trains 3 shuffled epochs of 16 steps (AdamW, an evaluation every 7 s
 the state saved every 5 steps and at the end), always with the same command,
 ``--resume`` included (a folder without a state yet starts from the beginning). A run
 is a forked child of this process calling ``graphpass.cli.main``
-(:func:`_crash_writes.start`), killed with ``SIGKILL``:
+(:func:`_crash_harness.start_cli`), killed with ``SIGKILL``:
 
 * ``sweep``: at each step of the state writes (the test hook
   ``GRAPHPASS_TEST_KILL_AT=<n>`` of the commit protocol: locking, the snapshot's
@@ -46,8 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from _crash_writes import _decode, run, start
-from onnx import TensorProto, helper, numpy_helper
+from _crash_harness import decode_status, mlp_proto, run_cli, start_cli
 
 WIDTH, SAMPLES, BATCH = 64, 64, 4
 
@@ -56,19 +55,7 @@ def build(root: Path) -> list[str]:
     """The training graphs and the data under ``root``; the command without the state folder."""
     import graphpass
 
-    rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array(
-        (rng.standard_normal((WIDTH, WIDTH)) / 8).astype(np.float32), f"w{i}") for i in range(3)]
-    nodes, x = [], "x"
-    for i in range(3):
-        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
-                  helper.make_node("Tanh", [f"m{i}"], [f"h{i}"])]
-        x = f"h{i}"
-    graph = helper.make_graph(
-        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", WIDTH])],
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["n", WIDTH])], weights)
-    model = graphpass.Model.from_proto(helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9))
+    model = graphpass.Model.from_proto(mlp_proto(WIDTH, 3))
     result = graphpass.PassManager(["inline-functions", "build-training-graph"], options={
         "build-training-graph": {"directory": str(root / "train"), "lr": 0.01}}).run(model)
     assert result.ok, result.findings
@@ -164,7 +151,7 @@ def _judge_kill(tally: Tally, state: Path, code: int, what: str) -> None:
 
 def _finish(tally: Tally, base: list[str], state: Path, scratch: Path,
             reference: dict[str, np.ndarray], what: str) -> None:
-    code = run(command(base, state), scratch / "log.txt")
+    code = run_cli(command(base, state), scratch / "log.txt")
     tally.resumes += 1
     if code != 0:
         tally.failures.append(f"{what}: the resumed run exited {code}: "
@@ -192,7 +179,7 @@ def points(base: list[str], scratch: Path, start_from: Path | None = None,
     trace = scratch / "steps.txt"
     trace.unlink(missing_ok=True)
     started = time.monotonic()
-    code = run(command(base, state), scratch / "log.txt", GRAPHPASS_TEST_STEPS=str(trace))
+    code = run_cli(command(base, state), scratch / "log.txt", GRAPHPASS_TEST_STEPS=str(trace))
     seconds = time.monotonic() - started
     if code != 0:
         raise AssertionError(f"the uninterrupted run failed: {(scratch / 'log.txt').read_text()}")
@@ -216,7 +203,7 @@ def sweep(base: list[str], scratch: Path, names: list[str], saves: list[int],
     for point in chosen:
         state = scratch / f"sweep-{point}{'-extended' * (start_from is not None)}"
         fresh(state, start_from)
-        code = run(command(base, state), scratch / "log.txt",
+        code = run_cli(command(base, state), scratch / "log.txt",
                    GRAPHPASS_TEST_KILL_AT=str(point + 1))
         tally.reached[names[point]] += 1
         _judge_kill(tally, state, code, f"kill at {point + 1} ({names[point]})")
@@ -239,7 +226,7 @@ def random_kills(base: list[str], scratch: Path, trials: int, seconds: float,
         for attempt in range(2):
             trace = scratch / "random-steps.txt"
             trace.unlink(missing_ok=True)
-            pid = start(command(base, state), {"GRAPHPASS_TEST_STEPS": str(trace)},
+            pid = start_cli(command(base, state), {"GRAPHPASS_TEST_STEPS": str(trace)},
                         scratch / "log.txt")
             time.sleep(chooser.uniform(0.05, seconds * 1.1))
             signal_sent = True
@@ -247,7 +234,7 @@ def random_kills(base: list[str], scratch: Path, trials: int, seconds: float,
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 signal_sent = False
-            code = _decode(os.waitpid(pid, 0)[1])
+            code = decode_status(os.waitpid(pid, 0)[1])
             lines = trace.read_text().splitlines() if trace.exists() else []
             last = lines[-1].split(" ", 1)[1].rsplit(" ", 1)[0] if lines else None
             tally.reached["finished before the kill" if not signal_sent or code == 0 else
@@ -305,7 +292,7 @@ def extend(base: list[str], scratch: Path, saves: str, trials: int,
            reference: dict[str, np.ndarray], seed: int) -> dict[str, object]:
     """The sweep and random kills of a finished 1-epoch run extended to the 3 epochs."""
     short = scratch / "one-epoch"
-    code = run(command(with_epochs(base, 1), short), scratch / "log.txt")
+    code = run_cli(command(with_epochs(base, 1), short), scratch / "log.txt")
     if code != 0:
         raise AssertionError(f"the 1-epoch run failed: {(scratch / 'log.txt').read_text()}")
     names, seconds, final = points(base, scratch, start_from=short)

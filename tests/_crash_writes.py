@@ -48,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from _crash_harness import CALL, decode_status, run_cli, start_cli, strace_works
 from onnx import TensorProto, helper, numpy_helper
 
 SIZES = (4096, 300_000, 7)  # a small tensor, one over 1 MiB (64 KiB alignment), a tiny one
@@ -212,44 +213,6 @@ def leftovers(out: Path, inputs: set[str]) -> set[str]:
 
 
 # ====================================================================== running
-def _child(arguments: list[str], env: dict[str, str], log: Path) -> None:
-    """In the forked child: run the CLI with ``env`` added; never returns."""
-    code = 3
-    try:
-        os.environ.update(env)
-        descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(descriptor, 1)
-        os.dup2(descriptor, 2)
-        from graphpass.cli import main
-
-        code = main(arguments)
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(code)
-
-
-def start(arguments: list[str], env: dict[str, str], log: Path,
-          gate: int | None = None) -> int:
-    """Fork a child running ``graphpass <arguments>``; with ``gate``, it waits for a byte."""
-    pid = os.fork()
-    if pid == 0:
-        if gate is not None:
-            os.read(gate, 1)
-        _child(arguments, env, log)
-    return pid
-
-
-def run(arguments: list[str], log: Path, **env: str) -> int:
-    """Run to the end; the wait status as ``-signal`` or the exit code."""
-    _, status = os.waitpid(start(arguments, env, log), 0)
-    return _decode(status)
-
-
-def _decode(status: int) -> int:
-    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-
-
 def steps_of(layout: Layout, scratch: Path, *, reset: bool = True) -> list[tuple[str, float]]:
     """The steps of the write path an uninterrupted run goes through, with their times.
 
@@ -260,7 +223,7 @@ def steps_of(layout: Layout, scratch: Path, *, reset: bool = True) -> list[tuple
     trace = scratch / "steps.txt"
     trace.unlink(missing_ok=True)
     started = time.monotonic()
-    code = run(layout.command, scratch / "log.txt", GRAPHPASS_TEST_STEPS=str(trace))
+    code = run_cli(layout.command, scratch / "log.txt", GRAPHPASS_TEST_STEPS=str(trace))
     if code != 0:
         raise AssertionError(f"{layout.name}: the run failed ({code}): "
                              f"{(scratch / 'log.txt').read_text()}")
@@ -297,7 +260,7 @@ class Tally:
 
 def _recover(layout: Layout, scratch: Path, tally: Tally, what: str) -> None:
     """An uninterrupted run after a kill: the new pair, and nothing else in the folder."""
-    code = run(layout.command, scratch / "log.txt")
+    code = run_cli(layout.command, scratch / "log.txt")
     verdict = layout.classify()
     extra = layout.leftovers()
     if code == 0 and verdict == "new" and not extra:
@@ -324,7 +287,7 @@ def sweep(layout: Layout, scratch: Path, *, double: bool = False) -> Tally:
 
 
 def _kill_at(layout: Layout, scratch: Path, tally: Tally, point: int, what: str) -> None:
-    code = run(layout.command, scratch / "log.txt", GRAPHPASS_TEST_KILL_AT=str(point))
+    code = run_cli(layout.command, scratch / "log.txt", GRAPHPASS_TEST_KILL_AT=str(point))
     verdict = layout.classify()
     tally.runs += 1
     tally.outcomes[verdict.split(":")[0]] += 1
@@ -351,7 +314,7 @@ def random_kills(layout: Layout, scratch: Path, runs: int, seed: int) -> Tally:
     for index in range(runs):
         flip.toggle()
         trace.unlink(missing_ok=True)
-        pid = start(layout.command, {"GRAPHPASS_TEST_STEPS": str(trace)}, scratch / "log.txt")
+        pid = start_cli(layout.command, {"GRAPHPASS_TEST_STEPS": str(trace)}, scratch / "log.txt")
         time.sleep(chooser.uniform(*window))
         with_signal = True
         try:
@@ -362,18 +325,18 @@ def random_kills(layout: Layout, scratch: Path, runs: int, seed: int) -> Tally:
         verdict = flip.classify()
         tally.runs += 1
         lines = trace.read_text().splitlines() if trace.exists() else []
-        if _decode(status) == 0:
+        if decode_status(status) == 0:
             tally.reached["not killed: finished"] += 1
         elif lines:
             tally.reached[f"after {lines[-1].split(' ', 1)[1].rsplit(' ', 1)[0]}"] += 1
         else:
             tally.reached["before the write began"] += 1
         tally.outcomes[verdict.split(":")[0]] += 1
-        if verdict.startswith("other") or (_decode(status) not in (0, -signal.SIGKILL)):
+        if verdict.startswith("other") or (decode_status(status) not in (0, -signal.SIGKILL)):
             tally.failures.append(f"{layout.name}: random run {index} (signal sent: "
-                                  f"{with_signal}): {_decode(status)} {verdict}")
+                                  f"{with_signal}): {decode_status(status)} {verdict}")
     flip.toggle()
-    code = run(layout.command, scratch / "log.txt")
+    code = run_cli(layout.command, scratch / "log.txt")
     if code == 0 and flip.classify() == "new" and not layout.leftovers():
         tally.recovered += 1
     else:
@@ -440,12 +403,13 @@ def concurrent_writers(scratch: Path, rounds: int, *, same_output: bool = True,
         if readers and index == 1:  # once there is an output to read
             reader = _start_reader(out_dir / outputs[0], stop, counts_file)
         read_end, write_end = os.pipe()
-        pids = [start(["run", str(root / "in" / source), "-o", str(out_dir / output),
-                       "-p", "topological-sort"], {}, scratch / f"log{n}.txt", gate=read_end)
+        pids = [start_cli(["run", str(root / "in" / source), "-o", str(out_dir / output),
+                           "-p", "topological-sort"], {}, scratch / f"log{n}.txt",
+                          gate=read_end)
                 for n, (source, output) in enumerate(zip(("a.onnx", "b.onnx"), outputs,
                                                          strict=True))]
         os.write(write_end, b"go")
-        codes = [_decode(os.waitpid(pid, 0)[1]) for pid in pids]
+        codes = [decode_status(os.waitpid(pid, 0)[1]) for pid in pids]
         os.close(read_end)
         os.close(write_end)
         tally.runs += 2
@@ -491,7 +455,6 @@ def _start_reader(out: Path, stop: Path, counts_file: Path) -> int:
 TRACED = "openat,write,pwrite64,fsync,fdatasync,chmod,rename,renameat,renameat2,unlink,unlinkat," \
          "link,linkat,flock,mkdir,copy_file_range,sendfile"
 """The system calls of the write path (what ``strace`` traces, and injects kills into)."""
-_CALL = re.compile(r"^(?P<pid>\d+)\s+(?P<name>\w+)\((?P<args>.*)\)\s+=\s+(?P<result>-?\d+|\?)")
 
 
 @dataclass(frozen=True)
@@ -504,14 +467,6 @@ class Call:
 
     def __str__(self) -> str:
         return f"{self.name}({', '.join(self.paths)})"
-
-
-def strace_works() -> bool:
-    """Whether ``strace`` is installed and may trace here (ptrace can be forbidden)."""
-    if shutil.which("strace") is None:
-        return False
-    probe = subprocess.run(["strace", "-o", os.devnull, "true"], capture_output=True, check=False)
-    return probe.returncode == 0
 
 
 def strace_run(layout: Layout, log: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -536,7 +491,7 @@ def parse_trace(log: Path, folder: Path) -> list[Call]:
     main_pid = None
     inside = str(folder.resolve())
     for line in log.read_text(errors="replace").splitlines():
-        match = _CALL.match(line)
+        match = CALL.match(line)
         if match is None:
             continue
         main_pid = main_pid or match["pid"]
@@ -628,7 +583,7 @@ def strace_sweep(layout: Layout, scratch: Path) -> Tally:
 
 def _main_calls(log: Path) -> list[str]:
     lines = [line for line in log.read_text(errors="replace").splitlines()
-             if _CALL.match(line) or "<unfinished" in line]
+             if CALL.match(line) or "<unfinished" in line]
     if not lines:
         return []
     main_pid = lines[0].split()[0]

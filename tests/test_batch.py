@@ -25,7 +25,7 @@ from rich.console import Console
 
 import graphpass
 from graphpass import batch
-from graphpass.reporting.progress import FileProgress
+from graphpass.reporting.progress import FileProgress, StepProgress
 from graphpass.testing import models
 
 REPO = Path(__file__).resolve().parent.parent
@@ -261,6 +261,20 @@ def test_file_progress_draws_on_a_terminal_only() -> None:
         for name in ("a.onnx", "b.onnx", "c.onnx"):
             p.done(name)
     assert "files" in loud.getvalue()
+
+
+def test_step_progress_draws_steps_epoch_and_loss_on_a_terminal_only() -> None:
+    quiet = io.StringIO()
+    with StepProgress(2, console=Console(file=quiet)) as progress:
+        progress.done(0.5)
+    assert quiet.getvalue() == "" and progress.completed == 1
+    loud = io.StringIO()
+    with StepProgress(2, epochs=3, console=Console(file=loud, force_terminal=True)) as p:
+        p.done(0.75, epoch=1, samples_per_s=12.5)
+        p.done(0.25, step=2, epoch=2)
+    drawn = loud.getvalue()
+    assert p.completed == 2
+    assert "2/2 steps" in drawn and "epoch 2/3, loss 0.25" in drawn, drawn
 
 
 # =============================================================== pre-commit and CI

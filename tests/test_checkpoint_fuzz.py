@@ -77,7 +77,7 @@ def test_the_payloads_are_live(tmp_path: Path) -> None:
 def test_a_shard_outside_the_folder_is_refused_before_it_is_opened(tmp_path: Path,
                                                                    what: str) -> None:
     """Seen from the kernel (``strace``): no call of the process names the outside file."""
-    import _crash_writes
+    import _crash_harness
 
     case = next(c for c in fuzz.catalogue() if c.what == f"sharded: {what}")
     (tmp_path / "ckpt").mkdir()
@@ -86,7 +86,7 @@ def test_a_shard_outside_the_folder_is_refused_before_it_is_opened(tmp_path: Pat
     with pytest.raises(CheckpointError, match="outside") as caught:
         open_checkpoint(index)
     assert str(index) in str(caught.value)
-    if not _crash_writes.strace_works():
+    if not _crash_harness.strace_works():
         pytest.skip("strace cannot run here")
     log = tmp_path / "trace.txt"
     code = ("import sys; from graphpass.checkpoint import open_checkpoint\n"

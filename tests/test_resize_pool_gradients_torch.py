@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import copy
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +22,7 @@ import numpy as np
 import onnx
 import pytest
 from _gradcheck import check_gradients, to_double, vjp_model
+from _torch_beside import gradient_mismatches, step_both, wrapped_copy
 
 import graphpass
 
@@ -187,8 +187,7 @@ def test_lint_gradients_with_graphpass_rules_refuses_nothing_in_the_export() -> 
 def test_torch_module_trains_bilinear_upsampling_and_ceil_pools_as_torch_does() -> None:
     torch.manual_seed(0)
     reference = _UpDown()
-    model = copy.deepcopy(reference)
-    wrapped = graphpass.torch.Module(model)
+    model, wrapped = wrapped_copy(reference)
     opt_ref = torch.optim.AdamW(reference.parameters(), lr=1e-2)
     opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-2)
     generator = torch.Generator().manual_seed(1)
@@ -202,13 +201,8 @@ def test_torch_module_trains_bilinear_upsampling_and_ceil_pools_as_torch_does() 
         loss_ref.backward()
         loss.backward()
         if step == 0:
-            for (name, a), b in zip(reference.named_parameters(), model.parameters(),
-                                    strict=True):
-                assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6), name
-        opt_ref.step()
-        opt.step()
-        opt_ref.zero_grad()
-        opt.zero_grad()
+            assert gradient_mismatches(reference, model, rtol=1e-4, atol=1e-6) == []
+        step_both((opt_ref, opt))
         assert loss.item() == pytest.approx(loss_ref.item(), rel=1e-5, abs=1e-6), step
     assert wrapped.exports == 1
     assert max((a - b).abs().max().item() for a, b in zip(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from _torch_beside import gradient_mismatches, step_both, wrapped_copy
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
@@ -63,8 +64,7 @@ class Seed(nn.Module):
 def _pair(factory, **options):
     torch.manual_seed(0)
     reference = factory()
-    model = copy.deepcopy(reference)
-    return reference, model, graphpass.torch.Module(model, **options)
+    return reference, *wrapped_copy(reference, **options)
 
 
 def _largest_difference(first: nn.Module, second: nn.Module) -> float:
@@ -96,19 +96,9 @@ def test_a_torch_loop_trains_as_torch_does_with_a_head_frozen_weights_and_batch_
         loss_ref.backward()
         loss.backward()
         if step == 0:
-            for (name, a), b in zip(reference.named_parameters(), model.parameters(),
-                                    strict=True):
-                if a.grad is None:
-                    assert b.grad is None, name
-                else:
-                    assert torch.allclose(a.grad, b.grad, atol=1e-5), name
-            assert torch.allclose(stem_ref.weight.grad, stem.weight.grad, atol=1e-5)
-        for group in (params_ref, params):
-            torch.nn.utils.clip_grad_norm_(group, 0.5)
-        opt_ref.step()
-        opt.step()
-        opt_ref.zero_grad()
-        opt.zero_grad()
+            assert gradient_mismatches(reference, model) == []
+            assert gradient_mismatches(stem_ref, stem) == []
+        step_both((opt_ref, opt), clip=0.5)
         assert loss.item() == pytest.approx(loss_ref.item(), rel=1e-5, abs=1e-6), step
     assert wrapped.exports == 1
     assert _largest_difference(reference, model) < 1e-4
@@ -315,17 +305,8 @@ def test_hugging_face_models_train_in_torchs_loop_with_their_own_outputs(factory
         out_ref.loss.backward()
         out.loss.backward()
         if step == 0:
-            for (name, a), b in zip(reference.named_parameters(), model.parameters(),
-                                    strict=True):
-                assert (a.grad is None) == (b.grad is None), name
-                if a.grad is not None:
-                    assert torch.allclose(a.grad, b.grad, atol=1e-5), name
-        for net in (reference, wrapped):
-            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        opt_ref.step()
-        opt.step()
-        opt_ref.zero_grad()
-        opt.zero_grad()
+            assert gradient_mismatches(reference, model) == []
+        step_both((opt_ref, opt), clip=1.0)
         assert out.loss.item() == pytest.approx(out_ref.loss.item(), rel=1e-5)
     assert wrapped.exports == 1  # batch and sequence sizes stay dynamic
 

@@ -189,6 +189,14 @@ def test_parquet_is_read_a_row_group_at_a_time(tmp_path: Path) -> None:
 
 
 # ========================================================================= errors
+def test_a_datasets_folder_without_a_column_asked_for_is_a_clear_error(tmp_path: Path) -> None:
+    folder = write_datasets(tmp_path / "ds", {"x": np.zeros((4, 2), np.float32)})
+    with pytest.raises(DataError, match=r"the dataset has no column 'target' \(it has x\)") \
+            as caught:
+        open_batches(folder, batch_size=2, columns=["x", "target"])
+    assert "name the columns" in (caught.value.hint or "") and str(folder) in str(caught.value)
+
+
 def test_bad_data_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="no such file or folder"):
         open_batches(tmp_path / "nothing.npz")

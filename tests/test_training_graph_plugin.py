@@ -224,3 +224,29 @@ def test_the_command_line_trains_through_the_builder(site: Path, tmp_path: Path,
     assert "GP105" in codes and "GP850" in codes
     ready = onnx.load(tmp_path / "ready.onnx")
     assert [n.op_type for n in ready.graph.node] == ["MatMul", "GradientReversal"]
+
+
+# ================================= a builder needs a gradient that does not reach it
+def test_a_builder_needing_an_output_gradient_that_does_not_come_names_the_node() -> None:
+    """``required_output_gradient(0)`` when the loss reads only output 1 of a two-output op."""
+    from graphpass.training import GradientBuilder, GradientContext, GradientError, differentiate
+
+    def halves(ctx: GradientContext) -> list[str | None]:
+        dy = ctx.required_output_gradient(0)
+        return [ctx.emit.op("Mul", dy, ctx.emit.scalar(0.5, like=dy))]
+
+    table = BuilderTable([*builtin_builders(), GradientBuilder(
+        "Halves", halves, domain=DOMAIN, differentiable=frozenset({0}))])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]),
+         helper.make_node("Halves", ["h"], ["a", "b"], domain=DOMAIN, name="split_in_two"),
+         helper.make_node("ReduceSum", ["b"], ["loss"], keepdims=0)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(np.ones((3, 2), np.float32), "w")])
+    model = graphpass.Model.from_proto(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(DOMAIN, 1)]))
+    with pytest.raises(GradientError, match="no gradient reaches output 0") as caught:
+        differentiate(model, ["w"], {"loss": None}, builders=table)
+    assert caught.value.node == "split_in_two"
+    assert "compute the loss from output 0" in str(caught.value.hint)

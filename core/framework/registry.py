@@ -224,11 +224,7 @@ class Registry:
         Raises:
             PipelineError: No such pass (with a "did you mean").
         """
-        entry = self.passes.get(name)
-        if entry is None:
-            raise self.missing_error("passes", name, f"unknown pass {name!r}",
-                                     _suggest(name, self.passes, "graphpass passes"))
-        return entry.item
+        return self._named(self.passes, "passes", name, "pass", "graphpass passes")
 
     def pipeline(self, name: str) -> Any:
         """Return the pipeline preset called ``name``.
@@ -236,11 +232,7 @@ class Registry:
         Raises:
             PipelineError: No such pipeline (with a "did you mean").
         """
-        entry = self.pipelines.get(name)
-        if entry is None:
-            raise self.missing_error("pipelines", name, f"unknown pipeline {name!r}",
-                                     _suggest(name, self.pipelines, "graphpass passes"))
-        return entry.item
+        return self._named(self.pipelines, "pipelines", name, "pipeline", "graphpass passes")
 
     def gradient_rule_set(self, name: str | None = None) -> Any:
         """Return the gradient rules called ``name`` (default: the built-in ORT rules).
@@ -255,11 +247,20 @@ class Registry:
             if self.gradient_rules:
                 return next(iter(self.gradient_rules.values())).item
             raise PipelineError("no gradient rules are registered")
-        entry = self.gradient_rules.get(name)
+        return self._named(self.gradient_rules, "gradient_rules", name, "gradient rule set",
+                           "graphpass plugins")
+
+    def _named(self, table: dict[str, Registered[T]], kind: str, name: str, what: str,
+               listing: str) -> T:
+        """The item called ``name`` in ``table`` (of ``kind``, a ``what``).
+
+        Raises:
+            PipelineError: No such item (with a "did you mean", else the ``listing`` command).
+        """
+        entry = table.get(name)
         if entry is None:
-            raise self.missing_error("gradient_rules", name,
-                                     f"unknown gradient rule set {name!r}",
-                                     _suggest(name, self.gradient_rules, "graphpass plugins"))
+            raise self.missing_error(kind, name, f"unknown {what} {name!r}",
+                                     _suggest(name, table, listing))
         return entry.item
 
     def loaders(self) -> list[Any]:

@@ -10,7 +10,8 @@ at run time and each of them can import it for its ``copy()``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from graphpass.ir._gc import paused_gc
 from graphpass.ir._metadata import NO_METADATA
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from graphpass.ir._node import Node
 
 __all__ = ["clone_function", "clone_graph", "clone_model", "clone_node"]
+
+_Whole = TypeVar("_Whole", "Graph", "Model")
 
 
 def clone_attribute(attribute: Attribute) -> Attribute:
@@ -73,12 +76,25 @@ def clone_node(node: Node) -> Node:
     return copy
 
 
-def clone_graph(graph: Graph) -> Graph:
-    """Return a deep copy of ``graph`` that belongs to no node, function or model."""
+def _with_gc_paused(clone: Callable[[_Whole], _Whole], original: _Whole) -> _Whole:
+    """Run ``clone`` with the collector paused; its objects are accounted to the copy."""
     with paused_gc() as block:
-        copy = _clone_graph(graph)
+        copy = clone(original)
         block.owner = copy
         return copy
+
+
+def _carry_unmodelled(copy: Function | Model, original: Function | Model) -> None:
+    """Share what a function or model carries from its proto without modelling it."""
+    copy._extra = dict(original._extra) if original._extra else None
+    copy._present_empty = original._present_empty
+    copy._opset_protos = original._opset_protos
+    copy._metadata_proto = original._metadata_proto
+
+
+def clone_graph(graph: Graph) -> Graph:
+    """Return a deep copy of ``graph`` that belongs to no node, function or model."""
+    return _with_gc_paused(_clone_graph, graph)
 
 
 def _clone_graph(graph: Graph) -> Graph:
@@ -131,19 +147,13 @@ def clone_function(function: Function) -> Function:
         doc_string=function.doc_string,
         metadata=function.metadata,
     )
-    copy._extra = dict(function._extra) if function._extra else None
-    copy._present_empty = function._present_empty
-    copy._opset_protos = function._opset_protos
-    copy._metadata_proto = function._metadata_proto
+    _carry_unmodelled(copy, function)
     return copy
 
 
 def clone_model(model: Model) -> Model:
     """Return a deep copy of ``model``; tensors are shared (they are immutable)."""
-    with paused_gc() as block:
-        copy = _clone_model(model)
-        block.owner = copy
-        return copy
+    return _with_gc_paused(_clone_model, model)
 
 
 def _clone_model(model: Model) -> Model:
@@ -161,9 +171,6 @@ def _clone_model(model: Model) -> Model:
     )
     copy.source_path = model.source_path
     copy.base_dir = model.base_dir
-    copy._extra = dict(model._extra) if model._extra else None
-    copy._present_empty = model._present_empty
-    copy._opset_protos = model._opset_protos
-    copy._metadata_proto = model._metadata_proto
+    _carry_unmodelled(copy, model)
     copy._version = 0
     return copy

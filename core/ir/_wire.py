@@ -223,36 +223,21 @@ class NodeWriter:
         if loaded is None:
             loaded = self._loaded[key] = _Loaded(node._loaded_from[node._loaded_index])
         fields, texts = loaded.fields, loaded.texts
-        # The strings a copy of a loaded node changes, written inline (the hot loop of a
-        # save after inlining: every copy renames its inputs, outputs and itself).
+        # The strings a copy of a loaded node changes (the hot loop of a save after
+        # inlining: every copy renames its inputs, outputs and itself).
         if changed & CHANGED_INPUTS:
-            short = _SHORT_PREFIXES[_INPUT_TAG]
-            for value in node._inputs:
-                data = value.encode()
-                size = len(data)
-                out += short[size] if size < 0x80 else field_prefix(_INPUT_TAG, size)
-                out += data
+            _append_strings(out, _INPUT_TAG, node._inputs)
         else:
             out += fields[_INPUT]
         if changed & CHANGED_OUTPUTS:
-            short = _SHORT_PREFIXES[_OUTPUT_TAG]
-            for value in node._outputs:
-                data = value.encode()
-                size = len(data)
-                out += short[size] if size < 0x80 else field_prefix(_OUTPUT_TAG, size)
-                out += data
+            _append_strings(out, _OUTPUT_TAG, node._outputs)
         else:
             out += fields[_OUTPUT]
         # A text field that changed is written from the node (an emptied one is left
         # out); one equal to the loaded value keeps the loaded entry (present if empty).
         name = node._name
         if changed & CHANGED_NAME and texts[_NAME] != name:
-            if name:
-                data = name.encode()
-                size = len(data)
-                out += _SHORT_PREFIXES[_NAME_TAG][size] if size < 0x80 \
-                    else field_prefix(_NAME_TAG, size)
-                out += data
+            _append_text(out, _NAME_TAG, name)
         else:
             out += fields[_NAME]
         if not changed & (CHANGED_FIELDS | CHANGED_ATTRIBUTES):

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import (
     BarColumn,
     Progress,
+    ProgressColumn,
     SpinnerColumn,
     TaskID,
     TextColumn,
@@ -84,7 +85,41 @@ class PassProgress(Instrument):
             self._progress = None
 
 
-class FileProgress:
+class _Bar:
+    """What the file and step bars share: a transient bar on a terminal, none elsewhere."""
+
+    def __init__(self, total: int, console: Console | None):
+        self.console = console or Console(stderr=True)
+        self.enabled = self.console.is_terminal
+        self.total = total
+        self.completed = 0
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+
+    def _start(self, unit: str, description: str, *extra: ProgressColumn) -> None:
+        """Draw the bar (on a terminal): ``description``, ``7/10 <unit>``, time, ``extra``."""
+        if not self.enabled:
+            return
+        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                                  BarColumn(), TextColumn(f"{{task.completed}}/{{task.total}} "
+                                                          f"{unit}"),
+                                  TimeElapsedColumn(), *extra, console=self.console,
+                                  transient=True)
+        self._task = self._progress.add_task(description, total=self.total)
+        self._progress.start()
+
+    def _update(self, description: str) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, completed=self.completed,
+                                  description=description)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+class FileProgress(_Bar):
     """A progress bar over the files of a batch: ``12/50 files`` and the last one done.
 
     Use it as a context manager and call :meth:`done` as each file is finished (in any
@@ -101,40 +136,20 @@ class FileProgress:
     """
 
     def __init__(self, total: int, *, verb: str = "checking", console: Console | None = None):
-        self.console = console or Console(stderr=True)
-        self.enabled = self.console.is_terminal
-        self.total = total
+        super().__init__(total, console)
         self.verb = verb
-        self.completed = 0
-        self._progress: Progress | None = None
-        self._task: TaskID | None = None
 
     def __enter__(self) -> FileProgress:
-        if self.enabled:
-            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
-                                      BarColumn(), TextColumn("{task.completed}/{task.total} "
-                                                              "files"),
-                                      TimeElapsedColumn(), console=self.console,
-                                      transient=True)
-            self._task = self._progress.add_task(f"{self.verb} {self.total} files",
-                                                 total=self.total)
-            self._progress.start()
+        self._start("files", f"{self.verb} {self.total} files")
         return self
 
     def done(self, name: str) -> None:
         """Count one more file as done (``name`` is shown as the latest)."""
         self.completed += 1
-        if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, completed=self.completed,
-                                  description=f"{self.verb}: {name}")
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
+        self._update(f"{self.verb}: {name}")
 
 
-class StepProgress:
+class StepProgress(_Bar):
     """A progress bar over training steps: ``7/10 steps``, the epoch, loss, samples/s, time left.
 
     Use it as a context manager and call :meth:`done` after each step::
@@ -151,44 +166,25 @@ class StepProgress:
 
     def __init__(self, total: int, *, epochs: int | None = None,
                  console: Console | None = None):
-        self.console = console or Console(stderr=True)
-        self.enabled = self.console.is_terminal
-        self.total = total
+        super().__init__(total, console)
         self.epochs = epochs
-        self.completed = 0
-        self._progress: Progress | None = None
-        self._task: TaskID | None = None
 
     def __enter__(self) -> StepProgress:
-        if self.enabled:
-            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
-                                      BarColumn(), TextColumn("{task.completed}/{task.total} "
-                                                              "steps"),
-                                      TimeElapsedColumn(), TextColumn("left"),
-                                      TimeRemainingColumn(), console=self.console,
-                                      transient=True)
-            self._task = self._progress.add_task("training", total=self.total)
-            self._progress.start()
+        self._start("steps", "training", TextColumn("left"), TimeRemainingColumn())
         return self
 
     def done(self, loss: float, *, step: int | None = None, epoch: int | None = None,
              samples_per_s: float | None = None) -> None:
         """Count one more step as done (or up to ``step``): its loss, epoch and speed."""
         self.completed = self.completed + 1 if step is None else step
-        if self._progress is not None and self._task is not None:
+        if self._progress is not None:
             parts = ["training"]
             if epoch is not None and self.epochs is not None:
                 parts.append(f"epoch {epoch}/{self.epochs}")
             parts.append(f"loss {loss:.6g}")
             if samples_per_s is not None:
                 parts.append(f"{samples_per_s:.4g} samples/s")
-            self._progress.update(self._task, completed=self.completed,
-                                  description=", ".join(parts))
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
+            self._update(", ".join(parts))
 
 
 @contextlib.contextmanager

@@ -229,6 +229,22 @@ class GradientContext:
         grads = self.output_gradients
         return grads[index] if index < len(grads) else None
 
+    def required_output_gradient(self, index: int = 0) -> str:
+        """The gradient reaching output ``index``, which the builder cannot do without.
+
+        A builder is called when a gradient reaches one of the node's outputs: for a
+        one-output operator, output 0 always has one.
+
+        Raises:
+            GradientError: None reaches it (only a statistics output of a normalization,
+                say, is used by the loss).
+        """
+        gradient = self.output_gradient(index)
+        if gradient is None:
+            raise self.error(f"no gradient reaches output {index}, which the builder needs",
+                             f"compute the loss from output {index}")
+        return gradient
+
     def needs(self, index: int) -> bool:
         """Whether the gradient of input ``index`` is wanted."""
         return index in self.wanted

@@ -173,6 +173,21 @@ def open_batches(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
                    drop_last=drop_last, description=description)
 
 
+def _columns(columns: list[str] | None, found: list[str], what: str, where: Path) -> list[str]:
+    """The columns to read: ``columns`` (all ``found`` if ``None``), each one present.
+
+    Raises:
+        DataError: ``what`` (a table, a dataset) lacks one of ``columns``.
+    """
+    wanted = columns if columns is not None else found
+    missing = [n for n in wanted if n not in found]
+    if missing:
+        raise DataError(f"{what} has no column {', '.join(map(repr, missing))} "
+                        f"(it has {', '.join(found)})", where=str(where),
+                        hint="name the columns as the model's inputs and 'target'")
+    return wanted
+
+
 def _described(given: list[Any], files: list[Path], what: str) -> str:
     if len(files) == 1 and len(given) == 1:
         return f"{what} {given[0]}"
@@ -427,12 +442,7 @@ class _TableRows(_Source):
             except (OSError, pa.ArrowException) as error:
                 raise DataError(f"cannot read the table: {first_line(error)}",
                                 where=str(file)) from None
-            wanted = columns if columns is not None else found
-            missing = [n for n in wanted if n not in found]
-            if missing:
-                raise DataError(f"the table has no column {', '.join(map(repr, missing))} "
-                                f"(it has {', '.join(found)})", where=str(file),
-                                hint="name the columns as the model's inputs and 'target'")
+            wanted = _columns(columns, found, "the table", file)
             names = names or wanted
         assert names is not None
         self.names = names
@@ -503,13 +513,7 @@ class _DatasetRows(_Source):
                             where=str(folder)) from None
         if not isinstance(dataset, datasets.Dataset):
             raise DataError("a DatasetDict folder: give one split", where=str(folder))
-        found = list(dataset.column_names)
-        wanted = columns if columns is not None else found
-        missing = [n for n in wanted if n not in found]
-        if missing:
-            raise DataError(f"the dataset has no column {', '.join(map(repr, missing))} "
-                            f"(it has {', '.join(found)})", where=str(folder),
-                            hint="name the columns as the model's inputs and 'target'")
+        wanted = _columns(columns, list(dataset.column_names), "the dataset", folder)
         self.names = wanted
         self.folder = folder
         self._dataset = dataset.select_columns(wanted).with_format("arrow")

@@ -28,6 +28,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from _torch_beside import step_both, wrapped_copy
+
 from zoo.cases import Case
 
 __all__ = ["GRADIENT_RTOL", "LOSS_RTOL", "MODES", "OUTPUT_RTOL", "ModuleOutcome",
@@ -89,7 +91,6 @@ def judge_module(case: Case, mode: str) -> ModuleOutcome:
     import torch
 
     import graphpass
-    import graphpass.torch
 
     warnings.filterwarnings("ignore")
     start = time.perf_counter()
@@ -98,9 +99,8 @@ def judge_module(case: Case, mode: str) -> ModuleOutcome:
     for module in reference.modules():  # MobileNetV2's classifier dropout: random streams
         if isinstance(module, torch.nn.Dropout):  # differ (tests/test_torch_module.py
             module.eval()  # checks dropout by its statistics)
-    model = copy.deepcopy(reference)
+    model, wrapped = wrapped_copy(reference)
     exact = copy.deepcopy(reference).double()  # torch in float64: the trajectory itself
-    wrapped = graphpass.torch.Module(model)
     inputs = [torch.from_numpy(value) for value in case.inputs().values()]
     outcome = ModuleOutcome(case.name, mode, "trains")
     try:
@@ -129,18 +129,11 @@ def judge_module(case: Case, mode: str) -> ModuleOutcome:
         loss_ref.backward()
         loss.backward()
         loss_exact.backward()
-        torch.nn.utils.clip_grad_norm_(exact.parameters(), 1.0)
-        opt_exact.step()
-        opt_exact.zero_grad()
+        step_both((opt_exact,), clip=1.0)
         losses_exact.append(loss_exact.item())
         if step == 0:
             outcome.gradient_error = _gradient_error(reference, model, outcome)
-        for net in (reference, wrapped):
-            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        opt_ref.step()
-        opt.step()
-        opt_ref.zero_grad()
-        opt.zero_grad()
+        step_both((opt_ref, opt), clip=1.0)
         losses_ref.append(loss_ref.item())
         outcome.losses.append(loss.item())
     outcome.loss_error = _loss_error(outcome.losses, losses_ref)

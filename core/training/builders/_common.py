@@ -30,8 +30,7 @@ def unary(op_type: str, formula: Callable[[GradientContext, str, str, str], str]
           since: int = 1, description: str = "") -> GradientBuilder:
     """A builder for a one-input operator: ``formula(ctx, x, y, dy) -> dx``."""
     def build(ctx: GradientContext) -> BuilderResult:
-        dy = ctx.output_gradient(0)
-        assert dy is not None
+        dy = ctx.required_output_gradient(0)
         return [formula(ctx, ctx.input(0), ctx.output(0), dy)]
     return GradientBuilder(op_type, build, differentiable=FIRST, since_version=since,
                            description=description)

@@ -154,8 +154,7 @@ def _transposed(ctx: GradientContext, dy: str, weight: str, x: str, y: str, kern
                      "sum(dY X(tap))), or Conv(X^T, dY^T) per group; dB = sum(dY)")
 def _conv(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     x, w, b, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output(0)
     rank = ctx.rank(w)
     n = rank - 2
@@ -283,8 +282,7 @@ def _depthwise_weight_gradient(ctx: GradientContext, x: str, dy: str, w_shape: l
     description="dX = scatter-add of dY at the forward node's Indices output")
 def _max_pool(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     x = ctx.input(0)
     indices = ctx.require_output(1)
     zeros = e.filled(e.unsqueeze(e.op("Size", x), [0]), 0.0, like=x)
@@ -306,8 +304,7 @@ def _average_pool(ctx: GradientContext) -> BuilderResult:
     which torch and the runtimes drop.
     """
     e = ctx.emit
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     x, y = ctx.input(0), ctx.output(0)
     rank = ctx.rank(x)
     n = rank - 2
@@ -349,8 +346,7 @@ def _average_pool(ctx: GradientContext) -> BuilderResult:
 @builder("GlobalAveragePool", FIRST, description="dX = expand(dY) / (spatial size)")
 def _global_average_pool(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     x, y = ctx.input(0), ctx.output(0)
     count = e.op("Div", e.cast_like(e.op("Size", x), x), e.cast_like(e.op("Size", y), x))
     return [e.op("Div", e.op("Expand", dy, e.dims(x)), count)]
@@ -360,8 +356,7 @@ def _global_average_pool(ctx: GradientContext) -> BuilderResult:
          description="dX = dY where X equals the max, split between ties")
 def _global_max_pool(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     x, y = ctx.input(0), ctx.output(0)
     rank = ctx.rank(x)
     mask = e.cast_like(e.op("Equal", x, y), x)

@@ -10,6 +10,7 @@ at the bounds.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from graphpass.training.builder import BuilderResult, GradientBuilder, GradientContext
 from graphpass.training.builders._common import FIRST, builder, unary
@@ -20,15 +21,13 @@ __all__ = ["BUILDERS"]
 # ===================================================================== binary
 @builder("Add", None, description="dA = sum_to(dY), dB = sum_to(dY)")
 def _add(ctx: GradientContext) -> BuilderResult:
-    dy, y = ctx.output_gradient(0), ctx.output(0)
-    assert dy is not None
+    dy, y = ctx.required_output_gradient(0), ctx.output(0)
     return {i: ctx.emit.sum_to(dy, ctx.input(i), y) for i in ctx.wanted}
 
 
 @builder("Sub", None, description="dA = sum_to(dY), dB = -sum_to(dY)")
 def _sub(ctx: GradientContext) -> BuilderResult:
-    dy, y, e = ctx.output_gradient(0), ctx.output(0), ctx.emit
-    assert dy is not None
+    dy, y, e = ctx.required_output_gradient(0), ctx.output(0), ctx.emit
     grads: dict[int, str | None] = {}
     if ctx.needs(0):
         grads[0] = e.sum_to(dy, ctx.input(0), y)
@@ -39,8 +38,7 @@ def _sub(ctx: GradientContext) -> BuilderResult:
 
 @builder("Mul", None, description="dA = sum_to(dY * B), dB = sum_to(dY * A)")
 def _mul(ctx: GradientContext) -> BuilderResult:
-    dy, y, e = ctx.output_gradient(0), ctx.output(0), ctx.emit
-    assert dy is not None
+    dy, y, e = ctx.required_output_gradient(0), ctx.output(0), ctx.emit
     a, b = ctx.input(0), ctx.input(1)
     grads: dict[int, str | None] = {}
     if a == b and ctx.needs(0) and ctx.needs(1):
@@ -77,8 +75,7 @@ def _unexpanded(ctx: GradientContext, dy: str, other: str) -> str:
 
 @builder("Div", None, description="dA = sum_to(dY / B), dB = -sum_to(dY * Y / B)")
 def _div(ctx: GradientContext) -> BuilderResult:
-    dy, y, e = ctx.output_gradient(0), ctx.output(0), ctx.emit
-    assert dy is not None
+    dy, y, e = ctx.required_output_gradient(0), ctx.output(0), ctx.emit
     a, b = ctx.input(0), ctx.input(1)
     grads: dict[int, str | None] = {}
     scaled = e.op("Div", dy, b)
@@ -91,8 +88,7 @@ def _div(ctx: GradientContext) -> BuilderResult:
 
 @builder("Pow", None, description="dA = dY * B * A^(B-1); dB = dY * Y * log(A) (0 where A = 0)")
 def _pow(ctx: GradientContext) -> BuilderResult:
-    dy, y, e = ctx.output_gradient(0), ctx.output(0), ctx.emit
-    assert dy is not None
+    dy, y, e = ctx.required_output_gradient(0), ctx.output(0), ctx.emit
     a, b = ctx.input(0), ctx.input(1)
     grads: dict[int, str | None] = {}
     if ctx.needs(0):
@@ -109,8 +105,7 @@ def _pow(ctx: GradientContext) -> BuilderResult:
 
 def _extremum(op_type: str) -> GradientBuilder:
     def build(ctx: GradientContext) -> BuilderResult:
-        dy, y, e = ctx.output_gradient(0), ctx.output(0), ctx.emit
-        assert dy is not None
+        dy, y, e = ctx.required_output_gradient(0), ctx.output(0), ctx.emit
         inputs = [name for name in ctx.node.inputs]
         masks = [e.cast_like(e.op("Equal", name, y), dy) for name in inputs]
         share = e.op("Div", dy, e.add_all(masks)) if len(masks) > 1 else dy
@@ -119,17 +114,13 @@ def _extremum(op_type: str) -> GradientBuilder:
         "the gradient goes to the inputs equal to the result, split evenly between ties"))
 
 
-@builder("Sum", None, description="dA_i = sum_to(dY)")
-def _sum(ctx: GradientContext) -> BuilderResult:
-    dy, y = ctx.output_gradient(0), ctx.output(0)
-    assert dy is not None
-    return {i: ctx.emit.sum_to(dy, ctx.input(i), y) for i in ctx.wanted}
+_sum = replace(_add, op_type="Sum", description="dA_i = sum_to(dY)")
+"""``Sum`` of any number of inputs: ``Add``'s gradient, which already serves every input."""
 
 
 @builder("Mean", None, description="dA_i = sum_to(dY) / n")
 def _mean(ctx: GradientContext) -> BuilderResult:
-    dy, y, e = ctx.output_gradient(0), ctx.output(0), ctx.emit
-    assert dy is not None
+    dy, y, e = ctx.required_output_gradient(0), ctx.output(0), ctx.emit
     share = e.op("Div", dy, e.scalar(float(len(ctx.node.inputs)), like=dy))
     return {i: e.sum_to(share, ctx.input(i), y) for i in ctx.wanted}
 
@@ -137,8 +128,7 @@ def _mean(ctx: GradientContext) -> BuilderResult:
 @builder("Where", frozenset({1, 2}),
          description="dX = sum_to(where(C, dY, 0)), dY = sum_to(where(C, 0, dY))")
 def _where(ctx: GradientContext) -> BuilderResult:
-    dy, y, e = ctx.output_gradient(0), ctx.output(0), ctx.emit
-    assert dy is not None
+    dy, y, e = ctx.required_output_gradient(0), ctx.output(0), ctx.emit
     condition = ctx.input(0)
     zero = e.scalar(0.0, like=dy)
     grads: dict[int, str | None] = {}
@@ -152,8 +142,7 @@ def _where(ctx: GradientContext) -> BuilderResult:
 @builder("PRelu", frozenset({0, 1}),
          description="dX = where(X > 0, dY, slope * dY), dslope = sum_to(where(X > 0, 0, dY * X))")
 def _prelu(ctx: GradientContext) -> BuilderResult:
-    dy, y, e = ctx.output_gradient(0), ctx.output(0), ctx.emit
-    assert dy is not None
+    dy, y, e = ctx.required_output_gradient(0), ctx.output(0), ctx.emit
     x, slope = ctx.input(0), ctx.input(1)
     positive = e.op("Greater", x, e.scalar(0.0, like=x))
     grads: dict[int, str | None] = {}
@@ -292,8 +281,7 @@ def _thresholded_relu(ctx: GradientContext, x: str, y: str, dy: str) -> str:
 
 @builder("Gelu", since=20, description="exact (erf) or tanh-approximate, as torch computes it")
 def _gelu(ctx: GradientContext) -> BuilderResult:
-    x, dy = ctx.input(0), ctx.output_gradient(0)
-    assert dy is not None
+    x, dy = ctx.input(0), ctx.required_output_gradient(0)
     return [_gelu_gradient(ctx, x, dy, str(ctx.attribute("approximate", "none")))]
 
 
@@ -325,8 +313,7 @@ def _gelu_gradient(ctx: GradientContext, x: str, dy: str, approximate: str) -> s
 @builder("Clip", FIRST, description="dX = dY where min <= X <= max, else 0 (the mask is "
          "computed in the forward pass)")
 def _clip(ctx: GradientContext) -> BuilderResult:
-    x, dy, e = ctx.input(0), ctx.output_gradient(0), ctx.emit
-    assert dy is not None
+    x, dy, e = ctx.input(0), ctx.required_output_gradient(0), ctx.emit
     low = ctx.input(1)
     high = ctx.input(2)
     if ctx.opset < 11:  # pragma: no cover - the emitter needs opset 13
@@ -376,23 +363,20 @@ def _identity_builder(ctx: GradientContext) -> BuilderResult:
 
 @builder("Cast", FIRST, description="dX = dY cast back to X's type")
 def _cast(ctx: GradientContext) -> BuilderResult:
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     return [ctx.emit.cast_like(dy, ctx.input(0))]
 
 
 @builder("CastLike", FIRST, description="dX = dY cast back to X's type")
 def _cast_like(ctx: GradientContext) -> BuilderResult:
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     return [ctx.emit.cast_like(dy, ctx.input(0))]
 
 
 @builder("Dropout", FIRST,
          description="dX = dY * mask / (1 - ratio) in training mode, dY otherwise")
 def _dropout(ctx: GradientContext) -> BuilderResult:
-    dy, e = ctx.output_gradient(0), ctx.emit
-    assert dy is not None
+    dy, e = ctx.required_output_gradient(0), ctx.emit
     training = ctx.input(2)
     if not training:
         return [dy]

@@ -23,8 +23,7 @@ def _swap_last(ctx: GradientContext, x: str, rank: int) -> str:
          description="dA = sum_to(dY B^T), dB = sum_to(A^T dY) (1-D operands promoted)")
 def _matmul(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     a, b, y = ctx.input(0), ctx.input(1), ctx.output(0)
     rank_a, rank_b = ctx.rank(a), ctx.rank(b)
     grads: dict[int, str | None] = {}
@@ -90,8 +89,7 @@ def _batch_shape(ctx: GradientContext, y: str, rank_out: int, a_vector: bool,
                      "dC = sum_to(beta dY)")
 def _gemm(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     a, b, c, y = ctx.input(0), ctx.input(1), ctx.input(2), ctx.output(0)
     alpha = float(ctx.attribute("alpha", 1.0))
     beta = float(ctx.attribute("beta", 1.0))
@@ -169,8 +167,7 @@ def _einsum_refused(site: NodeSite) -> bool:
     description="dA_i = einsum(dY, other operands -> A_i's subscripts), broadcast back")
 def _einsum(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     inputs = list(ctx.node.inputs)
     operands, output = _parse(str(ctx.attribute("equation", "")), len(inputs))
     grads: dict[int, str | None] = {}

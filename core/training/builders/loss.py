@@ -54,8 +54,7 @@ def _log_prob_gradient(ctx: GradientContext, reference: str, dy: str) -> str:
 @builder("NegativeLogLikelihoodLoss", frozenset({0}),
          description="dInput = -(scale at the target class), 0 elsewhere")
 def _nll(ctx: GradientContext) -> BuilderResult:
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     return [_log_prob_gradient(ctx, ctx.input(0), dy)]
 
 

@@ -32,8 +32,7 @@ def _statistics_outputs(*indices: int) -> Refusal:
 @builder("Softmax", FIRST, since=13, description="dX = Y (dY - sum(dY Y, axis))")
 def _softmax(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy, y = ctx.output_gradient(0), ctx.output(0)
-    assert dy is not None
+    dy, y = ctx.required_output_gradient(0), ctx.output(0)
     axis = int(ctx.attribute("axis", -1))
     inner = e.reduce_sum(e.op("Mul", dy, y), [axis], keepdims=True)
     return [e.op("Mul", y, e.op("Sub", dy, inner))]
@@ -42,8 +41,7 @@ def _softmax(ctx: GradientContext) -> BuilderResult:
 @builder("LogSoftmax", FIRST, since=13, description="dX = dY - exp(Y) sum(dY, axis)")
 def _log_softmax(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy, y = ctx.output_gradient(0), ctx.output(0)
-    assert dy is not None
+    dy, y = ctx.required_output_gradient(0), ctx.output(0)
     axis = int(ctx.attribute("axis", -1))
     total = e.reduce_sum(dy, [axis], keepdims=True)
     return [e.op("Sub", dy, e.op("Mul", e.op("Exp", y), total))]
@@ -75,8 +73,7 @@ def _statistics(ctx: GradientContext, x: str, axes: list[int], epsilon: float
          description="the standard formula over axes [axis, rank)")
 def _layer_norm(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy, y = ctx.output_gradient(0), ctx.output(0)
-    assert dy is not None
+    dy, y = ctx.required_output_gradient(0), ctx.output(0)
     x, scale, bias = ctx.input(0), ctx.input(1), ctx.input(2)
     rank = ctx.rank(x)
     axis = int(ctx.attribute("axis", -1)) % rank
@@ -166,8 +163,7 @@ def _saved_statistics(ctx: GradientContext, axes: list[int]) -> tuple[str, str] 
                      "batch statistics")
 def _batch_norm(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     x, scale = ctx.input(0), ctx.input(1)
     rank = ctx.rank(x)
     axes = [0, *range(2, rank)]
@@ -220,8 +216,7 @@ def _batch_norm(ctx: GradientContext) -> BuilderResult:
          description="LayerNormalization's formula per sample and channel")
 def _instance_norm(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     x, scale = ctx.input(0), ctx.input(1)
     rank = ctx.rank(x)
     axes = list(range(2, rank))

@@ -41,8 +41,7 @@ def _axes(ctx: GradientContext) -> list[int] | str | None:
 def _reduction(op_type: str, formula: Formula, description: str) -> GradientBuilder:
     def build(ctx: GradientContext) -> BuilderResult:
         e = ctx.emit
-        dy, x, y = ctx.output_gradient(0), ctx.input(0), ctx.output(0)
-        assert dy is not None
+        dy, x, y = ctx.required_output_gradient(0), ctx.input(0), ctx.output(0)
         axes = _axes(ctx)
         noop = bool(ctx.attribute("noop_with_empty_axes", 0))
         if axes is None and noop:

@@ -54,8 +54,7 @@ def _keeps_aspect_ratio(site: NodeSite) -> bool:
     description="dX = dY times M_a^T along each resized axis a, M_a^T = Resize(I) of an "
                 "identity along that axis")
 def _resize(ctx: GradientContext) -> BuilderResult:
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     x, y = ctx.input(0), ctx.output(0)
     rank = ctx.rank(x)
     scales = ctx.input(2)

@@ -22,8 +22,7 @@ __all__ = ["BUILDERS"]
 
 
 def _reshape_back(ctx: GradientContext) -> BuilderResult:
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     return [ctx.emit.reshape_like(dy, ctx.input(0))]
 
 
@@ -35,8 +34,7 @@ _RESHAPES = [
 
 @builder("Transpose", FIRST, description="dX = transpose(dY, inverse(perm))")
 def _transpose(ctx: GradientContext) -> BuilderResult:
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     perm = ctx.attribute("perm")
     if perm is None:  # reversed axes: its own inverse
         return [ctx.emit.op("Transpose", dy)]
@@ -89,8 +87,7 @@ def _is_2d(ctx: GradientContext, x: str) -> bool:
 
 @builder("Expand", FIRST, description="dX = sum_to(dY, shape(X))")
 def _expand(ctx: GradientContext) -> BuilderResult:
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     return [ctx.emit.sum_to(dy, ctx.input(0), ctx.output(0))]
 
 
@@ -98,8 +95,7 @@ def _expand(ctx: GradientContext) -> BuilderResult:
          description="dX_i = the i-th piece of dY split along axis")
 def _concat(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     inputs = list(ctx.node.inputs)
     rank = ctx.rank(inputs[0])
     axis = int(ctx.attribute("axis", 0)) % rank
@@ -226,8 +222,7 @@ def _flat_indices(ctx: GradientContext) -> str:
          description="dX = pad(dY) for a static step-1 slice, else a scatter of dY")
 def _slice(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     pads = _static_pads(ctx)
     if pads is not None:
         if not any(pads):
@@ -252,8 +247,7 @@ def _normalized_indices(ctx: GradientContext, indices: str, dim: str) -> str:
          description="dX = scatter-add of dY at the indices (ScatterND)")
 def _gather(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     x, indices = ctx.input(0), ctx.input(1)
     rank, index_rank = ctx.rank(x), ctx.rank(indices)
     axis = int(ctx.attribute("axis", 0)) % rank
@@ -279,8 +273,7 @@ def _gather(ctx: GradientContext) -> BuilderResult:
          description="dX = ScatterElements(zeros, indices, dY, axis, reduction=add)")
 def _gather_elements(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     x = ctx.input(0)
     zeros = e.zeros_like(x)
     return [e.op("ScatterElements", zeros, ctx.input(1), dy,
@@ -293,8 +286,7 @@ def _gather_elements(ctx: GradientContext) -> BuilderResult:
     description="dX = ScatterND(zeros, indices, dY, reduction=add)")
 def _gather_nd(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     return [e.op("ScatterND", e.zeros_like(ctx.input(0)), ctx.input(1), dy, reduction="add")]
 
 
@@ -306,8 +298,7 @@ def _gather_nd(ctx: GradientContext) -> BuilderResult:
     description="dX = dY with the padding cut off (a Pad by the negated pads)")
 def _pad(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     pads = ctx.constant_value(ctx.input(1))
     negated = e.ints([-int(p) for p in pads]) if pads is not None else e.op("Neg", ctx.input(1))
     axes = ctx.input(3)
@@ -320,8 +311,7 @@ def _pad(ctx: GradientContext) -> BuilderResult:
          description="dX = sum of dY's tiles (reshape to [r0, d0, r1, d1, ...], reduce)")
 def _tile(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     x, repeats = ctx.input(0), ctx.input(1)
     rank = ctx.rank(x)
     pairs = e.op("Concat", e.unsqueeze(repeats, [1]), e.unsqueeze(e.dims(x), [1]), axis=1)
@@ -331,8 +321,7 @@ def _tile(ctx: GradientContext) -> BuilderResult:
 
 @builder("Trilu", FIRST, since=14, description="dX = trilu(dY) with the same k and upper")
 def _trilu(ctx: GradientContext) -> BuilderResult:
-    dy = ctx.output_gradient(0)
-    assert dy is not None
+    dy = ctx.required_output_gradient(0)
     k = ctx.input(1)
     inputs = [dy, k] if k else [dy]
     return [ctx.emit.op("Trilu", *inputs, upper=int(ctx.attribute("upper", 1)))]
