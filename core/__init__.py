@@ -9,9 +9,9 @@ graphpass.save(result.model, "out.onnx")
 ```
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from graphpass._lazy import lazy_exports
 from graphpass.errors import (
     CheckpointError,
     ConfigError,
@@ -85,23 +85,11 @@ _LAZY: dict[str, str] = {
 }
 """The public names that need onnx (and numpy) to import, and the modules that give them.
 
-They are imported on first use (:func:`__getattr__`), so that ``import graphpass`` alone,
-and the command line's ``--version`` and ``--help``, import neither onnx nor numpy."""
+They are imported on first use (:func:`graphpass._lazy.lazy_exports`), so that ``import
+graphpass`` alone, and the command line's ``--version`` and ``--help``, import neither
+onnx nor numpy."""
 
-
-def __getattr__(name: str) -> Any:
-    """Import a public name of :data:`_LAZY` on first use (PEP 562)."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'graphpass' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
-
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 __all__ = [
     "AnalysisPass",

@@ -21,6 +21,9 @@ be checked; :func:`render_batch_text`, :func:`render_batch_json` and
 :func:`render_batch_sarif` make one report of them.
 """
 
+from typing import TYPE_CHECKING
+
+from graphpass._lazy import lazy_exports
 from graphpass.batch._executors import dask_executor, make_tasks, map_tasks, process_pool, run
 from graphpass.batch._inputs import FoundModel, find_models, is_many, output_paths
 from graphpass.batch._report import (
@@ -34,8 +37,14 @@ from graphpass.batch._report import (
 )
 from graphpass.batch._tasks import ErrorInfo, ModelResult, ModelTask, Settings, run_model, run_task
 
+if TYPE_CHECKING:
+    from graphpass.batch._tasks import (
+        Command,
+    )
+
 __all__ = [
     "BATCH_SCHEMA_ID",
+    "Command",
     "ErrorInfo",
     "FoundModel",
     "ModelResult",
@@ -58,3 +67,7 @@ __all__ = [
     "run_model",
     "run_task",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {
+    "Command": "graphpass.batch._tasks",
+})

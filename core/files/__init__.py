@@ -16,6 +16,77 @@ save(model, "copy.onnx")
 ```
 """
 
+from typing import TYPE_CHECKING
+
+from graphpass._lazy import lazy_exports
 from graphpass.files.model_io import AUTO_EXTERNAL_BYTES, load, same_file, save
 
-__all__ = ["AUTO_EXTERNAL_BYTES", "load", "same_file", "save"]
+if TYPE_CHECKING:
+    from graphpass.files.atomic import (
+        new_folder,
+        owner_of,
+        recover_folder,
+        replace_file,
+        replace_folder,
+        temporary_folder,
+    )
+    from graphpass.files.checking import (
+        infer_shapes,
+        run_checker,
+        strict_inference,
+        structural_proto,
+    )
+    from graphpass.files.onnx_ir_bridge import (
+        OnnxIRConversion,
+        count_nodes,
+    )
+    from graphpass.files.snapshots import (
+        POINTER,
+        read_snapshot,
+        write_snapshot,
+    )
+    from graphpass.files.validate import (
+        validate,
+    )
+
+__all__ = [
+    "AUTO_EXTERNAL_BYTES",
+    "POINTER",
+    "OnnxIRConversion",
+    "count_nodes",
+    "infer_shapes",
+    "load",
+    "new_folder",
+    "owner_of",
+    "read_snapshot",
+    "recover_folder",
+    "replace_file",
+    "replace_folder",
+    "run_checker",
+    "same_file",
+    "save",
+    "strict_inference",
+    "structural_proto",
+    "temporary_folder",
+    "validate",
+    "write_snapshot",
+]
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {
+    "new_folder": "graphpass.files.atomic",
+    "OnnxIRConversion": "graphpass.files.onnx_ir_bridge",
+    "POINTER": "graphpass.files.snapshots",
+    "count_nodes": "graphpass.files.onnx_ir_bridge",
+    "infer_shapes": "graphpass.files.checking",
+    "owner_of": "graphpass.files.atomic",
+    "read_snapshot": "graphpass.files.snapshots",
+    "recover_folder": "graphpass.files.atomic",
+    "replace_file": "graphpass.files.atomic",
+    "replace_folder": "graphpass.files.atomic",
+    "run_checker": "graphpass.files.checking",
+    "strict_inference": "graphpass.files.checking",
+    "structural_proto": "graphpass.files.checking",
+    "temporary_folder": "graphpass.files.atomic",
+    "validate": "graphpass.files.validate",
+    "write_snapshot": "graphpass.files.snapshots",
+})

@@ -53,9 +53,7 @@ import onnx
 from graphpass.errors import InvalidModelError
 from graphpass.ir import Graph, Model, Node, Tensor
 from graphpass.ir._gc import paused_gc
-from graphpass.ir._model import UNKNOWN_FIELDS
-from graphpass.ir._serde import _unknown_fields
-from graphpass.ir.proto import model_from_proto, model_to_proto
+from graphpass.ir.proto import UNKNOWN_FIELDS, model_from_proto, model_to_proto, unknown_fields
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -596,7 +594,7 @@ class OnnxIRConversion:
         if _same_entries(ir_node.metadata_props, original.metadata_props):
             _replace(proto.metadata_props, original.metadata_props)
         # A loaded node keeps its unknown fields in its proto (written with it above).
-        unknown = _unknown_fields(original)
+        unknown = unknown_fields(original)
         if unknown is not None:
             proto.MergeFromString(unknown)
 

@@ -73,6 +73,7 @@ __all__ = [
     "model_to_proto",
     "node_to_proto",
     "subgraph_protos",
+    "unknown_fields",
 ]
 
 TensorEmitter = Callable[[Tensor], onnx.TensorProto]
@@ -122,7 +123,7 @@ def _split_fields(proto: Any, scalars: tuple[str, ...], modelled: tuple[str, ...
             fields[name] = value
         else:
             extra[name] = value
-    unknown = _unknown_fields(proto)
+    unknown = unknown_fields(proto)
     if unknown is not None:
         extra[_UNKNOWN] = unknown
     return fields, frozenset(present_empty) if present_empty else _EMPTY, extra or None
@@ -148,7 +149,7 @@ def _write_extras(message: Any, extra: dict[str, Any] | None) -> None:
             _write_extra(message, name, value)
 
 
-def _unknown_fields(message: Any) -> bytes | None:
+def unknown_fields(message: Any) -> bytes | None:
     """The wire bytes of the fields in ``message`` that its schema does not know.
 
     A model written by a newer ONNX release can carry fields this ``onnx`` does not
@@ -527,7 +528,7 @@ def _attribute_from_proto(proto: onnx.AttributeProto, base_dir: Path | None) -> 
     for field, value in proto.ListFields():
         if field.name not in ("g", "graphs"):
             _write_extra(stripped, field.name, value)
-    unknown = _unknown_fields(proto)
+    unknown = unknown_fields(proto)
     if unknown is not None:
         stripped.MergeFromString(unknown)
     if proto.HasField("g"):

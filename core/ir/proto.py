@@ -29,6 +29,7 @@ from graphpass.ir._serde import (
     model_to_proto,
     node_to_proto,
     subgraph_protos,
+    unknown_fields,
 )
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "model_to_proto",
     "node_to_proto",
     "subgraph_protos",
+    "unknown_fields",
 ]
 
 

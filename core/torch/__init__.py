@@ -11,21 +11,125 @@
 PyTorch is imported only when a function here needs it.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from graphpass._lazy import lazy_exports
 from graphpass.torch._state import capture_state, save_state
 
 if TYPE_CHECKING:
-    from graphpass.torch.module import Module
+    from graphpass.torch.export_record import (
+        FOLDED_FROM,
+        FX_NODE,
+        INPUT_KIND,
+        INPUT_PERSISTENT,
+        LEGACY_CONSTANT_NAME,
+        NOT_SAVED,
+        ORIGINAL_NAME,
+        SIGNATURE,
+        TRAINABLE_TYPES,
+        StateKind,
+        default_trainable,
+        default_trainable_rules,
+        folded_from,
+        fx_arguments,
+        fx_placeholders,
+        fx_target,
+        graph_signature,
+        input_spec_kind,
+        is_placeholder_name,
+        module_scope,
+        parameters_left_out,
+        placeholder_stem,
+        records_state,
+        signature_kinds,
+        signature_parameters,
+        state_kinds,
+    )
+    from graphpass.torch.module import (
+        ExportError,
+        Module,
+        PreparationError,
+    )
+    from graphpass.torch.producers import (
+        Producer,
+        producer,
+        separate_weights_advice,
+        unfolded_export_advice,
+    )
 
-__all__ = ["Module", "capture_state", "save_state"]
+__all__ = [
+    "FOLDED_FROM",
+    "FX_NODE",
+    "INPUT_KIND",
+    "INPUT_PERSISTENT",
+    "LEGACY_CONSTANT_NAME",
+    "NOT_SAVED",
+    "ORIGINAL_NAME",
+    "SIGNATURE",
+    "TRAINABLE_TYPES",
+    "ExportError",
+    "Module",
+    "PreparationError",
+    "Producer",
+    "StateKind",
+    "capture_state",
+    "default_trainable",
+    "default_trainable_rules",
+    "folded_from",
+    "fx_arguments",
+    "fx_placeholders",
+    "fx_target",
+    "graph_signature",
+    "input_spec_kind",
+    "is_placeholder_name",
+    "module_scope",
+    "parameters_left_out",
+    "placeholder_stem",
+    "producer",
+    "records_state",
+    "save_state",
+    "separate_weights_advice",
+    "signature_kinds",
+    "signature_parameters",
+    "state_kinds",
+    "unfolded_export_advice",
+]
 
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {
+    "ExportError": "graphpass.torch.module",
+    # Module needs the pass framework and the training layer, which import this
+    # package's export records: it is imported when asked for, not with the package.
+    "Module": "graphpass.torch.module",
+    "FOLDED_FROM": "graphpass.torch.export_record",
+    "FX_NODE": "graphpass.torch.export_record",
+    "INPUT_KIND": "graphpass.torch.export_record",
+    "INPUT_PERSISTENT": "graphpass.torch.export_record",
+    "LEGACY_CONSTANT_NAME": "graphpass.torch.export_record",
+    "NOT_SAVED": "graphpass.torch.export_record",
+    "ORIGINAL_NAME": "graphpass.torch.export_record",
+    "PreparationError": "graphpass.torch.module",
+    "Producer": "graphpass.torch.producers",
+    "SIGNATURE": "graphpass.torch.export_record",
+    "StateKind": "graphpass.torch.export_record",
+    "TRAINABLE_TYPES": "graphpass.torch.export_record",
+    "default_trainable": "graphpass.torch.export_record",
+    "default_trainable_rules": "graphpass.torch.export_record",
+    "folded_from": "graphpass.torch.export_record",
+    "fx_arguments": "graphpass.torch.export_record",
+    "fx_placeholders": "graphpass.torch.export_record",
+    "fx_target": "graphpass.torch.export_record",
+    "graph_signature": "graphpass.torch.export_record",
+    "input_spec_kind": "graphpass.torch.export_record",
+    "is_placeholder_name": "graphpass.torch.export_record",
+    "module_scope": "graphpass.torch.export_record",
+    "parameters_left_out": "graphpass.torch.export_record",
+    "placeholder_stem": "graphpass.torch.export_record",
+    "producer": "graphpass.torch.producers",
+    "records_state": "graphpass.torch.export_record",
+    "separate_weights_advice": "graphpass.torch.producers",
+    "signature_kinds": "graphpass.torch.export_record",
+    "signature_parameters": "graphpass.torch.export_record",
+    "state_kinds": "graphpass.torch.export_record",
+    "unfolded_export_advice": "graphpass.torch.producers",
+})
 
-def __getattr__(name: str) -> Any:
-    # Module needs the pass framework and the training layer, which import this package's
-    # export records: it is imported when asked for, not with the package.
-    if name == "Module":
-        from graphpass.torch.module import Module
-
-        return Module
-    raise AttributeError(f"module 'graphpass.torch' has no attribute {name!r}")

@@ -72,6 +72,7 @@ from graphpass.torch.folding.rewrite import (
     split_merges,
     unfuse,
 )
+from graphpass.torch.folding.search import shape_ops
 from graphpass.torch.folding.values import StateValues
 
 __all__ = [
@@ -95,6 +96,7 @@ __all__ = [
     "mark_state",
     "mark_ties",
     "recompute",
+    "shape_ops",
     "split_merges",
     "unfuse",
 ]

@@ -11,3 +11,89 @@
 The package imports none of them itself: the builders need the model, and graphpass's
 own set needs the builders.
 """
+
+from typing import TYPE_CHECKING
+
+from graphpass._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from graphpass.training.rules._broadcast_dims import (
+        BROADCAST_OPS,
+        hidden_ones,
+    )
+    from graphpass.training.rules.derived import (
+        DerivedRules,
+        rules_from_builders,
+    )
+    from graphpass.training.rules.model import (
+        DIFFERENTIABLE_TYPES,
+        AttributeIn,
+        AttributeMissing,
+        AttributeNotIn,
+        Check,
+        GradientRules,
+        InputNeedsGradient,
+        InputRankIn,
+        InputTypeNotIn,
+        NodeSite,
+        OutputsFewerThan,
+        Predicate,
+        SelectionReport,
+        TrainerFailureKind,
+        normalize_domain,
+        trainable_weights,
+    )
+    from graphpass.training.rules.onnxruntime_training import (
+        builtin_rule_sets,
+        onnxruntime_training_rules,
+    )
+
+__all__ = [
+    "BROADCAST_OPS",
+    "DIFFERENTIABLE_TYPES",
+    "AttributeIn",
+    "AttributeMissing",
+    "AttributeNotIn",
+    "Check",
+    "DerivedRules",
+    "GradientRules",
+    "InputNeedsGradient",
+    "InputRankIn",
+    "InputTypeNotIn",
+    "NodeSite",
+    "OutputsFewerThan",
+    "Predicate",
+    "SelectionReport",
+    "TrainerFailureKind",
+    "builtin_rule_sets",
+    "hidden_ones",
+    "normalize_domain",
+    "onnxruntime_training_rules",
+    "rules_from_builders",
+    "trainable_weights",
+]
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {
+    "SelectionReport": "graphpass.training.rules.model",
+    "AttributeIn": "graphpass.training.rules.model",
+    "AttributeMissing": "graphpass.training.rules.model",
+    "AttributeNotIn": "graphpass.training.rules.model",
+    "BROADCAST_OPS": "graphpass.training.rules._broadcast_dims",
+    "Check": "graphpass.training.rules.model",
+    "DIFFERENTIABLE_TYPES": "graphpass.training.rules.model",
+    "DerivedRules": "graphpass.training.rules.derived",
+    "GradientRules": "graphpass.training.rules.model",
+    "InputNeedsGradient": "graphpass.training.rules.model",
+    "InputRankIn": "graphpass.training.rules.model",
+    "InputTypeNotIn": "graphpass.training.rules.model",
+    "NodeSite": "graphpass.training.rules.model",
+    "OutputsFewerThan": "graphpass.training.rules.model",
+    "Predicate": "graphpass.training.rules.model",
+    "TrainerFailureKind": "graphpass.training.rules.model",
+    "builtin_rule_sets": "graphpass.training.rules.onnxruntime_training",
+    "hidden_ones": "graphpass.training.rules._broadcast_dims",
+    "normalize_domain": "graphpass.training.rules.model",
+    "onnxruntime_training_rules": "graphpass.training.rules.onnxruntime_training",
+    "rules_from_builders": "graphpass.training.rules.derived",
+    "trainable_weights": "graphpass.training.rules.model",
+})
