@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from ort_training import gradient_corpus as corpus  # noqa: E402
 
-from graphpass.training.rules.onnxruntime_training import onnxruntime_training_rules  # noqa: E402
+from graphpass.training.rules._onnxruntime_training import onnxruntime_training_rules  # noqa: E402
 
 GOLDEN = REPO / "tests" / "ort_training" / "gradient_golden.json"
 RESULTS = REPO / "benchmarks" / "results"

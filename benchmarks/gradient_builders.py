@@ -124,7 +124,7 @@ def _adamw(train: Path, recipe: object, manifest: dict[str, object]) -> float:
     import torch
     from _training_models import torch_loss
 
-    from graphpass.training.directory import initial_values
+    from graphpass.training import initial_values
 
     session = onnxruntime.InferenceSession(str(train / "step.onnx"))
     values = initial_values(train)
@@ -244,8 +244,7 @@ def scaling_sweep(blocks: tuple[int, ...] = (100, 200, 400, 800)) -> list[tuple[
     from onnx import TensorProto, helper, numpy_helper
 
     import graphpass
-    from graphpass.training.graphs import build_training_graphs
-    from graphpass.training.optimizers import AdamW
+    from graphpass.training import AdamW, build_training_graphs
 
     rng = np.random.default_rng(0)
     found = []

@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO / "tests"))
 from ort_training import gradient_corpus as corpus  # noqa: E402
 
 import graphpass  # noqa: E402
-from graphpass.framework.pass_base import PassContext  # noqa: E402
-from graphpass.framework.plugin_loading import default_registry  # noqa: E402
+from graphpass.framework._pass_base import PassContext  # noqa: E402
+from graphpass.framework._plugin_loading import default_registry  # noqa: E402
 from graphpass.passes.lint_gradients import LintGradients  # noqa: E402
 
 WIDTH = 8

@@ -47,8 +47,7 @@ from onnx import helper, numpy_helper
 from onnx_ir.passes.common import InlinePass
 
 import graphpass
-from graphpass.framework.pass_base import PassContext
-from graphpass.framework.plugin_loading import default_registry
+from graphpass.framework import PassContext, default_registry
 from graphpass.passes.inline_functions import InlineFunctions
 
 FUNCTIONS = 20

@@ -127,8 +127,7 @@ def _work(job: str, tool: str, source: Path, out: Path) -> Callable[[], dict[str
         # every tool's imports are (the C++ inliner's onnx, the older graphpass's).
         import networkx  # noqa: F401
 
-        from graphpass.framework.pass_base import PassContext
-        from graphpass.framework.plugin_loading import default_registry
+        from graphpass.framework import PassContext, default_registry
         from graphpass.passes.inline_functions import InlineFunctions
 
         context = PassContext(registry=default_registry())

@@ -2,7 +2,7 @@
 
 Every ecosystem pass (``onnx-ir-*``, ``onnxscript-*``, a plugin's pattern rewrites)
 converts the model to an ``onnx_ir.Model`` and back
-(``graphpass.files.onnx_ir_bridge.OnnxIRConversion``). This measures that cost on the
+(``graphpass.files._onnx_ir_bridge.OnnxIRConversion``). This measures that cost on the
 synthetic chain of ``benchmarks/roundtrip.py`` (MatMul -> Add -> LeakyRelu blocks, two
 initializers per block) and puts it next to what onnx_ir itself spends to read and write
 the same file. For each size, fresh Python processes measure:
@@ -46,7 +46,7 @@ def _measure(kind: str, source: Path) -> dict[str, float]:
     import onnx_ir
 
     import graphpass
-    from graphpass.files.onnx_ir_bridge import OnnxIRConversion
+    from graphpass.files import OnnxIRConversion
 
     result: dict[str, float] = {}
     if kind == "onnx_ir":

@@ -133,7 +133,7 @@ def _products_seconds(trainer: str, model: Any, ids: Any) -> float:
         return sum(event.self_cpu_time_total for event in prof.key_averages()
                    if event.key in _PRODUCTS_TORCH) / 1e6
     import graphpass.torch
-    from graphpass.torch.module._program import module_session_options
+    from graphpass.torch._module._program import module_session_options
 
     with tempfile.TemporaryDirectory() as folder:
         options = module_session_options()
@@ -167,7 +167,7 @@ def overhead_worker(steps: int) -> dict[str, Any]:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     import graphpass.torch
-    from graphpass.torch.module._binding import bind_input, bind_output_into
+    from graphpass.torch._module._binding import bind_input, bind_output_into
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))

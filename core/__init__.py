@@ -30,15 +30,22 @@ from graphpass.findings import Finding, Severity
 
 if TYPE_CHECKING:
     from graphpass.checkpoint import Checkpoint, CheckpointLoader, open_checkpoint
-    from graphpass.files import load, save
-    from graphpass.files.validate import validate
-    from graphpass.framework.instruments import Instrument
-    from graphpass.framework.manager import PassManager
-    from graphpass.framework.onnx_ir_pass import OnnxIRPass, RewriteRules
-    from graphpass.framework.pass_base import AnalysisPass, Pass, PassContext, PassResult
-    from graphpass.framework.pipeline import Pipeline, PipelineStep
-    from graphpass.framework.results import PassRecord, RunResult
-    from graphpass.framework.runspec import RunSpec
+    from graphpass.files import load, save, validate
+    from graphpass.framework import (
+        AnalysisPass,
+        Instrument,
+        OnnxIRPass,
+        Pass,
+        PassContext,
+        PassManager,
+        PassRecord,
+        PassResult,
+        Pipeline,
+        PipelineStep,
+        RewriteRules,
+        RunResult,
+        RunSpec,
+    )
     from graphpass.ir import (
         Attribute,
         Function,
@@ -50,7 +57,7 @@ if TYPE_CHECKING:
         Use,
         Value,
     )
-    from graphpass.training.rules.model import GradientRules
+    from graphpass.training.rules import GradientRules
 
 _LAZY: dict[str, str] = {
     "Checkpoint": "graphpass.checkpoint",
@@ -58,20 +65,20 @@ _LAZY: dict[str, str] = {
     "open_checkpoint": "graphpass.checkpoint",
     "load": "graphpass.files",
     "save": "graphpass.files",
-    "validate": "graphpass.files.validate",
-    "Instrument": "graphpass.framework.instruments",
-    "PassManager": "graphpass.framework.manager",
-    "OnnxIRPass": "graphpass.framework.onnx_ir_pass",
-    "RewriteRules": "graphpass.framework.onnx_ir_pass",
-    "AnalysisPass": "graphpass.framework.pass_base",
-    "Pass": "graphpass.framework.pass_base",
-    "PassContext": "graphpass.framework.pass_base",
-    "PassResult": "graphpass.framework.pass_base",
-    "Pipeline": "graphpass.framework.pipeline",
-    "PipelineStep": "graphpass.framework.pipeline",
-    "PassRecord": "graphpass.framework.results",
-    "RunResult": "graphpass.framework.results",
-    "RunSpec": "graphpass.framework.runspec",
+    "validate": "graphpass.files._validate",
+    "Instrument": "graphpass.framework._instruments",
+    "PassManager": "graphpass.framework._manager",
+    "OnnxIRPass": "graphpass.framework._onnx_ir_pass",
+    "RewriteRules": "graphpass.framework._onnx_ir_pass",
+    "AnalysisPass": "graphpass.framework._pass_base",
+    "Pass": "graphpass.framework._pass_base",
+    "PassContext": "graphpass.framework._pass_base",
+    "PassResult": "graphpass.framework._pass_base",
+    "Pipeline": "graphpass.framework._pipeline",
+    "PipelineStep": "graphpass.framework._pipeline",
+    "PassRecord": "graphpass.framework._results",
+    "RunResult": "graphpass.framework._results",
+    "RunSpec": "graphpass.framework._runspec",
     "Attribute": "graphpass.ir",
     "Function": "graphpass.ir",
     "FunctionId": "graphpass.ir",
@@ -81,7 +88,7 @@ _LAZY: dict[str, str] = {
     "Tensor": "graphpass.ir",
     "Use": "graphpass.ir",
     "Value": "graphpass.ir",
-    "GradientRules": "graphpass.training.rules.model",
+    "GradientRules": "graphpass.training.rules._model",
 }
 """The public names that need onnx (and numpy) to import, and the modules that give them.
 

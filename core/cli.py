@@ -46,14 +46,9 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-    from graphpass.batch import ModelResult, Settings
-    from graphpass.batch._tasks import Command
-    from graphpass.framework.config import PipelineFile
-    from graphpass.framework.registry import Registry
-    from graphpass.framework.results import RunSummary
-    from graphpass.framework.runspec import RunSpec
-    from graphpass.framework.verify import VerifyOptions
-    from graphpass.reporting.render import ReportInfo
+    from graphpass.batch import Command, ModelResult, Settings
+    from graphpass.framework import PipelineFile, Registry, RunSpec, RunSummary, VerifyOptions
+    from graphpass.reporting import ReportInfo
 
 __all__ = ["main"]
 
@@ -422,7 +417,7 @@ def _check_one(args: argparse.Namespace, settings: Settings, config: PipelineFil
 def _check_many(args: argparse.Namespace, settings: Settings, config: PipelineFile | None,
                 registry: Registry) -> int:
     from graphpass.batch import exit_code, make_tasks, map_tasks
-    from graphpass.reporting.progress import FileProgress
+    from graphpass.reporting import FileProgress
     command = settings.command
     name = f"graphpass {command}"
     for flag, given in (("--dump-after", settings.dump_after),
@@ -494,9 +489,8 @@ def _executor(args: argparse.Namespace, tasks: int) -> Iterator[Executor | None]
 def _train(args: argparse.Namespace) -> int:
     """``train``: build the training graphs of a model (or take a directory) and train."""
     from graphpass.batch import ModelTask, run_model
-    from graphpass.reporting.render import report_dict
-    from graphpass.reporting.training import print_build_summary
-    from graphpass.training.directory import MANIFEST
+    from graphpass.reporting import print_build_summary, report_dict
+    from graphpass.training import MANIFEST
     name = "graphpass train"
     _check_train_arguments(args, name)
     source = Path(args.model)
@@ -564,7 +558,7 @@ def _check_train_arguments(args: argparse.Namespace, name: str) -> None:
 
 def _open_data(paths: list[str], args: argparse.Namespace, columns: list[str], *,
                training: bool) -> Any:
-    from graphpass.training.data import open_batches
+    from graphpass.training import open_batches
 
     return open_batches(paths, batch_size=args.batch_size,
                         shuffle=args.shuffle and training, seed=args.seed,
@@ -573,20 +567,19 @@ def _open_data(paths: list[str], args: argparse.Namespace, columns: list[str], *
 
 def _train_directory(args: argparse.Namespace, directory: Path, *, kept: bool,
                      build: dict[str, Any] | None) -> int:
-    from graphpass.reporting.progress import StepProgress
-    from graphpass.reporting.training import (
+    from graphpass.reporting import (
+        StepProgress,
         TrainingReport,
         print_evaluation,
         print_step,
         print_training_summary,
         training_dict,
     )
-    from graphpass.training import Trainer
-    from graphpass.training.fit import fit
+    from graphpass.training import Trainer, fit
 
     trainer = Trainer(directory, lr=args.lr)
     if args.checkpoint_out:  # before the first step: a key it cannot write is an error now
-        from graphpass.training.torch_checkpoint import check_checkpoint
+        from graphpass.training import check_checkpoint
 
         check_checkpoint(trainer.manifest)
     columns = list(trainer.batch_shapes())
@@ -641,7 +634,7 @@ def _train_directory(args: argparse.Namespace, directory: Path, *, kept: bool,
         if args.checkpoint_out:
             report.checkpoint = str(trainer.save_checkpoint(args.checkpoint_out))
     if args.plot and (records or args.log):
-        from graphpass.training.metrics import plot_metrics
+        from graphpass.training import plot_metrics
 
         report.plot = str(plot_metrics(args.log if args.log else records, args.plot))
     if text:
@@ -652,7 +645,7 @@ def _train_directory(args: argparse.Namespace, directory: Path, *, kept: bool,
 
 
 def _has_state(folder: Path) -> bool:
-    from graphpass.files.snapshots import POINTER
+    from graphpass.files import POINTER
 
     return (folder / POINTER).is_file()
 
@@ -662,7 +655,7 @@ def _absolute(paths: list[str]) -> list[str]:
 
 
 def _passes(args: argparse.Namespace) -> int:
-    from graphpass.reporting.listings import passes_data, pipelines_data, print_passes
+    from graphpass.reporting import passes_data, pipelines_data, print_passes
     registry = _registry(args, None)
     if args.format == "json":
         _write_json({"passes": passes_data(registry), "pipelines": pipelines_data(registry)})
@@ -672,7 +665,7 @@ def _passes(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from graphpass.reporting.listings import plan_data, print_plan
+    from graphpass.reporting import plan_data, print_plan
     config, registry = _setup(args)
     manager = _settings(args, "run", config, registry).manager(registry, config)
     for warning in manager.warnings:
@@ -686,7 +679,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _plugins(args: argparse.Namespace) -> int:
-    from graphpass.reporting.listings import clashes_data, plugins_data, print_plugins
+    from graphpass.reporting import clashes_data, plugins_data, print_plugins
     registry = _registry(args, None, report_problems=False)
     if args.format == "json":
         _write_json({"plugins": plugins_data(registry), "warnings": list(registry.warnings),
@@ -697,7 +690,7 @@ def _plugins(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from graphpass.reporting.summary import model_summary, render_summary
+    from graphpass.reporting import model_summary, render_summary
     model = _load(Path(args.model))
     summary = model_summary(model)
     summary["model"]["path"] = args.model
@@ -711,14 +704,14 @@ def _inspect(args: argparse.Namespace) -> int:
 # ===================================================================== helpers
 def _setup(args: argparse.Namespace) -> tuple[PipelineFile | None, Registry]:
     """The pipeline file (read, not yet checked: its run spec checks it) and the registry."""
-    from graphpass.framework.config import load_pipeline_file
+    from graphpass.framework import load_pipeline_file
     config = load_pipeline_file(args.config) if args.config else None
     return config, _registry(args, config)
 
 
 def _plugin_spec(args: argparse.Namespace, config: PipelineFile | None) -> RunSpec:
     """The run spec of the pipeline file (or none) with the plugin flags over it."""
-    from graphpass.framework.runspec import RunSpec
+    from graphpass.framework import RunSpec
     spec = RunSpec.from_pipeline(config) if config is not None else RunSpec()
     return spec.with_overrides(disable_plugins=args.disable_plugin,
                                strict_plugins=args.strict_plugins or None)
@@ -740,7 +733,7 @@ def _registry(args: argparse.Namespace, config: PipelineFile | None, *,
 
 def _verify_options(args: argparse.Namespace,
                     configured: VerifyOptions | None) -> VerifyOptions | None:
-    from graphpass.framework.verify import VerifyOptions
+    from graphpass.framework import VerifyOptions
     asked = (args.verify or args.verify_inputs or args.verify_per_pass or args.verify_dim
              or args.verify_optional or args.verify_rtol is not None
              or args.verify_atol is not None)
@@ -790,7 +783,7 @@ def _settings(args: argparse.Namespace, command: Command, config: PipelineFile |
             file's passes as ``-p`` would be (``train``: ``train-ready``).
     """
     from graphpass.batch import Settings
-    from graphpass.framework.reproducer import default_folder as default_reproducer_folder
+    from graphpass.framework import default_folder as default_reproducer_folder
     passes = tuple(name.strip() for group in args.passes for name in group.split(",")
                    if name.strip()) or default_passes
     options: dict[str, dict[str, Any]] = {}
@@ -834,7 +827,7 @@ def _settings(args: argparse.Namespace, command: Command, config: PipelineFile |
 
 
 def _parse_option(text: str) -> tuple[str, str, Any]:
-    from graphpass.framework.config import parse_value
+    from graphpass.framework import parse_value
     key, separator, value = text.partition("=")
     name, dot, option = key.strip().rpartition(".")
     if not separator or not dot or not name or not option:
@@ -845,14 +838,14 @@ def _parse_option(text: str) -> tuple[str, str, Any]:
 
 def _load(path: Path) -> Any:
     from graphpass.files import load
-    from graphpass.reporting.progress import loading
+    from graphpass.reporting import loading
     with loading(path):
         return load(path)
 
 
 def _report_info(args: argparse.Namespace, config: PipelineFile | None, registry: Registry,
                  command: str, model: str | None, output: str | None) -> ReportInfo:
-    from graphpass.reporting.render import ReportInfo
+    from graphpass.reporting import ReportInfo
     return ReportInfo(command=command, model=model, output=output,
                       tool_version=_version(), rules=_rule_descriptions(registry),
                       show_time=getattr(args, "time", False)
@@ -880,7 +873,7 @@ def _report_batch(args: argparse.Namespace, results: Sequence[ModelResult],
 def _report(args: argparse.Namespace, result: RunSummary, config: PipelineFile | None,
             registry: Registry, *, command: str, model: str, output: str | None) -> None:
 
-    from graphpass.reporting.render import render_json, render_sarif, render_text, summary_line
+    from graphpass.reporting import render_json, render_sarif, render_text, summary_line
     info = _report_info(args, config, registry, command, model, output)
     report = getattr(args, "report", None)
     _emit(args, lambda console: render_text(result, console, info),
@@ -895,7 +888,7 @@ def _emit(args: argparse.Namespace, as_text: Callable[[Console], None],
     """Print the report, or write it to ``--report FILE`` whole (``replace_file``)."""
     from rich.console import Console
 
-    from graphpass.files.atomic import replace_file
+    from graphpass.files import replace_file
 
     report = getattr(args, "report", None)
     if args.format == "text" and not report:

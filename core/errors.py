@@ -112,7 +112,7 @@ class PassError(GraphpassError):
         unexpected: Whether the pass raised an exception graphpass did not expect (a
             bug in it), rather than refusing the model on purpose.
         reproducer: The reproducer folder written for it, if any
-            (:mod:`graphpass.framework.reproducer`).
+            (``_reproducer``).
     """
 
     pass_name: str = ""

@@ -23,7 +23,7 @@ import onnx
 from rich.console import Console
 
 import graphpass
-from graphpass.reporting.summary import model_summary, render_summary
+from graphpass.reporting import model_summary, render_summary
 
 HERE = Path(__file__).resolve().parent
 EXAMPLE = HERE / "tiny_classifier.onnx"

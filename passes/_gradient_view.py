@@ -22,7 +22,7 @@ import onnx
 
 from graphpass.errors import GraphpassError
 from graphpass.ir import Graph, Model, Node
-from graphpass.training.value_types import ModelTypes, TypeInfo
+from graphpass.training import ModelTypes, TypeInfo
 
 __all__ = ["resolve_constant_ifs"]
 

@@ -22,14 +22,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
-from graphpass.ir import Attribute, FunctionId, Graph, Node
-from graphpass.ir._clone import clone_node
-from graphpass.ir._node import (
+from graphpass.ir import (
     CHANGED_ATTRIBUTES,
     CHANGED_INPUTS,
     CHANGED_METADATA,
     CHANGED_NAME,
     CHANGED_OUTPUTS,
+    Attribute,
+    FunctionId,
+    Graph,
+    Node,
+    clone_node,
 )
 from graphpass.passes._inline_body import (
     PROVENANCE_KEY,

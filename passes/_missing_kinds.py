@@ -27,7 +27,7 @@ from typing import Final, Literal
 
 from graphpass.ir import Model
 from graphpass.passes._missing_gaps import Gap
-from graphpass.torch.export_record import (
+from graphpass.torch import (
     FOLDED_FROM,
     INPUT_KIND,
     INPUT_PERSISTENT,

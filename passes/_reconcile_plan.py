@@ -33,16 +33,15 @@ import numpy as np
 from graphpass.findings import Finding, Severity
 from graphpass.ir import dtype_name
 from graphpass.passes._reconcile_names import canonical_forms, ends_with_leaf, leaf
-from graphpass.torch.export_record import (
+from graphpass.torch import (
     LEGACY_CONSTANT_NAME,
     fx_arguments,
     fx_target,
     is_placeholder_name,
     module_scope,
+    unfolded_export_advice,
 )
-from graphpass.torch.folding import Fold, Folding, FusedBatchNorm, StateValues, Transpose
-from graphpass.torch.folding.search import shape_ops
-from graphpass.torch.producers import unfolded_export_advice
+from graphpass.torch.folding import Fold, Folding, FusedBatchNorm, StateValues, Transpose, shape_ops
 
 if TYPE_CHECKING:
     from graphpass.checkpoint import Checkpoint, CheckpointEntry
@@ -712,7 +711,7 @@ def _square_problem(graph: Graph, target: Target, entry: CheckpointEntry,
     """Whether a square constant is the key's transpose (``None``: it is).
 
     A square ``W.T`` has ``W``'s shape, so the shape ops the folding search knows
-    (:func:`~graphpass.torch.folding.search.shape_ops`) give a copy and a transpose. A
+    (:func:`~graphpass.torch.folding._search.shape_ops`) give a copy and a transpose. A
     constant the legacy exporter named (``onnx::MatMul_N``) is no copy: the exporter gives a
     tensor it did not change the tensor's own name, so the transpose is the one shape op
     left, whatever the checkpoint's values (a fine-tuned or freshly initialised model).

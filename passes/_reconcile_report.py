@@ -58,8 +58,8 @@ from graphpass.passes._reconcile_plan import Fill, Plan, Unfusion
 from graphpass.passes._reconcile_shapes import ShapeCheck
 from graphpass.passes._reconcile_targets import Target
 from graphpass.passes._reconcile_verify import Verification
+from graphpass.torch import Producer, separate_weights_advice
 from graphpass.torch.folding import Fold
-from graphpass.torch.producers import Producer, separate_weights_advice
 
 __all__ = ["CODES", "MatchTable", "NameList", "build_report"]
 

@@ -34,12 +34,12 @@ from typing import Final
 
 import onnx
 
-from graphpass.files.checking import infer_shapes
+from graphpass.files import infer_shapes
 from graphpass.findings import shortened_list
 from graphpass.ir import Graph, Model, Node, Tensor
 from graphpass.ir.proto import model_to_proto
-from graphpass.torch.export_record import FX_NODE, fx_target
-from graphpass.training.value_types import ModelTypes
+from graphpass.torch import FX_NODE, fx_target
+from graphpass.training import ModelTypes
 
 __all__ = ["ShapeCheck", "check_undeclared", "undeclared_shape_problems"]
 
@@ -195,7 +195,7 @@ def _runtime(model: Model, keys: Mapping[str, str], result: ShapeCheck) -> str |
         shown = shortened_list(undefined, 3, quote=True)
         result.not_run = f"the filled model still uses {shown}, which nothing defines"
         return None
-    from graphpass.framework.verify import VerifyOptions, make_inputs, run_model
+    from graphpass.framework import VerifyOptions, make_inputs, run_model
 
     try:
         inputs = make_inputs(model, VerifyOptions())

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from graphpass.torch.export_record import (
+from graphpass.torch import (
     INPUT_PERSISTENT,
     ORIGINAL_NAME,
     folded_from,

@@ -3,7 +3,7 @@
 It appends a loss to the model, differentiates it with respect to the trainable
 weights with the registered gradient builders (reverse mode, standard ONNX
 operators only: stock onnxruntime runs the result) and writes the training-graph
-directory (see :mod:`graphpass.training.directory`)::
+directory (see ``_directory``)::
 
     graphpass run model.onnx -p train-ready --emit-training-graph train/ -o ready.onnx
 
@@ -13,10 +13,10 @@ when the export records them, else every float initializer). What it needs from 
 passes it asks for as analyses: the checkpoint ``reconcile-initializers`` filled the
 model from (:class:`~graphpass.checkpoint.ReconcileResult`: torch names, tied keys,
 keys no initializer holds) and ``lint-gradients``' selection
-(:class:`~graphpass.training.rules.model.SelectionReport`, so that a problem of the
+(:class:`~graphpass.training.rules._model.SelectionReport`, so that a problem of the
 same request is reported once). The directory is the one
-:func:`~graphpass.training.graphs.build_training_graphs` and
-:func:`~graphpass.training.directory.write_training_directory` write from Python with
+:func:`~graphpass.training._graphs.build_training_graphs` and
+:func:`~graphpass.training._directory.write_training_directory` write from Python with
 the same inputs.
 
 Findings: ``GP850`` (info) the directory was written; ``GP851`` (error) a node
@@ -36,12 +36,10 @@ from typing import Any, ClassVar, Literal
 from graphpass.checkpoint import ReconcileResult
 from graphpass.errors import ModelSaveError
 from graphpass.findings import Finding, Severity, shortened_list
-from graphpass.framework.pass_base import Pass, PassContext, PassResult
+from graphpass.framework import Pass, PassContext, PassResult
 from graphpass.ir import Model
-from graphpass.training.batch_norm import BatchNormMode
-from graphpass.training.optimizers import SGD, AdamW, Optimizer
-from graphpass.training.recompute import RecomputePolicy
-from graphpass.training.rules.model import SelectionReport, trainable_weights
+from graphpass.training import SGD, AdamW, BatchNormMode, Optimizer, RecomputePolicy
+from graphpass.training.rules import SelectionReport, trainable_weights
 
 __all__ = ["CODES", "BuildTrainingGraph"]
 
@@ -102,7 +100,7 @@ class BuildTrainingGraph(Pass):
                 (the values of cheap elementwise, activation and view nodes, such as
                 ``Gelu`` and the ``Transpose`` of a weight, are computed again right
                 before the backward nodes that read them, so the runtime frees them
-                after the forward pass; see ``graphpass.training.recompute``).
+                after the forward pass; see ``graphpass.training._recompute``).
             lr: The learning rate the runner starts with (``lr`` is an input of
                 ``step.onnx``; recorded in the manifest).
             betas: AdamW's ``(beta1, beta2)``.
@@ -148,10 +146,12 @@ class BuildTrainingGraph(Pass):
             return PassResult(findings=findings)
         # Imported here: listing or planning passes (graphpass passes, plan) never needs
         # autodiff, the builders or the directory writer.
-        from graphpass.training.builder import GradientError
-        from graphpass.training.directory import write_training_directory
-        from graphpass.training.graphs import build_training_graphs
-        from graphpass.training.table import registered_builders
+        from graphpass.training import (
+            GradientError,
+            build_training_graphs,
+            registered_builders,
+            write_training_directory,
+        )
 
         directory = context.resolve_path(options.directory)
         try:

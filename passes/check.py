@@ -3,7 +3,7 @@
 Runs ``onnx.checker.check_model`` (by default with ``full_check``, which adds strict
 shape inference) on the model's structure. Weights are not read: large and external
 initializers are handed to the checker as typed graph inputs (see
-:func:`graphpass.files.checking.structural_proto`), so this works on models of any size and
+:func:`graphpass.files._checking.structural_proto`), so this works on models of any size and
 with external data. The checker stops at the first problem, so at most one finding is
 reported:
 
@@ -20,11 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from graphpass.files.checking import run_checker
+from graphpass.files import run_checker
 from graphpass.findings import Finding, Severity, shortened_list
-from graphpass.framework.pass_base import AnalysisPass, PassContext, PassResult
-from graphpass.ir import Model
-from graphpass.ir._describe import describe_node
+from graphpass.framework import AnalysisPass, PassContext, PassResult
+from graphpass.ir import Model, describe_node
 
 __all__ = ["CHECKER_CODES", "Check"]
 

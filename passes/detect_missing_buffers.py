@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from graphpass.checkpoint import ReconcileResult, open_checkpoint
 from graphpass.findings import Finding, Severity
-from graphpass.framework.pass_base import AnalysisPass, PassContext, PassResult
+from graphpass.framework import AnalysisPass, PassContext, PassResult
 from graphpass.ir import Model
 from graphpass.passes._missing_gaps import Gap, find_gaps
 from graphpass.passes._missing_kinds import (
@@ -40,8 +40,7 @@ from graphpass.passes._missing_kinds import (
     Classification,
     classify,
 )
-from graphpass.torch.export_record import INPUT_KIND
-from graphpass.torch.producers import Producer, producer
+from graphpass.torch import INPUT_KIND, Producer, producer
 
 __all__ = ["DetectMissingBuffers"]
 

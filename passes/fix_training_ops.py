@@ -13,13 +13,13 @@ an equivalent form trains fine:
 * ``torch.chunk``/``torch.split`` export (without the exporter's optimizer) as
   ``SplitToSequence`` read by ``SequenceAt`` at constant positions. A sequence is not
   a tensor, so trainers drop the gradient that flows through it (onnxruntime-training
-  silently). The pass writes ``Split`` instead (:mod:`graphpass.training.sequences`).
+  silently). The pass writes ``Split`` instead (``_sequences``).
 
 * A broadcast ``Add``/``Sub``/``Mul`` input whose dimension is 1 but whose inferred shape
   gives only a symbol there (ONNX cannot type a ``Slice`` with computed ends: Optimum's
   ``Gather(position_embeddings, Slice(position_ids, 0, seq_len))`` is ``[unk__0, unk__1,
   H]``) gets a wrong gradient from ORT, which sums over the broadcast dimensions it sees
-  in the static shapes (:mod:`graphpass.training.rules._broadcast_dims`). The pass puts a
+  in the static shapes (``_broadcast_dims``). The pass puts a
   ``Reshape`` by a constant (``[1, 0, 0]``: 1 where the graph proves it, ``0`` keeps a
   dimension) before the node, so that the 1 is in the inferred shape.
 
@@ -36,12 +36,11 @@ import onnx
 
 from graphpass.checkpoint import ReconcileResult
 from graphpass.findings import Finding, Severity, shortened_list
-from graphpass.framework.pass_base import Pass, PassContext, PassResult
+from graphpass.framework import Pass, PassContext, PassResult
 from graphpass.ir import Attribute, Graph, Model, Node
 from graphpass.torch.folding import UnrestorableParameters
-from graphpass.training.rules._broadcast_dims import BROADCAST_OPS, hidden_ones
-from graphpass.training.sequences import split_sequences
-from graphpass.training.value_types import ModelTypes
+from graphpass.training import ModelTypes, split_sequences
+from graphpass.training.rules import BROADCAST_OPS, hidden_ones
 
 __all__ = ["FixTrainingOps"]
 

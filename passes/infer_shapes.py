@@ -11,7 +11,7 @@ model's structure and copies the results back:
 Declared types and shapes are never changed (only completed), and nothing else is
 touched. Weights are not
 read or embedded: large and external initializers are given to shape inference as
-typed graph inputs (:func:`graphpass.files.checking.structural_proto`), so the pass works on
+typed graph inputs (:func:`graphpass.files._checking.structural_proto`), so the pass works on
 models with external data and past 2 GiB. Function bodies are left as they are (ONNX
 shape inference does not type them).
 
@@ -32,9 +32,9 @@ from typing import ClassVar, Final
 
 import onnx
 
-from graphpass.files.checking import infer_shapes, structural_proto
+from graphpass.files import infer_shapes, structural_proto
 from graphpass.findings import Finding, Severity
-from graphpass.framework.pass_base import Pass, PassContext, PassResult
+from graphpass.framework import Pass, PassContext, PassResult
 from graphpass.ir import Graph, Model, Value
 
 __all__ = ["DATA_PROPAGATION_LIMIT", "InferShapes"]

@@ -39,9 +39,8 @@ import onnx
 
 from graphpass.errors import PipelineError
 from graphpass.findings import Finding, Severity
-from graphpass.framework.pass_base import Pass, PassContext, PassResult
-from graphpass.ir import Attribute, Function, FunctionId, Model, format_function_id
-from graphpass.ir._gc import paused_gc
+from graphpass.framework import Pass, PassContext, PassResult
+from graphpass.ir import Attribute, Function, FunctionId, Model, format_function_id, paused_gc
 from graphpass.passes._inline_body import PROVENANCE_KEY, Body, Fallbacks
 from graphpass.passes._inline_callgraph import (
     CallGraph,
@@ -73,7 +72,7 @@ from graphpass.passes._inline_opsets import (
     normalize_domain,
 )
 from graphpass.passes._inline_selection import Selection, parse_selectors
-from graphpass.training.table import registered_builders
+from graphpass.training import registered_builders
 
 __all__ = ["PROVENANCE_KEY", "InlineFunctions", "InlineOptions"]
 

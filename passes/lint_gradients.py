@@ -4,7 +4,7 @@ Training an exported model with onnxruntime-training fails late and one node at 
 time (``The gradient builder has not been registered: M for node M_1``). This pass
 computes the region gradients flow through (forward from the trainable weights,
 backward from the loss, through float edges that are not stop edges: see
-:mod:`graphpass.training._region`) and judges every node in it against a
+``_region``) and judges every node in it against a
 :class:`~graphpass.GradientRules` (default: onnxruntime-training).
 
 Findings, in the order the trainer meets the problems (the first error is the one
@@ -22,7 +22,7 @@ the trainer reports):
 * ``GP407`` the loss has an element type the trainer does not accept;
 * ``GP423`` (info) float weights left out of the default trainable set, with the rule
   that left out each (torch's export record, a running statistic, a constant's name or
-  use: :func:`graphpass.torch.export_record.default_trainable_rules`);
+  use: :func:`graphpass.torch._export_record.default_trainable_rules`);
 * ``GP426`` torch parameters the model still computes with that the default trainable
   set leaves out (folded into a constant, fused into a node, or left out by name):
   training would leave them where they are;
@@ -48,26 +48,24 @@ from typing import Any, ClassVar, Final
 
 from graphpass.errors import PassError, PluginError
 from graphpass.findings import Finding, Severity, shortened_list
-from graphpass.framework.pass_base import AnalysisPass, PassContext, PassResult
-from graphpass.ir import CAPTURE, Function, Graph, Model, Node, dtype_name
-from graphpass.ir._gc import paused_gc
+from graphpass.framework import AnalysisPass, PassContext, PassResult
+from graphpass.ir import CAPTURE, Function, Graph, Model, Node, dtype_name, paused_gc
 from graphpass.passes._gradient_view import resolve_constant_ifs
-from graphpass.torch.export_record import (
-    INPUT_KIND,
-    NOT_SAVED,
-    default_trainable_rules,
-    parameters_left_out,
-)
+from graphpass.torch import INPUT_KIND, NOT_SAVED, default_trainable_rules, parameters_left_out
 from graphpass.torch.folding import UnrestorableParameters
-from graphpass.training._region import (
+from graphpass.training import (
+    FunctionTypes,
+    ModelTypes,
     Region,
+    TypeInfo,
     differentiable_region,
     input_bits,
     names_of,
+    registered_builders,
     weight_bits,
 )
-from graphpass.training.rules.derived import DerivedRules
-from graphpass.training.rules.model import (
+from graphpass.training.rules import (
+    DerivedRules,
     GradientRules,
     NodeSite,
     SelectionReport,
@@ -75,8 +73,6 @@ from graphpass.training.rules.model import (
     normalize_domain,
     trainable_weights,
 )
-from graphpass.training.table import registered_builders
-from graphpass.training.value_types import FunctionTypes, ModelTypes, TypeInfo
 
 __all__ = ["CODES", "LintGradients"]
 

@@ -14,7 +14,7 @@ was told are trainable or frozen.
 
 from __future__ import annotations
 
-from graphpass.framework.pipeline import Pipeline, PipelineStep
+from graphpass.framework import Pipeline, PipelineStep
 
 __all__ = ["TRAINING_GRAPH", "TRAIN_READY", "builtin_pipelines"]
 

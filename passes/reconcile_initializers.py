@@ -44,7 +44,7 @@ import onnx
 
 from graphpass.checkpoint import Checkpoint, ReconcileResult, open_checkpoint
 from graphpass.errors import CheckpointError, PipelineError
-from graphpass.framework.pass_base import Pass, PassContext, PassResult
+from graphpass.framework import Pass, PassContext, PassResult
 from graphpass.ir import Graph, Model, Node
 from graphpass.passes._reconcile_match import Matching, match_names
 from graphpass.passes._reconcile_plan import Fill, Plan, checkpoint_state, plan_fills
@@ -52,14 +52,14 @@ from graphpass.passes._reconcile_report import CODES, build_report
 from graphpass.passes._reconcile_shapes import ShapeCheck, check_undeclared
 from graphpass.passes._reconcile_targets import Target, collect_targets
 from graphpass.passes._reconcile_verify import BatchNormCheck, FoldCheck, verify
-from graphpass.torch.export_record import (
+from graphpass.torch import (
     fx_arguments,
     graph_signature,
     is_placeholder_name,
+    producer,
     signature_kinds,
 )
 from graphpass.torch.folding import find_folds, mark_state, mark_ties, recompute, unfuse
-from graphpass.torch.producers import producer
 
 if TYPE_CHECKING:
     from pathlib import Path

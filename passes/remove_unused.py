@@ -23,10 +23,10 @@ from typing import ClassVar
 
 from graphpass.checkpoint import ReconcileResult
 from graphpass.findings import Finding, Severity
-from graphpass.framework.pass_base import Pass, PassContext, PassResult
+from graphpass.framework import Pass, PassContext, PassResult
 from graphpass.ir import FunctionId, Graph, Model, Node
 from graphpass.torch.folding import UnrestorableParameters
-from graphpass.training.rules.model import SelectionReport
+from graphpass.training.rules import SelectionReport
 
 __all__ = ["RemoveUnused"]
 

@@ -55,10 +55,10 @@ from typing import ClassVar, Final
 
 from graphpass.checkpoint import ReconcileResult
 from graphpass.findings import Finding, Severity, shortened_list
-from graphpass.framework.pass_base import Pass, PassContext, PassResult
+from graphpass.framework import Pass, PassContext, PassResult
 from graphpass.ir import Graph, Model, Node, Tensor
 from graphpass.passes._reconcile_verify import FoldCheck, verify
-from graphpass.torch.export_record import (
+from graphpass.torch import (
     INPUT_KIND,
     LEGACY_CONSTANT_NAME,
     TRAINABLE_TYPES,
@@ -67,6 +67,7 @@ from graphpass.torch.export_record import (
     fx_target,
     records_state,
     signature_parameters,
+    unfolded_export_advice,
 )
 from graphpass.torch.folding import (
     Fold,
@@ -79,7 +80,6 @@ from graphpass.torch.folding import (
     recompute,
     split_merges,
 )
-from graphpass.torch.producers import unfolded_export_advice
 
 __all__ = ["RestoreParameters"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graphpass.framework.pass_base import Pass, PassContext, PassResult
+from graphpass.framework import Pass, PassContext, PassResult
 from graphpass.ir import Model
 
 __all__ = ["TopologicalSort"]

@@ -1,7 +1,7 @@
 """graphpass plugins: the built-in registrations and the plugins shipped with graphpass.
 
 The hooks and the plugin loading are part of the framework
-(:mod:`graphpass.framework.hookspecs`, :mod:`graphpass.framework.plugin_loading`);
+(``_hookspecs``, ``_plugin_loading``);
 plugin authors need one name, re-exported here::
 
     from graphpass.plugins import hookimpl
@@ -11,6 +11,6 @@ plugin authors need one name, re-exported here::
         return [MyPass]
 """
 
-from graphpass.framework.hookspecs import PROJECT_NAME, hookimpl, hookspec
+from graphpass.framework import PROJECT_NAME, hookimpl, hookspec
 
 __all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]

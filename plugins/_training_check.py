@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from graphpass.framework.verify import VerifyOptions, make_inputs, run_model
+from graphpass.framework import VerifyOptions, make_inputs, run_model
 from graphpass.ir import Model
 
 __all__ = ["FD_TOLERANCE", "StepInputs", "StepOutcome", "check_training", "run_step",

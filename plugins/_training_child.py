@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from graphpass.files.atomic import replace_file
+from graphpass.files import replace_file
 
 __all__ = ["main"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from graphpass.framework.hookspecs import hookimpl
+from graphpass.framework import hookimpl
 
 __all__ = [
     "graphpass_checkpoint_loaders",
@@ -65,10 +65,9 @@ def graphpass_gradient_rules() -> Iterable[Any]:
     """The built-in gradient rules (onnxruntime-training, and graphpass's own).
 
     ``graphpass`` is derived from every registered builder (plugins' too) when
-    ``lint-gradients`` judges by it (:class:`~graphpass.training.rules.derived.DerivedRules`).
+    ``lint-gradients`` judges by it (:class:`~graphpass.training.rules._derived.DerivedRules`).
     """
-    from graphpass.training.rules.derived import DerivedRules
-    from graphpass.training.rules.onnxruntime_training import builtin_rule_sets
+    from graphpass.training.rules import DerivedRules, builtin_rule_sets
 
     return [*builtin_rule_sets(), DerivedRules()]
 
@@ -76,7 +75,7 @@ def graphpass_gradient_rules() -> Iterable[Any]:
 @hookimpl
 def graphpass_gradient_builders() -> Iterable[Any]:
     """The built-in gradient builders (``build-training-graph``)."""
-    from graphpass.training.builders import builtin_builders
+    from graphpass.training import builtin_builders
 
     return builtin_builders()
 

@@ -15,14 +15,14 @@ which onnxruntime-training 1.19.2 refuses) and are loaded once with
 ``onnxruntime.training.api`` to prove it. Then one real training step runs on
 generated inputs (as ``--verify`` makes them) and a random target, and its gradient
 is checked against finite differences along a random direction (two more forward
-runs; :mod:`graphpass.plugins._training_check`): a model that loads but fails in its
+runs; ``_training_check``): a model that loads but fails in its
 first step, or computes a wrong gradient, is an error, not a "ready". The artifacts
 are built in a scratch folder and moved into place only when every check passes.
 Failures come back as findings.
 
 Everything that runs onnxruntime-training's native training code on the model
 (``generate_artifacts``, loading the artifacts, the step and its finite-difference runs)
-runs in a child process (:mod:`graphpass.plugins._training_child`: this Python, started
+runs in a child process (``_training_child``: this Python, started
 afresh): the runtime can crash instead of raising (1.19.2 segfaults in the first step of
 a ``MaxPool`` over dynamic image sizes, which ``lint-gradients`` now refuses up front).
 A crash is an error finding of the stage it happened in (``GP701`` building, ``GP703``
@@ -49,15 +49,14 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import onnx
 
-from graphpass.files.atomic import owner_of, replace_file, replace_folder, temporary_folder
+from graphpass.files import owner_of, replace_file, replace_folder, temporary_folder
 from graphpass.findings import Finding, Severity
-from graphpass.framework.hookspecs import hookimpl
-from graphpass.framework.pass_base import Pass, PassContext, PassResult
+from graphpass.framework import Pass, PassContext, PassResult, hookimpl
 from graphpass.ir import Model
 from graphpass.ir.proto import model_to_proto
 from graphpass.plugins._training_check import StepInputs, StepOutcome, step_inputs
-from graphpass.torch.export_record import TRAINABLE_TYPES
-from graphpass.training.rules.model import trainable_weights
+from graphpass.torch import TRAINABLE_TYPES
+from graphpass.training.rules import trainable_weights
 
 __all__ = ["EXTERNAL_DATA_BYTES", "EmitTrainingArtifacts", "graphpass_passes",
            "training_available"]
@@ -203,7 +202,7 @@ class EmitTrainingArtifacts(Pass):
 
         The inputs of the step are made here (stock inference); everything that runs
         onnxruntime-training's training code runs in a child process
-        (:mod:`graphpass.plugins._training_child`), so that a crash of the runtime
+        (``_training_child``), so that a crash of the runtime
         becomes a finding instead of ending graphpass.
         """
         options = self.options
@@ -239,7 +238,7 @@ class EmitTrainingArtifacts(Pass):
 
 @dataclass(frozen=True)
 class _ChildResult:
-    """What the child process did (:mod:`graphpass.plugins._training_child`).
+    """What the child process did (``_training_child``).
 
     Attributes:
         crashed: The signal's name (``SIGSEGV``) or ``exit N`` when the child died
@@ -428,7 +427,7 @@ def _publish(scratch: Path, directory: Path) -> list[str]:
 
     What an earlier ``directory`` holds besides the files of the new artifacts is
     carried over (hard links; copies where the filesystem has none), then the folder
-    is replaced whole (:func:`~graphpass.files.atomic.replace_folder`): a reader finds
+    is replaced whole (:func:`~graphpass.files._atomic.replace_folder`): a reader finds
     the earlier artifacts or the new ones, never a mix. Returns the artifacts' names.
     """
     names = sorted(p.name for p in scratch.iterdir())

@@ -820,7 +820,7 @@ def _worker() -> None:
     import torch  # noqa: F401  (imported once, before forking)
 
     import graphpass.checkpoint  # noqa: F401
-    from graphpass.framework.plugin_loading import default_registry
+    from graphpass.framework import default_registry
 
     default_registry()
     print("ready", flush=True)

@@ -19,7 +19,7 @@ new one (the ``new`` version), through graphpass's own code:
 A write is a forked child of this process (or, with ``--strace``, a fresh ``python``
 under ``strace``), killed with ``SIGKILL``:
 
-* ``points``: at every :func:`~graphpass.files.atomic.crash_point` of the write (the
+* ``points``: at every :func:`~graphpass.files._atomic.crash_point` of the write (the
   test hook ``GRAPHPASS_TEST_KILL_AT=<n>``), n = 1, 2 ... to the last;
 * ``strace``: entering each system call that changes the output's folder (``rename``,
   ``unlink``, ``mkdir``, ``rmdir``, ``link``, ``fsync`` ... on a path in it), one
@@ -75,7 +75,7 @@ def perform(writer: str, out: Path, version: str, inputs: Path) -> None:
     value = 1.0 if version == "old" else 2.0
     target = out / OUTPUT[writer]
     if writer == "metrics":
-        from graphpass.training.metrics import MetricsLog
+        from graphpass.training._metrics import MetricsLog
 
         if version == "old":
             with MetricsLog(target) as log:
@@ -84,7 +84,7 @@ def perform(writer: str, out: Path, version: str, inputs: Path) -> None:
         else:
             MetricsLog(target, after_step=3).close()
     elif writer == "plot":
-        from graphpass.training.metrics import plot_metrics
+        from graphpass.training import plot_metrics
 
         plot_metrics([{"step": step, "loss": value / step} for step in range(1, 9)], target)
     elif writer == "checkpoint":
@@ -102,7 +102,7 @@ def perform(writer: str, out: Path, version: str, inputs: Path) -> None:
 
         save_state({"w": torch.full((256, 256), value), "b": torch.arange(64) * value}, target)
     elif writer == "snapshot":
-        from graphpass.files.snapshots import write_snapshot
+        from graphpass.files import write_snapshot
 
         def files(folder: Path) -> None:
             (folder / "arrays.bin").write_bytes(np.full(50_000, value, np.float32).tobytes())
@@ -134,7 +134,7 @@ def _publish_artifacts(target: Path, value: float) -> None:
                                               "optimizer_model.onnx", "checkpoint"))}
     publish = getattr(ort_training, "_publish", None)
     if publish is not None:
-        from graphpass.files.atomic import temporary_folder
+        from graphpass.files import temporary_folder
 
         with temporary_folder(target.parent, target.name) as scratch:
             for name, data in contents.items():
@@ -152,7 +152,7 @@ def view(writer: str, out: Path) -> dict[str, bytes] | None:
     """What a reader of the output finds (``None``: nothing at the path); raises if torn."""
     target = out / OUTPUT[writer]
     if writer.startswith("training directory"):
-        from graphpass.training.directory import read_manifest
+        from graphpass.training._directory import read_manifest
 
         read_manifest(target)  # as the trainer opens it (finishes an interrupted swap)
         if not target.exists():
@@ -161,7 +161,7 @@ def view(writer: str, out: Path) -> dict[str, bytes] | None:
             raise ValueError("no valid manifest")
         return _files(target)
     if writer == "snapshot":
-        from graphpass.files.snapshots import read_snapshot
+        from graphpass.files import read_snapshot
 
         found = read_snapshot(target)
         return None if found is None else _files(found[0])  # (its name may vary)
@@ -410,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         perform(writer, Path(out), version, Path(inputs))
         return 0
     import graphpass  # noqa: F401  (imported once, before forking)
-    from graphpass.framework.plugin_loading import default_registry
+    from graphpass.framework import default_registry
 
     default_registry()
     results: dict[str, object] = {}

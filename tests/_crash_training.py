@@ -87,7 +87,7 @@ def fresh(state: Path, start_from: Path | None) -> None:
 def final_arrays(state: Path) -> dict[str, np.ndarray]:
     from safetensors.numpy import load_file
 
-    from graphpass.files.snapshots import read_snapshot
+    from graphpass.files import read_snapshot
 
     found = read_snapshot(state)
     assert found is not None
@@ -98,7 +98,7 @@ def classify(state: Path) -> str:
     """``none``, ``whole`` or ``torn: why``: what a resumed run would find."""
     from safetensors.numpy import load_file
 
-    from graphpass.files.snapshots import read_snapshot
+    from graphpass.files import read_snapshot
 
     try:
         found = read_snapshot(state)
@@ -118,7 +118,7 @@ def classify(state: Path) -> str:
 
 def leftovers(state: Path) -> list[str]:
     """What the folder holds besides the pointer and the one snapshot it names."""
-    from graphpass.files.snapshots import read_snapshot
+    from graphpass.files import read_snapshot
 
     found = read_snapshot(state)
     names = {p.name for p in state.iterdir()}
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     import graphpass.cli  # noqa: F401  (imported once, before forking)
-    from graphpass.framework.plugin_loading import default_registry
+    from graphpass.framework import default_registry
 
     default_registry()
     started = time.perf_counter()

@@ -622,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     set_scale(args.scale)
     import graphpass.cli  # noqa: F401  (imported once, before forking)
-    from graphpass.framework.plugin_loading import default_registry
+    from graphpass.framework import default_registry
 
     default_registry()
     results: dict[str, object] = {}

@@ -25,9 +25,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
-from graphpass.training import differentiate, prune
-from graphpass.training.builders import builtin_builders
-from graphpass.training.table import BuilderTable
+from graphpass.training import BuilderTable, builtin_builders, differentiate, prune
 
 FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE)
 TABLE = BuilderTable(builtin_builders())

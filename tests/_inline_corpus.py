@@ -30,8 +30,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 import graphpass
-from graphpass.framework.pass_base import PassContext
-from graphpass.framework.plugin_loading import default_registry
+from graphpass.framework import PassContext, default_registry
 from graphpass.passes.inline_functions import InlineFunctions
 
 DOMAIN = "wrap"

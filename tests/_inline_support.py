@@ -10,8 +10,7 @@ import onnx
 from onnx import helper
 
 import graphpass
-from graphpass.framework.pass_base import PassContext, PassResult
-from graphpass.framework.plugin_loading import default_registry
+from graphpass.framework import PassContext, PassResult, default_registry
 from graphpass.passes.inline_functions import InlineFunctions
 
 FLOAT = onnx.TensorProto.FLOAT

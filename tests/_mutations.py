@@ -1032,7 +1032,7 @@ def _worker() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     signal.signal(signal.SIGALRM, _on_alarm)
     import graphpass  # noqa: F401  (imported before the first case: not timed)
-    from graphpass.framework.plugin_loading import default_registry
+    from graphpass.framework import default_registry
 
     default_registry()
     out = sys.stdout

@@ -123,7 +123,7 @@ def plugins_on_path(install_plugin: Callable[[str], Path],
     and puts its folder first on ``sys.path``; the default registry is built anew before
     and after the test, so that it sees exactly these plugins.
     """
-    from graphpass.framework.plugin_loading import reset_default_registry
+    from graphpass.framework import reset_default_registry
 
     monkeypatch.delenv("GRAPHPASS_DISABLE_PLUGINS", raising=False)
     reset_default_registry()

@@ -25,12 +25,10 @@ import graphpass
 from graphpass.checkpoint import ReconcileResult, open_checkpoint
 from graphpass.errors import PassError
 from graphpass.findings import Finding, Severity
-from graphpass.framework.registry import Registry
+from graphpass.framework import Registry
 from graphpass.torch.folding import UnrestorableParameters
-from graphpass.training.directory import write_training_directory
-from graphpass.training.graphs import build_training_graphs
-from graphpass.training.optimizers import AdamW
-from graphpass.training.rules.model import SelectionReport, trainable_weights
+from graphpass.training import AdamW, build_training_graphs, write_training_directory
+from graphpass.training.rules import SelectionReport, trainable_weights
 
 torch = pytest.importorskip("torch")
 
@@ -209,7 +207,7 @@ def test_an_analysis_the_pass_does_not_declare_is_a_bug_named_as_such() -> None:
 
 
 def test_built_in_passes_say_what_they_provide_and_preserve() -> None:
-    from graphpass.framework.plugin_loading import default_registry
+    from graphpass.framework import default_registry
     passes = default_registry().passes
     provides = {name: tuple(entry.item.provides) for name, entry in passes.items()
                 if entry.item.provides}
@@ -261,7 +259,7 @@ def test_a_pass_that_renames_an_initializer_drops_the_reconcile_result(tmp_path:
             return graphpass.PassResult(changed=True, findings=[Finding(
                 "X001", Severity.INFO, "renamed")])
 
-    from graphpass.framework.plugin_loading import default_registry
+    from graphpass.framework import default_registry
     registry = default_registry()
     registry.add("passes", "renames", Renames, "testplugin")
     kept = graphpass.PassManager(["reconcile-initializers", "remove-unused"], registry=registry,

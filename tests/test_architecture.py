@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("checkpoint", ("graphpass.checkpoint",)),
     ("training", ("graphpass.training",)),
     ("api", ("graphpass",)),
-    ("torch-module", ("graphpass.torch.module",)),
+    ("torch-module", ("graphpass.torch._module",)),
     ("passes", ("graphpass.passes",)),
     ("plugins", ("graphpass.plugins",)),
     ("batch", ("graphpass.batch",)),
@@ -199,7 +199,7 @@ def test_no_pass_imports_another_pass() -> None:
                        "private passes/_helper module:\n  " + "\n  ".join(found))
 
 
-_HANDED_DOWN = ("graphpass.framework.registry", "graphpass.framework.plugin_loading",
+_HANDED_DOWN = ("graphpass.framework._registry", "graphpass.framework._plugin_loading",
                 "graphpass.plugins")
 
 
@@ -211,7 +211,7 @@ def test_passes_get_the_registry_from_their_context() -> None:
 
 
 # ------------------------------------------------------------------ one run specification
-RUN_SPEC_MODULE = "graphpass.framework.runspec"
+RUN_SPEC_MODULE = "graphpass.framework._runspec"
 """Where a run's manager and registry are built for every caller above the framework."""
 _BUILDERS = ("PassManager", "build_registry", "default_registry")
 """Calls that build a manager or a registry: above the framework, RunSpec makes them."""
@@ -258,7 +258,7 @@ def test_above_the_framework_managers_and_registries_come_from_a_run_spec() -> N
 def test_the_run_spec_rule_sees_each_way_of_building() -> None:
     source = """
 import graphpass
-from graphpass.framework.manager import PassManager
+from graphpass.framework._manager import PassManager
 PassManager(["check"]); graphpass.PassManager(["check"]); build_registry(strict=True)
 plugin_loading.default_registry(); graphpass.RunSpec(passes=["check"]).manager()
 """
@@ -267,7 +267,7 @@ plugin_loading.default_registry(); graphpass.RunSpec(passes=["check"]).manager()
 
 
 # ------------------------------------------------------------------ one writer module
-WRITER_MODULE = "graphpass.files.atomic"
+WRITER_MODULE = "graphpass.files._atomic"
 """The one module that renames files into place and makes temporaries beside outputs."""
 _RENAMING = {("os", "replace"), ("os", "rename"), ("os", "renames"), ("shutil", "move"),
              ("tempfile", "mkstemp"), ("tempfile", "mkdtemp")}
@@ -307,7 +307,7 @@ def _writing_calls(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 
 def test_one_module_writes_files_into_place() -> None:
-    """Every writer goes through ``graphpass.files.atomic`` (``replace_file``,
+    """Every writer goes through ``graphpass.files._atomic`` (``replace_file``,
     ``replace_folder``, ``temporary_folder`` ...): no other module renames a file into
     place or makes a temporary beside an output, so every output gets the same
     guarantees (fsync, temporaries that carry their owner, a folder replaced as one)."""
@@ -318,7 +318,7 @@ def test_one_module_writes_files_into_place() -> None:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for line, call in _writing_calls(tree):
             found.append(f"{path.relative_to(REPO)}:{line}: {call}")
-    assert not found, ("write through graphpass.files.atomic (replace_file, replace_folder, "
+    assert not found, ("write through graphpass.files._atomic (replace_file, replace_folder, "
                        "new_folder, temporary_folder, publish) instead of:\n  "
                        + "\n  ".join(found))
 

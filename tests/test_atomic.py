@@ -1,4 +1,4 @@
-"""``graphpass.files.atomic``: replacing a file or a folder, temporaries, recovery.
+"""``graphpass.files._atomic``: replacing a file or a folder, temporaries, recovery.
 
 The kills at every step of every writer are ``tests/test_crash_atomic.py``; these are the
 module's own promises, one at a time, on real files.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from graphpass.files import atomic
+from graphpass.files import _atomic as atomic
 
 
 def _dead_pid() -> int:

@@ -25,7 +25,7 @@ from rich.console import Console
 
 import graphpass
 from graphpass import batch
-from graphpass.reporting.progress import FileProgress, StepProgress
+from graphpass.reporting import FileProgress, StepProgress
 from graphpass.testing import models
 
 REPO = Path(__file__).resolve().parent.parent

@@ -26,8 +26,7 @@ from graphpass.checkpoint import (
     builtin_loaders,
     open_checkpoint,
 )
-from graphpass.framework.plugin_loading import default_registry
-from graphpass.framework.registry import Registry
+from graphpass.framework import Registry, default_registry
 
 torch = pytest.importorskip("torch")
 from safetensors.torch import save_file as save_torch  # noqa: E402

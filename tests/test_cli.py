@@ -13,9 +13,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
-import graphpass.framework.plugin_loading
+import graphpass.framework._plugin_loading
 from graphpass import AnalysisPass, Finding, Pass, PassContext, PassResult, Severity
-from graphpass.framework.plugin_loading import build_registry
+from graphpass.framework import build_registry
 from graphpass.ir import Model
 
 
@@ -78,7 +78,7 @@ def extra_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     registry = build_registry()
     for pass_class in (_Explodes, _Interrupted, _Complains):
         registry.add("passes", pass_class.name, pass_class, "tests")
-    monkeypatch.setattr(graphpass.framework.plugin_loading, "_DEFAULT", registry)
+    monkeypatch.setattr(graphpass.framework._plugin_loading, "_DEFAULT", registry)
 
 
 def _one_message(stderr: str) -> None:
@@ -320,7 +320,7 @@ def test_plan_notes_passes_pulled_in_by_requires(cli, monkeypatch) -> None:
 
     registry = build_registry()
     registry.add("passes", "needs-sort", NeedsSort, "tests")
-    monkeypatch.setattr(graphpass.framework.plugin_loading, "_DEFAULT", registry)
+    monkeypatch.setattr(graphpass.framework._plugin_loading, "_DEFAULT", registry)
     code, stdout, _ = cli("plan", "-p", "check,needs-sort")
     assert code == 0
     lines = [line.split() for line in stdout.splitlines()[1:]]

@@ -9,8 +9,7 @@ from typing import Literal
 import pytest
 
 from graphpass import ConfigError, Pass, PassContext, PassManager, PassResult, Pipeline, RunSpec
-from graphpass.framework.config import load_pipeline_file, parse_value
-from graphpass.framework.registry import Registry
+from graphpass.framework import Registry, load_pipeline_file, parse_value
 from graphpass.ir import Model
 
 

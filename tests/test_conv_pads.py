@@ -12,9 +12,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
-from graphpass.training.conv_pads import fold_conv_pads
-from graphpass.training.graphs import build_training_graphs
-from graphpass.training.optimizers import AdamW
+from graphpass.training import AdamW, build_training_graphs
+from graphpass.training._conv_pads import fold_conv_pads
 
 ort = pytest.importorskip("onnxruntime")
 

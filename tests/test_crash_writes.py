@@ -28,8 +28,8 @@ import pytest
 
 import graphpass
 from graphpass import Model, Tensor
+from graphpass.files._atomic import KILL_AT_ENV, STEPS_ENV
 from graphpass.files._commit import name_variant
-from graphpass.files.atomic import KILL_AT_ENV, STEPS_ENV
 
 DRIVER = Path(__file__).resolve().parent / "_crash_writes.py"
 RANDOM = 8  # random kills per layout (benchmarks/crash_writes.py runs hundreds)

@@ -19,7 +19,7 @@ import onnx
 import pytest
 
 import graphpass
-from graphpass.torch.export_record import default_trainable, records_state
+from graphpass.torch import default_trainable, records_state
 
 torch = pytest.importorskip("torch")
 quantization = pytest.importorskip("onnxruntime.quantization")

@@ -101,7 +101,7 @@ def test_files_and_reports_are_byte_identical_across_hash_seeds(tmp_path: Path) 
 
 def test_reports_without_no_timing_differ_only_in_seconds(tmp_path: Path) -> None:
     import graphpass
-    from graphpass.reporting.render import ReportInfo, report_dict
+    from graphpass.reporting import ReportInfo, report_dict
 
     model = graphpass.Model.from_proto(_functions())
     result = graphpass.PassManager(["inline-functions", "remove-unused"]).run(model)

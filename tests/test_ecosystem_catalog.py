@@ -52,7 +52,7 @@ def test_options_of_every_pipeline_type_survive_the_snapshot() -> None:
 def test_a_command_starts_without_importing_the_libraries_it_does_not_run() -> None:
     script = (
         "import sys\n"
-        "from graphpass.framework.plugin_loading import default_registry\n"
+        "from graphpass.framework._plugin_loading import default_registry\n"
         "registry = default_registry()\n"
         "assert 'onnx-ir-common-subexpression-elimination' in registry.passes\n"
         "assert 'onnxscript-optimize' in registry.passes\n"

@@ -14,8 +14,8 @@ import pytest
 from _docs_runner import block_after, run_page
 
 import graphpass
-from graphpass.framework.plugin_loading import build_registry
-from graphpass.reporting.listings import describe_options
+from graphpass.framework import build_registry
+from graphpass.reporting._listings import describe_options
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "passes" / "ecosystem.md"
 

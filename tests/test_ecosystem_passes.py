@@ -19,8 +19,7 @@ from onnx_ir.passes import common
 
 import graphpass
 from graphpass import PassError, PassManager, PipelineError
-from graphpass.framework.plugin_loading import build_registry
-from graphpass.framework.verify import make_inputs, run_model
+from graphpass.framework import build_registry, make_inputs, run_model
 
 FLOAT = TensorProto.FLOAT
 

@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
-from graphpass.training.losses import block_size
+from graphpass.training._losses import block_size
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")

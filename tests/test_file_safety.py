@@ -35,7 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
 from graphpass import ExternalDataError, ModelSaveError, Tensor
-from graphpass.files.snapshots import read_snapshot, write_snapshot
+from graphpass.files import read_snapshot, write_snapshot
 
 
 def _model(size: int = 1024) -> onnx.ModelProto:

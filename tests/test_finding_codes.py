@@ -2,7 +2,7 @@
 
 A pass declares its codes in ``Pass.codes`` (code -> one line); the framework's own
 codes (``GP0xx``, the instruments' ``GP6xx``) are in
-:data:`graphpass.reporting.render.FRAMEWORK_CODES`. The SARIF report's ``rules`` take
+:data:`graphpass.reporting._render.FRAMEWORK_CODES`. The SARIF report's ``rules`` take
 their descriptions from there, so a code declared nowhere would reach SARIF with only
 the placeholder "Reported by the ... pass".
 """
@@ -18,9 +18,8 @@ from pathlib import Path
 import graphpass.passes
 import graphpass.plugins
 from graphpass.cli import _rule_descriptions
-from graphpass.framework.pass_base import Pass
-from graphpass.framework.plugin_loading import build_registry
-from graphpass.reporting.render import FRAMEWORK_CODES
+from graphpass.framework import Pass, build_registry
+from graphpass.reporting._render import FRAMEWORK_CODES
 
 REPO = Path(__file__).resolve().parent.parent
 _CODE = re.compile(r"GP\d{3}")

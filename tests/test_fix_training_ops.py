@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ort_training import gradient_corpus as corpus
 
 import graphpass
-from graphpass.framework.verify import compare_outputs, make_inputs, run_model
+from graphpass.framework import compare_outputs, make_inputs, run_model
 
 
 def _norm_model() -> onnx.ModelProto:

@@ -294,7 +294,7 @@ def test_the_advice_is_worded_for_the_tool_that_wrote_the_file(exports, tmp_path
     """torch's exporters by their records; Optimum by the Hugging Face config beside its file."""
     import shutil
 
-    from graphpass.torch.producers import producer, unfolded_export_advice
+    from graphpass.torch import producer, unfolded_export_advice
 
     assert producer(graphpass.load(exports["text-dynamo"]).graph) == "torch-dynamo"
     legacy = graphpass.load(exports["text-legacy"]).graph

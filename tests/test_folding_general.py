@@ -34,7 +34,7 @@ from graphpass.torch.folding import (
     Select,
     Transpose,
 )
-from graphpass.torch.folding.search import recipe_by_value
+from graphpass.torch.folding._search import recipe_by_value
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -24,9 +24,9 @@ from ort_training import gradient_corpus as corpus
 
 import graphpass
 from graphpass import PassContext, Severity
-from graphpass.framework.plugin_loading import default_registry
+from graphpass.framework import default_registry
 from graphpass.passes.lint_gradients import LintGradients
-from graphpass.training.rules.onnxruntime_training import onnxruntime_training_rules
+from graphpass.training.rules import onnxruntime_training_rules
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = json.loads((HERE / "ort_training" / "gradient_golden.json").read_text())["cases"]

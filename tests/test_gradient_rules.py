@@ -10,9 +10,8 @@ import onnx
 import pytest
 
 import graphpass
-from graphpass.framework.plugin_loading import default_registry
-from graphpass.framework.registry import Registry
-from graphpass.training.rules.model import (
+from graphpass.framework import Registry, default_registry
+from graphpass.training.rules import (
     AttributeIn,
     AttributeMissing,
     AttributeNotIn,
@@ -23,10 +22,8 @@ from graphpass.training.rules.model import (
     InputTypeNotIn,
     NodeSite,
     OutputsFewerThan,
-    normalize_domain,
-)
-from graphpass.training.rules.onnxruntime_training import (
     builtin_rule_sets,
+    normalize_domain,
     onnxruntime_training_rules,
 )
 
@@ -264,8 +261,8 @@ def test_a_dropout_of_constant_ratio_0_is_removed_whatever_the_constant_s_form(r
 def test_graphpass_s_own_set_is_registered_once_and_derived_when_used():
     """The built-in plugin registers graphpass's set underived (no plugin's hook sees
     the other plugins' builders); the lint derives it from the registry it is handed."""
-    from graphpass.training.rules.derived import DerivedRules, rules_from_builders
-    from graphpass.training.table import registered_builders
+    from graphpass.training import registered_builders
+    from graphpass.training.rules import DerivedRules, rules_from_builders
 
     registry = default_registry()
     own = registry.gradient_rule_set("graphpass")

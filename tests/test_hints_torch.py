@@ -236,7 +236,7 @@ def test_every_hint_names_passes_and_options_that_exist(export, state_dict_check
     """Across the exports and the pipelines above, no hint names a pass or a flag that
     does not exist (a renamed pass or option left behind in a hint)."""
     from graphpass.cli import _parser
-    from graphpass.framework.plugin_loading import default_registry
+    from graphpass.framework import default_registry
 
     registry = default_registry()
     names = set(registry.passes) | set(registry.pipelines)

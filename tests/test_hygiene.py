@@ -340,7 +340,7 @@ def test_check_works_on_large_weights_without_embedding_them() -> None:
         [helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [_info("x", [1, 256])],
         [_info("y", [1, 256])], [numpy_helper.from_array(weight, "w")])
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    from graphpass.files.checking import structural_proto
+    from graphpass.files import structural_proto
 
     light = structural_proto(Model.from_proto(proto))
     assert not light.graph.initializer and [i.name for i in light.graph.input] == ["x", "w"]
@@ -358,7 +358,7 @@ def test_check_handles_many_large_weights_from_memory_and_files() -> None:
                                                opset_imports=[helper.make_opsetid("", 18)]))
     for name, value in weights.items():
         model.graph.set_initializer(graphpass.Tensor.from_array(name, value))
-    from graphpass.files.checking import structural_proto
+    from graphpass.files import structural_proto
 
     light = structural_proto(model)
     assert not light.graph.initializer
@@ -374,7 +374,7 @@ def test_structural_bytes_are_the_structural_proto_serialized(proto: onnx.ModelP
     # The fast writer of the checker's input (node by node from the loaded protos) must
     # give the very bytes of the plain one, whichever weights it declares as inputs,
     # also after a pass changed some nodes and a weight was added.
-    from graphpass.files.checking import structural_bytes, structural_proto
+    from graphpass.files._checking import structural_bytes, structural_proto
 
     model = Model.from_proto(proto)
     for changed in (False, True):

@@ -23,8 +23,7 @@ from _inline_support import (
 from onnx import helper, numpy_helper
 
 import graphpass
-from graphpass.framework.pass_base import PassContext
-from graphpass.framework.plugin_loading import default_registry
+from graphpass.framework import PassContext, default_registry
 from graphpass.passes.inline_functions import InlineFunctions
 
 X = np.array([-2.0, -0.5, 3.0], dtype=np.float32)

@@ -22,8 +22,7 @@ import pytest
 from _inline_support import PROVENANCE, check, run_ort
 
 import graphpass
-from graphpass.framework.pass_base import PassContext, PassResult
-from graphpass.framework.plugin_loading import default_registry
+from graphpass.framework import PassContext, PassResult, default_registry
 from graphpass.passes.inline_functions import InlineFunctions
 
 torch = pytest.importorskip("torch")

@@ -32,8 +32,7 @@ from onnx import helper
 
 import graphpass
 from graphpass.errors import GraphpassError, PipelineError
-from graphpass.framework.pass_base import PassContext
-from graphpass.framework.plugin_loading import default_registry
+from graphpass.framework import PassContext, default_registry
 from graphpass.passes.inline_functions import InlineFunctions
 
 AFLOAT = onnx.AttributeProto.FLOAT

@@ -28,9 +28,8 @@ from onnx import TensorProto, helper
 
 import graphpass
 from graphpass import Attribute, Node
-from graphpass.files.checking import run_checker, strict_inference
-from graphpass.framework.pass_base import PassContext
-from graphpass.framework.plugin_loading import default_registry
+from graphpass.files import run_checker, strict_inference
+from graphpass.framework import PassContext, default_registry
 from graphpass.ir import _gc
 from graphpass.ir.proto import model_to_bytes
 from graphpass.passes import _inline_expand

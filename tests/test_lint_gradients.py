@@ -16,11 +16,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
 from graphpass import Finding, PassContext, Severity
-from graphpass.framework.plugin_loading import default_registry
-from graphpass.framework.registry import Registry
+from graphpass.framework import Registry, default_registry
 from graphpass.passes.lint_gradients import CODES, LintGradients
-from graphpass.training.rules.model import Check, GradientRules
-from graphpass.training.rules.onnxruntime_training import onnxruntime_training_rules
+from graphpass.training.rules import Check, GradientRules, onnxruntime_training_rules
 
 F = TensorProto.FLOAT
 

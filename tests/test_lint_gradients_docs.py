@@ -13,10 +13,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
 from graphpass import PassContext
-from graphpass.framework.plugin_loading import default_registry
-from graphpass.framework.registry import Registry
+from graphpass.framework import Registry, default_registry
 from graphpass.passes.lint_gradients import LintGradients
-from graphpass.training.rules.onnxruntime_training import onnxruntime_training_rules
+from graphpass.training.rules import onnxruntime_training_rules
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "passes" / "lint-gradients.md"
 
@@ -82,7 +81,7 @@ def test_the_documented_pipeline_snippet_is_valid(tmp_path: Path):
     snippet = block_after(text, "So freezing is also how you tell the lint", "toml")
     config = tmp_path / "pipeline.toml"
     config.write_text('[pipeline]\npasses = ["lint-gradients"]\n\n' + snippet)
-    from graphpass.framework.config import load_pipeline_file
+    from graphpass.framework import load_pipeline_file
 
     pipeline = load_pipeline_file(config)
     pipeline.check(default_registry())  # the options exist and have the right types

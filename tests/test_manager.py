@@ -23,7 +23,7 @@ from graphpass import (
     PipelineStep,
     Severity,
 )
-from graphpass.framework.registry import Registry
+from graphpass.framework import Registry
 from graphpass.ir import Model, Node
 
 

@@ -11,8 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
 from graphpass.findings import Severity
-from graphpass.framework.pass_base import PassContext
-from graphpass.framework.plugin_loading import default_registry
+from graphpass.framework import PassContext, default_registry
 from graphpass.passes.detect_missing_buffers import DetectMissingBuffers
 
 FLOAT = TensorProto.FLOAT

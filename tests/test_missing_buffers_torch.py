@@ -31,8 +31,8 @@ ort = pytest.importorskip("onnxruntime")
 
 import graphpass  # noqa: E402
 import graphpass.torch as gp_torch  # noqa: E402
-from graphpass.framework.pass_base import PassContext  # noqa: E402
-from graphpass.framework.plugin_loading import default_registry  # noqa: E402
+from graphpass.framework._pass_base import PassContext  # noqa: E402
+from graphpass.framework._plugin_loading import default_registry  # noqa: E402
 from graphpass.passes.detect_missing_buffers import DetectMissingBuffers  # noqa: E402
 
 pytestmark = pytest.mark.torch

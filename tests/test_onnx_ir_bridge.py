@@ -24,7 +24,7 @@ from onnx_ir.passes import common
 from test_files_big import WEIGHT_BYTES, write_big_model
 
 import graphpass
-from graphpass.files.onnx_ir_bridge import OnnxIRConversion
+from graphpass.files import OnnxIRConversion
 
 ONNX_DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
 FLOAT = TensorProto.FLOAT
@@ -291,7 +291,7 @@ def test_the_callers_model_and_tensors_are_never_changed() -> None:
 _CHILD = """
 import json, sys
 import graphpass
-from graphpass.files.onnx_ir_bridge import OnnxIRConversion
+from graphpass.files._onnx_ir_bridge import OnnxIRConversion
 import onnx_ir.passes.common as common
 
 model = graphpass.load(sys.argv[1])

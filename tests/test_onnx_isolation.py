@@ -21,7 +21,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import graphpass
-from graphpass.files import checking
+from graphpass.files import _checking as checking
 from graphpass.passes.check import Check
 from graphpass.passes.infer_shapes import InferShapes
 
@@ -50,8 +50,7 @@ UPSTREAM_CRASHES = {
 
 
 def _run(model: graphpass.Model, pass_type: type) -> graphpass.PassResult:
-    from graphpass.framework.pass_base import PassContext
-    from graphpass.framework.plugin_loading import default_registry
+    from graphpass.framework import PassContext, default_registry
 
     instance = pass_type()
     return instance.run(model, PassContext(registry=default_registry()))

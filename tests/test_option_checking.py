@@ -18,7 +18,7 @@ from onnx import TensorProto, helper
 
 import graphpass
 from graphpass import ConfigError, PipelineError
-from graphpass.framework.registry import Registry
+from graphpass.framework import Registry
 from graphpass.passes.inline_functions import InlineFunctions
 from graphpass.passes.reconcile_initializers import ReconcileInitializers
 from graphpass.passes.remove_unused import RemoveUnused
@@ -92,7 +92,7 @@ def test_values_of_the_right_type_are_taken(option: str, value: Any, kept: Any) 
 
 
 def test_the_pipeline_file_error_shows_the_toml_value_at_its_line(tmp_path: Path) -> None:
-    from graphpass.framework.config import load_pipeline_file
+    from graphpass.framework import load_pipeline_file
 
     registry = Registry()
     registry.add("passes", "tunable", Tunable, "tests")

@@ -37,7 +37,7 @@ from _gradcheck import check_gradients, to_double
 from onnx import TensorProto, helper, numpy_helper
 
 from graphpass import PassContext, Severity
-from graphpass.framework.plugin_loading import default_registry
+from graphpass.framework import default_registry
 from graphpass.ir import Model
 from graphpass.passes.lint_gradients import LintGradients
 

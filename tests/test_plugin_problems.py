@@ -25,7 +25,7 @@ from onnx import TensorProto, helper
 
 import graphpass
 from graphpass import PipelineError, PluginError
-from graphpass.framework.plugin_loading import build_registry
+from graphpass.framework import build_registry
 
 REPO = Path(__file__).resolve().parent.parent
 

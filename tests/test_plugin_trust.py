@@ -28,7 +28,7 @@ from onnx import TensorProto, helper
 
 import graphpass
 from graphpass import PluginError
-from graphpass.framework.plugin_loading import build_registry
+from graphpass.framework import build_registry
 
 TRAPS = ("clash", "dupe", "misorder", "bad-name", "careless")
 

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper
 
 import graphpass
 from graphpass import PluginError
-from graphpass.framework.plugin_loading import build_registry
+from graphpass.framework import build_registry
 
 NAMES = ("example", "broken", "misspelled", "duplicate")
 

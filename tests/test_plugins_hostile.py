@@ -31,7 +31,7 @@ from onnx import TensorProto, helper
 
 import graphpass
 from graphpass import PassError, PipelineError, PluginError
-from graphpass.framework.plugin_loading import build_registry, reset_default_registry
+from graphpass.framework import build_registry, reset_default_registry
 
 RUNTIME = "hostile-runtime"
 

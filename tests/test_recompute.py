@@ -19,9 +19,7 @@ import pytest
 
 import graphpass
 from graphpass.errors import GraphpassError
-from graphpass.training import GradientError
-from graphpass.training.graphs import build_training_graphs
-from graphpass.training.optimizers import AdamW
+from graphpass.training import AdamW, GradientError, build_training_graphs
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")

@@ -14,7 +14,7 @@ from safetensors.numpy import save_file
 import graphpass
 from graphpass import PassContext
 from graphpass.cli import main
-from graphpass.framework.plugin_loading import default_registry
+from graphpass.framework import default_registry
 from graphpass.passes.reconcile_initializers import ReconcileInitializers
 
 W = np.arange(12, dtype=np.float32).reshape(3, 4) / 10

@@ -16,7 +16,7 @@ from graphpass.passes._reconcile_names import (
     ends_with_leaf,
     strip_wrappers,
 )
-from graphpass.torch.export_record import module_scope
+from graphpass.torch import module_scope
 
 
 @pytest.mark.parametrize(("key", "expected"), [

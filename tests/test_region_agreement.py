@@ -15,10 +15,10 @@ pytest.importorskip("torch")
 from _training_models import exported
 
 import graphpass
+from graphpass.training import ModelTypes
+from graphpass.training._autodiff import _builtin, _Engine
 from graphpass.training._region import differentiable_region, gradient_region
-from graphpass.training.autodiff import _builtin, _Engine
-from graphpass.training.rules.derived import rules_from_builders
-from graphpass.training.value_types import ModelTypes
+from graphpass.training.rules import rules_from_builders
 
 
 @pytest.mark.parametrize("name", ["mlp", "convnet", "tinylm", "gated"])

@@ -13,10 +13,10 @@ from rich.console import Console
 
 from graphpass import AnalysisPass, Finding, PassContext, PassManager, PassResult, Severity
 from graphpass.findings import shortened_list
-from graphpass.framework.registry import Registry
+from graphpass.framework import Registry
 from graphpass.ir import Model
-from graphpass.reporting.progress import PassProgress, loading
-from graphpass.reporting.render import (
+from graphpass.reporting import PassProgress, loading
+from graphpass.reporting._render import (
     ReportInfo,
     render_json,
     render_sarif,

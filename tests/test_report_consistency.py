@@ -23,11 +23,10 @@ from onnx import TensorProto, helper, numpy_helper
 from rich.console import Console
 
 import graphpass
-import graphpass.framework.plugin_loading
+import graphpass.framework._plugin_loading
 from graphpass import Finding, PassContext, PassResult, Severity
-from graphpass.framework.plugin_loading import build_registry
-from graphpass.framework.verify import VerifyOptions, VerifySemantics
-from graphpass.reporting.render import ReportInfo, render_text, report_dict
+from graphpass.framework import VerifyOptions, VerifySemantics, build_registry
+from graphpass.reporting import ReportInfo, render_text, report_dict
 
 
 class _ScaleWeights(graphpass.Pass):
@@ -66,7 +65,7 @@ def registry(monkeypatch: pytest.MonkeyPatch):
     registry = build_registry()
     registry.add("passes", "scale-weights", _ScaleWeights, "tests")
     registry.add("passes", "borrowed", _Borrowed, "tests")
-    monkeypatch.setattr(graphpass.framework.plugin_loading, "_DEFAULT", registry)
+    monkeypatch.setattr(graphpass.framework._plugin_loading, "_DEFAULT", registry)
     return registry
 
 

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper
 
 import graphpass
 from graphpass.errors import PassError
-from graphpass.framework.registry import Registry
+from graphpass.framework import Registry
 
 if sys.version_info >= (3, 11):
     import tomllib

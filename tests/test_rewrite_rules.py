@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
 from graphpass import PassError, PassManager
-from graphpass.framework.plugin_loading import build_registry
+from graphpass.framework import build_registry
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SOURCE = (REPO / "tests" / "plugins" / "graphpass-rewrite-plugin" / "src"

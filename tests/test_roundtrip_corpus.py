@@ -19,7 +19,7 @@ import pytest
 from _roundtrip_support import assert_same_model, file_round_trips, graphs_of, ir_round_trip
 
 import graphpass
-from graphpass.files.validate import find_problems
+from graphpass.files._validate import find_problems
 
 ONNX_DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
 

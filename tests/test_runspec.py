@@ -37,7 +37,7 @@ disable = ["topological-sort"]
 
 
 def _plan(manager: graphpass.PassManager) -> list[tuple[str, dict[str, object]]]:
-    from graphpass.reporting.listings import plan_data
+    from graphpass.reporting import plan_data
 
     return [(entry["name"], entry["options"]) for entry in plan_data(manager.plan)]
 

@@ -20,7 +20,7 @@ import pytest
 from _docs_runner import block_after, blocks
 
 import graphpass
-from graphpass.framework.registry import Registry
+from graphpass.framework import Registry
 from graphpass.testing import PassRunner, models, plugin_registry
 
 REPO = Path(__file__).resolve().parent.parent

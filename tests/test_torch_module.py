@@ -17,7 +17,7 @@ pytest.importorskip("onnxruntime")
 
 import graphpass  # noqa: E402
 import graphpass.torch  # noqa: E402
-from graphpass.torch.module import ExportError, PreparationError  # noqa: E402
+from graphpass.torch._module import ExportError, PreparationError  # noqa: E402
 
 nn = torch.nn
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore")]

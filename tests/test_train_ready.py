@@ -243,7 +243,7 @@ def test_emitted_artifacts_of_the_checkpoint_export_train(checkpoint_export: Pat
 
 def test_torch_buffers_are_not_trained_by_default(checkpoint_export: Path) -> None:
     import graphpass
-    from graphpass.torch.export_record import default_trainable, state_kinds
+    from graphpass.torch import default_trainable, state_kinds
 
     folder = checkpoint_export
     model = graphpass.load(folder / "model.onnx")

@@ -30,8 +30,8 @@ pytest.importorskip("onnxruntime")
 import zoo
 from safetensors.numpy import load_file
 
-from graphpass.files.atomic import KILL_AT_ENV
-from graphpass.files.snapshots import read_snapshot
+from graphpass.files import read_snapshot
+from graphpass.files._atomic import KILL_AT_ENV
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 SAMPLES, BATCH = 20, 2

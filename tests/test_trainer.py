@@ -117,7 +117,7 @@ def test_accumulated_micro_batches_step_as_torch_accumulates(convnet_dir: Path) 
 
 def test_the_in_place_optimizer_computes_what_step_onnx_computes(tmp_path: Path) -> None:
     """The trainer's numpy update and ``step.onnx`` agree bit for bit (AdamW and SGD)."""
-    from graphpass.training.directory import initial_values
+    from graphpass.training import initial_values
 
     for optimizer, extra in (("adamw", {}), ("sgd", {"momentum": 0.9, "weight_decay": 0.01,
                                                      "nesterov": True})):

@@ -18,10 +18,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
 from graphpass.errors import ModelSaveError
-from graphpass.training import Trainer, TrainingError
-from graphpass.training.data import open_batches
-from graphpass.training.metrics import plot_metrics, read_metrics
-from graphpass.training.schedule import Schedule
+from graphpass.training import (
+    Schedule,
+    Trainer,
+    TrainingError,
+    open_batches,
+    plot_metrics,
+    read_metrics,
+)
 
 pytest.importorskip("onnxruntime")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphpass.training.data import DataError, open_batches
+from graphpass.training import DataError, open_batches
 
 Cli = Callable[..., tuple[int, str, str]]
 SAMPLES, HELD_OUT, BATCH = 200, 40, 2

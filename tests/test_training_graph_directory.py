@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
 from graphpass.errors import ModelSaveError
-from graphpass.training import directory as directory_module
+from graphpass.training import _directory as directory_module
 
 ort = pytest.importorskip("onnxruntime")
 

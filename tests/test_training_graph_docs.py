@@ -11,8 +11,7 @@ from _docs_runner import block_after, run_page
 from _gradcheck import TABLE, check_gradients
 from onnx import TensorProto, helper
 
-from graphpass.training.builders import builtin_builders
-from graphpass.training.table import BuilderTable
+from graphpass.training import BuilderTable, builtin_builders
 
 pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")

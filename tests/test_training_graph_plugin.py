@@ -26,10 +26,9 @@ from _gradcheck import check_gradients
 from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
-from graphpass.framework.plugin_loading import build_registry
-from graphpass.training.builders import builtin_builders
-from graphpass.training.rules.derived import rules_from_builders
-from graphpass.training.table import BuilderTable, registered_builders
+from graphpass.framework import build_registry
+from graphpass.training import BuilderTable, builtin_builders, registered_builders
+from graphpass.training.rules import rules_from_builders
 
 DOMAIN = "example.graphpass"
 OP = f"{DOMAIN}::ScaledTanh"

@@ -167,7 +167,7 @@ def test_ten_steps_equal_torch_optim(name: str, optimizer: str, batch_norm: str,
     manifest = _build(name, tmp_path / "train", **options)
     recipe = recipes()[name]
     session = _session(tmp_path / "train" / "step.onnx")
-    from graphpass.training.directory import initial_values
+    from graphpass.training import initial_values
 
     values: dict[str, np.ndarray] = initial_values(tmp_path / "train")
     step = manifest["step"]

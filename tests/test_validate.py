@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 
 import graphpass
 from graphpass import CycleError, InvalidModelError, Node
-from graphpass.files.validate import find_problems
+from graphpass.files._validate import find_problems
 
 
 def _vi(name: str, elem: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import graphpass
-from graphpass.framework.verify import (
+from graphpass.framework import (
     VerifyOptions,
     VerifySemantics,
     compare_outputs,

@@ -7,7 +7,7 @@
   the single-model report (``graphpass-report/1``) plus its ``exit_code``, or for a model
   that could not be checked ``{"model", "ok": false, "exit_code": 2, "error"}``;
 * SARIF: one run whose results are located in each model's file (see
-  :func:`graphpass.reporting.render.sarif_log`).
+  :func:`graphpass.reporting._render.sarif_log`).
 
 The exit code of a batch is the worst of its models' (:func:`exit_code`).
 """
@@ -25,13 +25,7 @@ from rich.text import Text
 from graphpass.batch._tasks import ModelResult
 from graphpass.errors import ExitCode
 from graphpass.findings import Severity, count_by_severity
-from graphpass.reporting.render import (
-    ReportInfo,
-    SarifModel,
-    render_text,
-    report_dict,
-    sarif_log,
-)
+from graphpass.reporting import ReportInfo, SarifModel, render_text, report_dict, sarif_log
 
 __all__ = ["BATCH_SCHEMA_ID", "batch_dict", "batch_totals", "exit_code", "render_batch_json",
            "render_batch_sarif", "render_batch_text"]

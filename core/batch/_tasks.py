@@ -3,7 +3,7 @@
 A :class:`ModelTask` holds plain data (paths as strings, names, option values): it
 pickles to a worker process or a Dask worker, which builds the registry, plans the
 passes and runs them there, and sends back a :class:`ModelResult`: the report data
-(:class:`~graphpass.framework.results.RunSummary`, no model) or the error that stopped
+(:class:`~graphpass.framework._results.RunSummary`, no model) or the error that stopped
 that model. :func:`run_task` is the function every executor maps.
 """
 
@@ -20,13 +20,17 @@ from typing import Any, Literal
 
 from graphpass.errors import ExitCode, GraphpassError
 from graphpass.files import load, save
-from graphpass.framework.config import PipelineFile, load_pipeline_file
-from graphpass.framework.manager import PassManager
-from graphpass.framework.registry import Registry
-from graphpass.framework.results import RunResult, RunSummary
-from graphpass.framework.runspec import RunSpec
-from graphpass.framework.verify import VerifyOptions
-from graphpass.reporting.progress import PassProgress, loading
+from graphpass.framework import (
+    PassManager,
+    PipelineFile,
+    Registry,
+    RunResult,
+    RunSpec,
+    RunSummary,
+    VerifyOptions,
+    load_pipeline_file,
+)
+from graphpass.reporting import PassProgress, loading
 
 __all__ = ["LINT_DEFAULT", "ErrorInfo", "ModelResult",
            "ModelTask", "Settings", "run_model", "run_task"]

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from graphpass.checkpoint._checkpoint import Checkpoint
 from graphpass.errors import CheckpointError, GraphpassError
-from graphpass.framework.plugin_loading import default_registry
+from graphpass.framework import default_registry
 
 if TYPE_CHECKING:
-    from graphpass.framework.registry import Registry
+    from graphpass.framework import Registry
 
 __all__ = ["CheckpointLoader", "open_checkpoint", "read_magic"]
 
@@ -93,7 +93,7 @@ def open_checkpoint(path: str | os.PathLike[str], loaders: Sequence[Any] | None 
         loaders: The loaders to try, in order; by default ``registry``'s.
         registry: Whose loaders to try when ``loaders`` is not given; by default the
             one of the built-in and installed plugins
-            (:func:`~graphpass.framework.plugin_loading.default_registry`).
+            (:func:`~graphpass.framework._plugin_loading.default_registry`).
 
     Returns:
         The checkpoint: a read-only mapping of keys to

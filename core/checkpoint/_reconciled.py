@@ -1,6 +1,6 @@
 """What ``reconcile-initializers`` filled from a checkpoint: a typed analysis.
 
-Later passes and :func:`graphpass.training.graphs.build_training_graphs` ask for it
+Later passes and :func:`graphpass.training._graphs.build_training_graphs` ask for it
 instead of reading the pass's ``stats`` or opening the checkpoint again::
 
     result = graphpass.PassManager(["reconcile-initializers"],

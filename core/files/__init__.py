@@ -1,11 +1,11 @@
 """Model files: reading and writing them, and what stands between a file and the IR.
 
-* :mod:`graphpass.files.model_io`: :func:`load` and :func:`save` (atomic, external
+* ``_model_io``: :func:`load` and :func:`save` (atomic, external
   data kept external);
-* :mod:`graphpass.files.onnx_ir_bridge`: the conversion to ``onnx_ir`` and back, keeping
+* ``_onnx_ir_bridge``: the conversion to ``onnx_ir`` and back, keeping
   what a pass did not change as it was;
-* :mod:`graphpass.files.validate`: the structural rules every saved model keeps;
-* :mod:`graphpass.files.checking`: ONNX's checker and shape inference, run without
+* ``_validate``: the structural rules every saved model keeps;
+* ``_checking``: ONNX's checker and shape inference, run without
   reading the weights.
 
 ```python
@@ -19,10 +19,10 @@ save(model, "copy.onnx")
 from typing import TYPE_CHECKING
 
 from graphpass._lazy import lazy_exports
-from graphpass.files.model_io import AUTO_EXTERNAL_BYTES, load, same_file, save
+from graphpass.files._model_io import AUTO_EXTERNAL_BYTES, load, same_file, save
 
 if TYPE_CHECKING:
-    from graphpass.files.atomic import (
+    from graphpass.files._atomic import (
         new_folder,
         owner_of,
         recover_folder,
@@ -30,22 +30,22 @@ if TYPE_CHECKING:
         replace_folder,
         temporary_folder,
     )
-    from graphpass.files.checking import (
+    from graphpass.files._checking import (
         infer_shapes,
         run_checker,
         strict_inference,
         structural_proto,
     )
-    from graphpass.files.onnx_ir_bridge import (
+    from graphpass.files._onnx_ir_bridge import (
         OnnxIRConversion,
         count_nodes,
     )
-    from graphpass.files.snapshots import (
+    from graphpass.files._snapshots import (
         POINTER,
         read_snapshot,
         write_snapshot,
     )
-    from graphpass.files.validate import (
+    from graphpass.files._validate import (
         validate,
     )
 
@@ -73,20 +73,20 @@ __all__ = [
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), {
-    "new_folder": "graphpass.files.atomic",
-    "OnnxIRConversion": "graphpass.files.onnx_ir_bridge",
-    "POINTER": "graphpass.files.snapshots",
-    "count_nodes": "graphpass.files.onnx_ir_bridge",
-    "infer_shapes": "graphpass.files.checking",
-    "owner_of": "graphpass.files.atomic",
-    "read_snapshot": "graphpass.files.snapshots",
-    "recover_folder": "graphpass.files.atomic",
-    "replace_file": "graphpass.files.atomic",
-    "replace_folder": "graphpass.files.atomic",
-    "run_checker": "graphpass.files.checking",
-    "strict_inference": "graphpass.files.checking",
-    "structural_proto": "graphpass.files.checking",
-    "temporary_folder": "graphpass.files.atomic",
-    "validate": "graphpass.files.validate",
-    "write_snapshot": "graphpass.files.snapshots",
+    "new_folder": "graphpass.files._atomic",
+    "OnnxIRConversion": "graphpass.files._onnx_ir_bridge",
+    "POINTER": "graphpass.files._snapshots",
+    "count_nodes": "graphpass.files._onnx_ir_bridge",
+    "infer_shapes": "graphpass.files._checking",
+    "owner_of": "graphpass.files._atomic",
+    "read_snapshot": "graphpass.files._snapshots",
+    "recover_folder": "graphpass.files._atomic",
+    "replace_file": "graphpass.files._atomic",
+    "replace_folder": "graphpass.files._atomic",
+    "run_checker": "graphpass.files._checking",
+    "strict_inference": "graphpass.files._checking",
+    "structural_proto": "graphpass.files._checking",
+    "temporary_folder": "graphpass.files._atomic",
+    "validate": "graphpass.files._validate",
+    "write_snapshot": "graphpass.files._snapshots",
 })

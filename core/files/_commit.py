@@ -18,10 +18,10 @@ protocol with its reasons; in short:
 5. Write the model the same way; its rename is the moment the new pair appears.
 6. Remove the data files the previous model referenced and nothing references now.
 
-:func:`~graphpass.files.atomic.crash_point` marks each step (the test hooks
+:func:`~graphpass.files._atomic.crash_point` marks each step (the test hooks
 ``GRAPHPASS_TEST_KILL_AT`` and ``GRAPHPASS_TEST_STEPS``). The pieces (temporaries named
 after their output and process, the lock, ``fsync``, the rename into place) are
-:mod:`graphpass.files.atomic`'s, which every writer of graphpass uses.
+:mod:`graphpass.files._atomic`'s, which every writer of graphpass uses.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import onnx
 from google.protobuf.message import DecodeError, Message
 
 from graphpass.errors import ModelSaveError
-from graphpass.files.atomic import (
+from graphpass.files._atomic import (
     Lock,
     crash_point,
     is_temporary,
@@ -53,7 +53,7 @@ from graphpass.files.atomic import (
     sync_folders,
     temporaries,
 )
-from graphpass.files.atomic import identity as _identity
+from graphpass.files._atomic import identity as _identity
 
 __all__ = ["Transaction", "name_variant"]
 

@@ -3,7 +3,7 @@
 onnx's checker and shape inference are C++: a model that makes them crash (older
 onnx releases segfaulted on malformed ``Gemm``, ``Conv`` or ``Einsum`` nodes) would
 take the calling process with it. With ``GRAPHPASS_ONNX_ISOLATION=process``,
-:mod:`graphpass.files.checking` sends the calls here instead. This file runs as a
+:mod:`graphpass.files._checking` sends the calls here instead. This file runs as a
 script (``python _onnx_worker.py``) and imports nothing but onnx, so that it starts
 quickly.
 

@@ -635,7 +635,7 @@ def model_to_chunks(model: Model, emit_tensor: TensorEmitter | None = None, *,
             declared as graph inputs of their type and shape instead (after the model's
             inputs, unless declared there already), and the IR version is at least 4:
             the model's structure for the checker and shape inference
-            (:func:`graphpass.files.checking.structural_bytes`).
+            (:func:`graphpass.files._checking.structural_bytes`).
 
     Raises:
         ValueError: ``declare_instead`` is given and the main graph or model holds

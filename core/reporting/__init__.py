@@ -1,20 +1,20 @@
 """Reporting: what a run, a model and the registry look like to people and to tools.
 
-* :mod:`graphpass.reporting.render`: a run's report as text, JSON or SARIF;
-* :mod:`graphpass.reporting.summary`: a model's summary (``graphpass inspect``);
-* :mod:`graphpass.reporting.listings`: the tables of ``graphpass passes``, ``plan``
+* ``_render``: a run's report as text, JSON or SARIF;
+* ``_summary``: a model's summary (``graphpass inspect``);
+* ``_listings``: the tables of ``graphpass passes``, ``plan``
   and ``plugins``;
-* :mod:`graphpass.reporting.progress`: the progress display of long runs.
+* ``_progress``: the progress display of long runs.
 """
 
 from typing import TYPE_CHECKING
 
 from graphpass._lazy import lazy_exports
-from graphpass.reporting.render import ReportInfo, render_json, render_sarif, render_text
-from graphpass.reporting.summary import model_summary, render_summary
+from graphpass.reporting._render import ReportInfo, render_json, render_sarif, render_text
+from graphpass.reporting._summary import model_summary, render_summary
 
 if TYPE_CHECKING:
-    from graphpass.reporting.listings import (
+    from graphpass.reporting._listings import (
         clashes_data,
         passes_data,
         pipelines_data,
@@ -24,19 +24,19 @@ if TYPE_CHECKING:
         print_plan,
         print_plugins,
     )
-    from graphpass.reporting.progress import (
+    from graphpass.reporting._progress import (
         FileProgress,
         PassProgress,
         StepProgress,
         loading,
     )
-    from graphpass.reporting.render import (
+    from graphpass.reporting._render import (
         SarifModel,
         report_dict,
         sarif_log,
         summary_line,
     )
-    from graphpass.reporting.training import (
+    from graphpass.reporting._training import (
         TrainingReport,
         print_build_summary,
         print_evaluation,
@@ -77,26 +77,26 @@ __all__ = [
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), {
-    "FileProgress": "graphpass.reporting.progress",
-    "PassProgress": "graphpass.reporting.progress",
-    "SarifModel": "graphpass.reporting.render",
-    "StepProgress": "graphpass.reporting.progress",
-    "TrainingReport": "graphpass.reporting.training",
-    "clashes_data": "graphpass.reporting.listings",
-    "loading": "graphpass.reporting.progress",
-    "passes_data": "graphpass.reporting.listings",
-    "pipelines_data": "graphpass.reporting.listings",
-    "plan_data": "graphpass.reporting.listings",
-    "plugins_data": "graphpass.reporting.listings",
-    "print_build_summary": "graphpass.reporting.training",
-    "print_evaluation": "graphpass.reporting.training",
-    "print_passes": "graphpass.reporting.listings",
-    "print_plan": "graphpass.reporting.listings",
-    "print_plugins": "graphpass.reporting.listings",
-    "print_step": "graphpass.reporting.training",
-    "print_training_summary": "graphpass.reporting.training",
-    "report_dict": "graphpass.reporting.render",
-    "sarif_log": "graphpass.reporting.render",
-    "summary_line": "graphpass.reporting.render",
-    "training_dict": "graphpass.reporting.training",
+    "FileProgress": "graphpass.reporting._progress",
+    "PassProgress": "graphpass.reporting._progress",
+    "SarifModel": "graphpass.reporting._render",
+    "StepProgress": "graphpass.reporting._progress",
+    "TrainingReport": "graphpass.reporting._training",
+    "clashes_data": "graphpass.reporting._listings",
+    "loading": "graphpass.reporting._progress",
+    "passes_data": "graphpass.reporting._listings",
+    "pipelines_data": "graphpass.reporting._listings",
+    "plan_data": "graphpass.reporting._listings",
+    "plugins_data": "graphpass.reporting._listings",
+    "print_build_summary": "graphpass.reporting._training",
+    "print_evaluation": "graphpass.reporting._training",
+    "print_passes": "graphpass.reporting._listings",
+    "print_plan": "graphpass.reporting._listings",
+    "print_plugins": "graphpass.reporting._listings",
+    "print_step": "graphpass.reporting._training",
+    "print_training_summary": "graphpass.reporting._training",
+    "report_dict": "graphpass.reporting._render",
+    "sarif_log": "graphpass.reporting._render",
+    "summary_line": "graphpass.reporting._render",
+    "training_dict": "graphpass.reporting._training",
 })

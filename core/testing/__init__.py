@@ -13,6 +13,6 @@ that pytest loads wherever graphpass is installed; see ``docs/plugins.md``.
 """
 
 from graphpass.testing import models
-from graphpass.testing.runner import PassRunner, plugin_registry
+from graphpass.testing._runner import PassRunner, plugin_registry
 
 __all__ = ["PassRunner", "models", "plugin_registry"]

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from graphpass.framework.registry import Registry
-    from graphpass.testing.runner import PassRunner
+    from graphpass.framework import Registry
+    from graphpass.testing._runner import PassRunner
 
 INI_KEY = "graphpass_plugin"
 
@@ -57,7 +57,7 @@ def graphpass_plugin_name(pytestconfig: pytest.Config) -> str:
 @pytest.fixture(scope="session")
 def graphpass_registry(graphpass_plugin_name: str) -> Registry:
     """A registry of graphpass's built-in plugin and the plugin under test only."""
-    from graphpass.testing.runner import plugin_registry
+    from graphpass.testing._runner import plugin_registry
 
     return plugin_registry(graphpass_plugin_name)
 
@@ -73,6 +73,6 @@ def graphpass_models() -> ModuleType:
 @pytest.fixture
 def graphpass_runner(graphpass_registry: Registry) -> PassRunner:
     """A :class:`~graphpass.testing.PassRunner` over ``graphpass_registry``."""
-    from graphpass.testing.runner import PassRunner
+    from graphpass.testing._runner import PassRunner
 
     return PassRunner(graphpass_registry)

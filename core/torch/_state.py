@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphpass.errors import CheckpointError, GraphpassError
-from graphpass.files.atomic import replace_file
+from graphpass.files import replace_file
 
 if TYPE_CHECKING:
     import torch

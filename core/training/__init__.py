@@ -1,14 +1,14 @@
 """Training: what a trainer can differentiate, and graphpass's own training graphs.
 
-* :mod:`graphpass.training.rules.model`: :class:`GradientRules`, which
+* ``_model``: :class:`GradientRules`, which
   ``(domain, op)`` a trainer differentiates and under which conditions;
-* :mod:`graphpass.training.value_types`: element types and shapes of values, declared
+* ``_value_types``: element types and shapes of values, declared
   or inferred;
 * gradient builders (:class:`GradientBuilder`, the built-in ones in
-  :mod:`graphpass.training.builders`), reverse-mode differentiation in standard ONNX
+  ``_builders``), reverse-mode differentiation in standard ONNX
   (:func:`differentiate`), losses, optimizers and the training-graph directory
-  (:mod:`graphpass.training.graphs`, :mod:`graphpass.training.directory`);
-* the runner :class:`Trainer` (:mod:`graphpass.training.trainer`), which trains such a
+  (``_graphs``, ``_directory``);
+* the runner :class:`Trainer` (``_trainer``), which trains such a
   directory on stock onnxruntime.
 
 ```python
@@ -21,7 +21,49 @@ from typing import TYPE_CHECKING
 from graphpass._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from graphpass.training._autodiff import Gradients, differentiate, prune
+    from graphpass.training._batch_norm import (
+        BatchNormMode,
+    )
+    from graphpass.training._builder import (
+        BuilderResult,
+        GradientBuilder,
+        GradientContext,
+        GradientError,
+        Refusal,
+    )
+    from graphpass.training._builders import (
+        builtin_builders,
+    )
+    from graphpass.training._data import (
+        DataError,
+        open_batches,
+    )
+    from graphpass.training._directory import (
+        MANIFEST,
+        initial_values,
+        write_training_directory,
+    )
     from graphpass.training._emit import Emitter, NameScope
+    from graphpass.training._fit import (
+        fit,
+    )
+    from graphpass.training._graphs import (
+        TrainingGraphs,
+        build_training_graphs,
+    )
+    from graphpass.training._metrics import (
+        plot_metrics,
+        read_metrics,
+    )
+    from graphpass.training._optimizers import (
+        SGD,
+        AdamW,
+        Optimizer,
+    )
+    from graphpass.training._recompute import (
+        RecomputePolicy,
+    )
     from graphpass.training._region import (
         Region,
         differentiable_region,
@@ -29,74 +71,32 @@ if TYPE_CHECKING:
         names_of,
         weight_bits,
     )
-    from graphpass.training.autodiff import Gradients, differentiate, prune
-    from graphpass.training.batch_norm import (
-        BatchNormMode,
-    )
-    from graphpass.training.builder import (
-        BuilderResult,
-        GradientBuilder,
-        GradientContext,
-        GradientError,
-        Refusal,
-    )
-    from graphpass.training.builders import (
-        builtin_builders,
-    )
-    from graphpass.training.data import (
-        DataError,
-        open_batches,
-    )
-    from graphpass.training.directory import (
-        MANIFEST,
-        initial_values,
-        write_training_directory,
-    )
-    from graphpass.training.fit import (
-        fit,
-    )
-    from graphpass.training.graphs import (
-        TrainingGraphs,
-        build_training_graphs,
-    )
-    from graphpass.training.metrics import (
-        plot_metrics,
-        read_metrics,
-    )
-    from graphpass.training.optimizers import (
-        SGD,
-        AdamW,
-        Optimizer,
-    )
-    from graphpass.training.recompute import (
-        RecomputePolicy,
-    )
-    from graphpass.training.rules.model import GradientRules
-    from graphpass.training.schedule import (
+    from graphpass.training._schedule import (
         Schedule,
     )
-    from graphpass.training.sequences import (
+    from graphpass.training._sequences import (
         split_sequences,
     )
-    from graphpass.training.table import BuilderTable, registered_builders
-    from graphpass.training.torch_checkpoint import (
+    from graphpass.training._table import BuilderTable, registered_builders
+    from graphpass.training._torch_checkpoint import (
         check_checkpoint,
     )
-    from graphpass.training.trainer import (
+    from graphpass.training._trainer import (
         Evaluation,
         Trainer,
         TrainingError,
         default_session_options,
     )
-    from graphpass.training.value_types import (
+    from graphpass.training._value_types import (
         FunctionTypes,
         ModelTypes,
         TypeInfo,
     )
-    from graphpass.training.vjp import (
+    from graphpass.training._vjp import (
         ForwardBackward,
         build_forward_backward,
     )
+    from graphpass.training.rules import GradientRules
 
 __all__ = [
     "MANIFEST",
@@ -151,49 +151,49 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), {
     "input_bits": "graphpass.training._region",
     "Emitter": "graphpass.training._emit",
     "NameScope": "graphpass.training._emit",
-    "Gradients": "graphpass.training.autodiff",
-    "differentiate": "graphpass.training.autodiff",
-    "prune": "graphpass.training.autodiff",
-    "BuilderResult": "graphpass.training.builder",
-    "GradientBuilder": "graphpass.training.builder",
-    "GradientContext": "graphpass.training.builder",
-    "GradientError": "graphpass.training.builder",
-    "Refusal": "graphpass.training.builder",
-    "GradientRules": "graphpass.training.rules.model",
-    "BuilderTable": "graphpass.training.table",
-    "registered_builders": "graphpass.training.table",
-    "Evaluation": "graphpass.training.trainer",
-    "Trainer": "graphpass.training.trainer",
-    "TrainingError": "graphpass.training.trainer",
-    "default_session_options": "graphpass.training.trainer",
-    "AdamW": "graphpass.training.optimizers",
-    "BatchNormMode": "graphpass.training.batch_norm",
-    "DataError": "graphpass.training.data",
-    "ForwardBackward": "graphpass.training.vjp",
-    "FunctionTypes": "graphpass.training.value_types",
-    "MANIFEST": "graphpass.training.directory",
-    "ModelTypes": "graphpass.training.value_types",
-    "Optimizer": "graphpass.training.optimizers",
-    "RecomputePolicy": "graphpass.training.recompute",
+    "Gradients": "graphpass.training._autodiff",
+    "differentiate": "graphpass.training._autodiff",
+    "prune": "graphpass.training._autodiff",
+    "BuilderResult": "graphpass.training._builder",
+    "GradientBuilder": "graphpass.training._builder",
+    "GradientContext": "graphpass.training._builder",
+    "GradientError": "graphpass.training._builder",
+    "Refusal": "graphpass.training._builder",
+    "GradientRules": "graphpass.training.rules._model",
+    "BuilderTable": "graphpass.training._table",
+    "registered_builders": "graphpass.training._table",
+    "Evaluation": "graphpass.training._trainer",
+    "Trainer": "graphpass.training._trainer",
+    "TrainingError": "graphpass.training._trainer",
+    "default_session_options": "graphpass.training._trainer",
+    "AdamW": "graphpass.training._optimizers",
+    "BatchNormMode": "graphpass.training._batch_norm",
+    "DataError": "graphpass.training._data",
+    "ForwardBackward": "graphpass.training._vjp",
+    "FunctionTypes": "graphpass.training._value_types",
+    "MANIFEST": "graphpass.training._directory",
+    "ModelTypes": "graphpass.training._value_types",
+    "Optimizer": "graphpass.training._optimizers",
+    "RecomputePolicy": "graphpass.training._recompute",
     "Region": "graphpass.training._region",
-    "SGD": "graphpass.training.optimizers",
-    "Schedule": "graphpass.training.schedule",
-    "TrainingGraphs": "graphpass.training.graphs",
-    "TypeInfo": "graphpass.training.value_types",
-    "build_forward_backward": "graphpass.training.vjp",
-    "build_training_graphs": "graphpass.training.graphs",
-    "builtin_builders": "graphpass.training.builders",
-    "check_checkpoint": "graphpass.training.torch_checkpoint",
+    "SGD": "graphpass.training._optimizers",
+    "Schedule": "graphpass.training._schedule",
+    "TrainingGraphs": "graphpass.training._graphs",
+    "TypeInfo": "graphpass.training._value_types",
+    "build_forward_backward": "graphpass.training._vjp",
+    "build_training_graphs": "graphpass.training._graphs",
+    "builtin_builders": "graphpass.training._builders",
+    "check_checkpoint": "graphpass.training._torch_checkpoint",
     "differentiable_region": "graphpass.training._region",
-    "fit": "graphpass.training.fit",
-    "initial_values": "graphpass.training.directory",
+    "fit": "graphpass.training._fit",
+    "initial_values": "graphpass.training._directory",
     "names_of": "graphpass.training._region",
-    "open_batches": "graphpass.training.data",
-    "plot_metrics": "graphpass.training.metrics",
-    "read_metrics": "graphpass.training.metrics",
-    "split_sequences": "graphpass.training.sequences",
+    "open_batches": "graphpass.training._data",
+    "plot_metrics": "graphpass.training._metrics",
+    "read_metrics": "graphpass.training._metrics",
+    "split_sequences": "graphpass.training._sequences",
     "weight_bits": "graphpass.training._region",
-    "write_training_directory": "graphpass.training.directory",
+    "write_training_directory": "graphpass.training._directory",
 })
 """Every public name, imported on first use: a module of this package that another layer
 imports (the gradient rules, the region walk) does not load the trainer, autodiff and the

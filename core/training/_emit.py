@@ -20,7 +20,7 @@ import onnx
 from onnx import numpy_helper
 
 from graphpass.ir import Graph, Node, numpy_dtype
-from graphpass.training.value_types import TypeInfo
+from graphpass.training._value_types import TypeInfo
 
 __all__ = ["MIN_OPSET", "Emitter", "NameScope", "OutputNaming"]
 

@@ -2,7 +2,7 @@
 
 One walk for both users: ``lint-gradients`` judges the region a trainer's rules give
 (:func:`differentiable_region`), and graphpass's own reverse-mode differentiation
-(:mod:`graphpass.training.autodiff`) builds gradients for the region its builders give
+(:mod:`graphpass.training._autodiff`) builds gradients for the region its builders give
 (:func:`gradient_region`), so that the ``graphpass`` rule set says exactly what the
 engine does.
 
@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from graphpass.ir import CAPTURE, Graph, Node
-from graphpass.training.rules.model import GradientRules, NodeSite
-from graphpass.training.value_types import TypeInfo
+from graphpass.training._value_types import TypeInfo
+from graphpass.training.rules import GradientRules, NodeSite
 
 __all__ = ["Region", "differentiable_region", "gradient_region", "input_bits", "names_of",
            "weight_bits"]

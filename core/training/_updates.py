@@ -5,7 +5,7 @@ preallocated) and then updates each weight and its state here, in place, so that
 weights and the optimizer state are held once (a session that computes new weights
 needs a second buffer for each of them: double the weights and both AdamW moments).
 
-The arithmetic is :mod:`graphpass.training.optimizers`' operation by operation, in the
+The arithmetic is :mod:`graphpass.training._optimizers`' operation by operation, in the
 weight's own type (float32 for float32 weights), with the per-step scalars computed in
 float64 and rounded once, as ``step.onnx`` computes them; IEEE arithmetic makes the two
 agree bit for bit. Each weight is updated in blocks of :data:`BLOCK` values, so that the

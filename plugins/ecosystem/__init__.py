@@ -10,7 +10,7 @@ It gives:
   rules).
 
 Each runs on the model converted to onnx_ir and back (see
-:mod:`graphpass.files.onnx_ir_bridge`): weights are not read, what the pass leaves alone is
+``_onnx_ir_bridge``): weights are not read, what the pass leaves alone is
 written back as it was. Other plugins add onnxscript pattern rewrites through the
 ``graphpass_rewrite_rules`` hook (see :class:`graphpass.RewriteRules`).
 """
@@ -21,7 +21,7 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
-from graphpass.framework.hookspecs import hookimpl
+from graphpass.framework import hookimpl
 
 __all__ = ["graphpass_passes"]
 

@@ -17,8 +17,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from graphpass.framework.onnx_ir_pass import OnnxIRPass
-from graphpass.framework.pass_base import PassContext
+from graphpass.framework import OnnxIRPass, PassContext
 from graphpass.plugins.ecosystem._catalog import build_options, describe_options
 from graphpass.plugins.ecosystem._options import argument_docs, options_from_signature
 

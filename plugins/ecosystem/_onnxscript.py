@@ -7,8 +7,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from graphpass.framework.onnx_ir_pass import OnnxIRPass, RewritePass
-from graphpass.framework.pass_base import PassContext
+from graphpass.framework import OnnxIRPass, PassContext, RewritePass
 from graphpass.plugins.ecosystem._catalog import build_options, describe_options
 from graphpass.plugins.ecosystem._options import argument_docs, options_from_signature
 

@@ -38,8 +38,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from graphpass.framework.plugin_loading import default_registry
-from graphpass.torch.export_record import TRAINABLE_TYPES
+from graphpass.framework import default_registry
+from graphpass.torch import TRAINABLE_TYPES
 
 MAX_OPSET = 21
 MAX_IR = 10

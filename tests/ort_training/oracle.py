@@ -53,7 +53,7 @@ from typing import Any
 from gradient_corpus import MAX_IR
 
 from graphpass.plugins.ort_training import _cap_ir_versions
-from graphpass.torch.export_record import TRAINABLE_TYPES
+from graphpass.torch import TRAINABLE_TYPES
 
 _MISSING = re.compile(r"The gradient builder has not been registered: ?(\S+) for node (\S*)")
 _UNREACHABLE = (

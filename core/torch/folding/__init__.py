@@ -36,7 +36,7 @@ How a recipe is established, most certain first (:attr:`Fold.evidence` says whic
   alone is its transpose; a fused ``Conv`` recorded as the batch norm names its
   parameters, buffers, momentum and epsilon; a fold of a ``weight_norm``
   parametrization's two tensors is ``g * v / ||v||`` (:class:`WeightNorm`);
-* values, by two general rules (:mod:`graphpass.torch.folding.search`): every element of
+* values, by two general rules (``_search``): every element of
   the constant is a copy of one element of the source (any chain of gathers, slices,
   transposes, reshapes, broadcasts and concatenations: the smallest equivalent shape op,
   else :class:`Select`), or it is ``a * op(source) + b`` per tensor or per channel
@@ -52,9 +52,9 @@ Staleness is decided, not assumed: a fold is stale when the checkpoint gives its
 values from which the recipe computes something else (:meth:`Fold.stale`).
 """
 
-from graphpass.torch.folding.finder import find_folds, find_merges, find_ties
-from graphpass.torch.folding.folds import Fold, Folding, FusedBatchNorm, UnrestorableParameters
-from graphpass.torch.folding.recipes import (
+from graphpass.torch.folding._finder import find_folds, find_merges, find_ties
+from graphpass.torch.folding._folds import Fold, Folding, FusedBatchNorm, UnrestorableParameters
+from graphpass.torch.folding._recipes import (
     Affine,
     Broadcast,
     Copy,
@@ -65,15 +65,15 @@ from graphpass.torch.folding.recipes import (
     Transpose,
     WeightNorm,
 )
-from graphpass.torch.folding.rewrite import (
+from graphpass.torch.folding._rewrite import (
     mark_state,
     mark_ties,
     recompute,
     split_merges,
     unfuse,
 )
-from graphpass.torch.folding.search import shape_ops
-from graphpass.torch.folding.values import StateValues
+from graphpass.torch.folding._search import shape_ops
+from graphpass.torch.folding._values import StateValues
 
 __all__ = [
     "Affine",

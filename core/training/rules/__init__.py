@@ -1,11 +1,11 @@
 """Gradient rules: what a trainer can differentiate, as data.
 
-* :mod:`graphpass.training.rules.model`: the rule model (:class:`GradientRules`, its
+* ``_model``: the rule model (:class:`GradientRules`, its
   conditions, the node a condition sees) and its loader (``GradientRules.from_toml``);
   the selection of the weights to train;
-* :mod:`graphpass.training.rules.onnxruntime_training`: onnxruntime-training's set,
+* ``_onnxruntime_training``: onnxruntime-training's set,
   written in ``data/onnxruntime_training.toml``, with the checks that file names;
-* :mod:`graphpass.training.rules.derived`: graphpass's own set (``rules = "graphpass"``),
+* ``_derived``: graphpass's own set (``rules = "graphpass"``),
   derived from the registered gradient builders.
 
 The package imports none of them itself: the builders need the model, and graphpass's
@@ -21,11 +21,11 @@ if TYPE_CHECKING:
         BROADCAST_OPS,
         hidden_ones,
     )
-    from graphpass.training.rules.derived import (
+    from graphpass.training.rules._derived import (
         DerivedRules,
         rules_from_builders,
     )
-    from graphpass.training.rules.model import (
+    from graphpass.training.rules._model import (
         DIFFERENTIABLE_TYPES,
         AttributeIn,
         AttributeMissing,
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
         normalize_domain,
         trainable_weights,
     )
-    from graphpass.training.rules.onnxruntime_training import (
+    from graphpass.training.rules._onnxruntime_training import (
         builtin_rule_sets,
         onnxruntime_training_rules,
     )
@@ -74,26 +74,26 @@ __all__ = [
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), {
-    "SelectionReport": "graphpass.training.rules.model",
-    "AttributeIn": "graphpass.training.rules.model",
-    "AttributeMissing": "graphpass.training.rules.model",
-    "AttributeNotIn": "graphpass.training.rules.model",
+    "SelectionReport": "graphpass.training.rules._model",
+    "AttributeIn": "graphpass.training.rules._model",
+    "AttributeMissing": "graphpass.training.rules._model",
+    "AttributeNotIn": "graphpass.training.rules._model",
     "BROADCAST_OPS": "graphpass.training.rules._broadcast_dims",
-    "Check": "graphpass.training.rules.model",
-    "DIFFERENTIABLE_TYPES": "graphpass.training.rules.model",
-    "DerivedRules": "graphpass.training.rules.derived",
-    "GradientRules": "graphpass.training.rules.model",
-    "InputNeedsGradient": "graphpass.training.rules.model",
-    "InputRankIn": "graphpass.training.rules.model",
-    "InputTypeNotIn": "graphpass.training.rules.model",
-    "NodeSite": "graphpass.training.rules.model",
-    "OutputsFewerThan": "graphpass.training.rules.model",
-    "Predicate": "graphpass.training.rules.model",
-    "TrainerFailureKind": "graphpass.training.rules.model",
-    "builtin_rule_sets": "graphpass.training.rules.onnxruntime_training",
+    "Check": "graphpass.training.rules._model",
+    "DIFFERENTIABLE_TYPES": "graphpass.training.rules._model",
+    "DerivedRules": "graphpass.training.rules._derived",
+    "GradientRules": "graphpass.training.rules._model",
+    "InputNeedsGradient": "graphpass.training.rules._model",
+    "InputRankIn": "graphpass.training.rules._model",
+    "InputTypeNotIn": "graphpass.training.rules._model",
+    "NodeSite": "graphpass.training.rules._model",
+    "OutputsFewerThan": "graphpass.training.rules._model",
+    "Predicate": "graphpass.training.rules._model",
+    "TrainerFailureKind": "graphpass.training.rules._model",
+    "builtin_rule_sets": "graphpass.training.rules._onnxruntime_training",
     "hidden_ones": "graphpass.training.rules._broadcast_dims",
-    "normalize_domain": "graphpass.training.rules.model",
-    "onnxruntime_training_rules": "graphpass.training.rules.onnxruntime_training",
-    "rules_from_builders": "graphpass.training.rules.derived",
-    "trainable_weights": "graphpass.training.rules.model",
+    "normalize_domain": "graphpass.training.rules._model",
+    "onnxruntime_training_rules": "graphpass.training.rules._onnxruntime_training",
+    "rules_from_builders": "graphpass.training.rules._derived",
+    "trainable_weights": "graphpass.training.rules._model",
 })

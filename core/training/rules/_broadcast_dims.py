@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 
 from graphpass.ir import Graph, Node
-from graphpass.training.constants import constant_value
+from graphpass.training._constants import constant_value
 
 __all__ = ["BROADCAST_OPS", "hidden_ones", "proven_dims"]
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from graphpass.plugins import hookimpl
 from graphpass.training import BuilderResult, GradientBuilder, GradientContext, Refusal
-from graphpass.training.rules.model import AttributeIn
+from graphpass.training.rules import AttributeIn
 
 DOMAIN = "example.graphpass"
 
