@@ -1,6 +1,6 @@
 """Training: what a trainer can differentiate, and graphpass's own training graphs.
 
-* ``_model``: :class:`GradientRules`, which
+* :mod:`graphpass.training.rules`: :class:`GradientRules`, which
   ``(domain, op)`` a trainer differentiates and under which conditions;
 * ``_value_types``: element types and shapes of values, declared
   or inferred;
