@@ -29,7 +29,7 @@ ROOTS = {"core": "graphpass", "passes": "graphpass.passes", "plugins": "graphpas
 # root package ``graphpass`` holds only itself); it may import from its own layer and
 # the layers below, never from a layer above.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("graphpass.errors", "graphpass.findings")),
+    ("base", ("graphpass.errors", "graphpass.findings", "graphpass._lazy")),
     ("ir", ("graphpass.ir",)),
     ("files", ("graphpass.files",)),
     ("torch", ("graphpass.torch",)),
@@ -197,6 +197,93 @@ def test_no_pass_imports_another_pass() -> None:
             found.append(_where((importer, target)))
     assert not found, ("a pass names the passes it needs in `requires`; shared code goes in a "
                        "private passes/_helper module:\n  " + "\n  ".join(found))
+
+
+# ------------------------------------------------------------------ facades
+PUBLIC_MODULES = frozenset({
+    "graphpass", "graphpass.errors", "graphpass.findings", "graphpass.cli", "graphpass.__main__",
+    "graphpass.batch", "graphpass.checkpoint", "graphpass.files", "graphpass.framework",
+    "graphpass.ir", "graphpass.ir.proto", "graphpass.reporting", "graphpass.testing",
+    "graphpass.testing.models", "graphpass.testing.pytest_plugin", "graphpass.torch",
+    "graphpass.torch.folding", "graphpass.training", "graphpass.training.rules",
+})
+"""The public modules of ``core/``: the root, the base modules, the command line, each
+package's facade, the public serialization (``graphpass.ir.proto``), the namespaces with
+their own facade and what ``pyproject.toml`` names. Everything else is private."""
+
+
+def _private_home(target: str) -> str | None:
+    """The package that owns ``target`` privately (None: ``target`` is public)."""
+    parts = target.split(".")
+    for end, part in enumerate(parts[1:], start=1):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:end])
+    return None
+
+
+def _private_imports(module: str, path: Path, tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """The private modules of other packages that ``module`` imports (TYPE_CHECKING too)."""
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        for target in _targets(module, path, node):
+            home = _private_home(target) if target.startswith("graphpass.") else None
+            if home and module != home and not module.startswith(home + "."):
+                yield node.lineno, target
+
+
+def test_the_public_modules_are_the_facades() -> None:
+    """A module of ``core/`` is private (``_name``) unless it is a facade or named above:
+    a new public module is a decision (see ``docs/architecture.md``)."""
+    public = {m for m in MODULES if m.startswith("graphpass") and _private_home(m) is None
+              and not m.startswith(("graphpass.passes", "graphpass.plugins"))}
+    assert public == PUBLIC_MODULES, (
+        f"public modules that should be private (_name, re-exported by their package): "
+        f"{sorted(public - PUBLIC_MODULES)}; gone: {sorted(PUBLIC_MODULES - public)}")
+
+
+def test_nothing_imports_another_packages_private_modules() -> None:
+    """Code outside a package imports its public names from the package (its facade,
+    ``from graphpass.training import build_training_graphs``), never from its private
+    modules (``graphpass.training._graphs``): the facade is the contract."""
+    found = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for line, target in _private_imports(module, path, tree):
+            found.append(f"{path.relative_to(REPO)}:{line}: {module} imports {target}")
+    assert not found, ("import from the package (add the name to its __all__ and lazy "
+                       "exports) instead of:\n  " + "\n  ".join(found))
+
+
+def test_the_private_import_rule_sees_each_form() -> None:
+    source = """
+from graphpass.training._graphs import build_training_graphs
+import graphpass.files._atomic
+from graphpass.files import _atomic as atomic
+from graphpass.training import build_training_graphs, Trainer
+from graphpass.passes._reconcile_plan import plan
+from graphpass.training.rules import GradientRules
+from graphpass._lazy import lazy_exports
+"""
+    path = REPO / "passes" / "example.py"
+    found = [target for _, target in _private_imports("graphpass.passes.example", path,
+                                                      ast.parse(source))]
+    assert found == ["graphpass.training._graphs", "graphpass.files._atomic",
+                     "graphpass.files._atomic"]
+    inside = list(_private_imports("graphpass.training._trainer", REPO / "core" / "x.py",
+                                   ast.parse(source)))
+    assert [target for _, target in inside] == ["graphpass.files._atomic",
+                                                "graphpass.files._atomic",
+                                                "graphpass.passes._reconcile_plan"]
+
+
+@pytest.mark.parametrize("package", sorted(PUBLIC_MODULES - {"graphpass.__main__"}))
+def test_every_public_name_resolves(package: str) -> None:
+    """Each name a public module's ``__all__`` lists (lazy ones included) is there."""
+    module = importlib.import_module(package)
+    missing = [name for name in getattr(module, "__all__", ())
+               if not hasattr(module, name)]
+    assert not missing, f"{package}.__all__ names what it lacks: {missing}"
 
 
 _HANDED_DOWN = ("graphpass.framework._registry", "graphpass.framework._plugin_loading",
