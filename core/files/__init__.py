@@ -86,7 +86,6 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), {
     "count_nodes": "graphpass.files._onnx_ir_bridge",
     "find_problems": "graphpass.files._validate",
     "infer_shapes": "graphpass.files._checking",
-    "new_folder": "graphpass.files._atomic",
     "owner_of": "graphpass.files._atomic",
     "publish": "graphpass.files._atomic",
     "read_snapshot": "graphpass.files._snapshots",
