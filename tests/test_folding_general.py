@@ -242,7 +242,20 @@ class WeightNormed(nn.Module):
         return self.whole(self.point(hidden).transpose(1, 2))
 
 
-INPUTS = {"square": (2, 5, 8), "window": (2, 9, 8), "window-extra": (2, 9, 8),
+class ConcatWeights(nn.Module):
+    """One weight made of two parameters: ``Concat`` of a transposed one and another."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.randn(5, 8) / 3)
+        self.b = nn.Parameter(torch.randn(8, 3) / 3)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.tanh(x @ torch.cat([self.a.t(), self.b], dim=1)))
+
+
+INPUTS = {"square": (2, 5, 8), "concat": (2, 5, 8), "window": (2, 9, 8), "window-extra": (2, 9, 8),
           "window-direct": (2, 9, 8),
           "gemma": (2, 5, 8), "gemma-trained": (2, 5, 8), "weight-norm": (2, 5, 8)}
 
@@ -250,7 +263,7 @@ INPUTS = {"square": (2, 5, 8), "window": (2, 9, 8), "window-extra": (2, 9, 8),
 def _module(name: str) -> nn.Module:
     torch.manual_seed(0)
     module: nn.Module = {
-        "square": SquareTranspose, "window": WindowAttention,
+        "square": SquareTranspose, "concat": ConcatWeights, "window": WindowAttention,
         "window-extra": lambda: WindowAttention(extra_rows=1),
         "window-direct": lambda: WindowAttention(direct=True),
         "gemma": lambda: GemmaNorm(False), "gemma-trained": lambda: GemmaNorm(True),
@@ -324,6 +337,9 @@ def test_train_ready_with_the_models_state_dict_trains_every_parameter_as_torch(
         assert "scale cannot be read" in warning["message"]
     if name == "window-extra":
         assert any("index tensor recorded with it" in text for text in evidence.values())
+    if name == "concat":  # two sources: a selection over both, laid end to end
+        assert any(text.startswith("values: equals Gather(Concat of a, b flattened")
+                   for text in evidence.values()), evidence
     if name.startswith("window"):
         assert any(text.startswith("values: equals Gather(Reshape(table, [-1])")
                    for text in evidence.values()), evidence

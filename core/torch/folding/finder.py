@@ -35,6 +35,7 @@ from graphpass.torch.folding.recipes import (
     Broadcast,
     Recipe,
     Rows,
+    SelectSeveral,
     Transpose,
     WeightNorm,
     broadcasts,
@@ -43,7 +44,7 @@ from graphpass.torch.folding.recipes import (
     matching_source,
     nearest_rows,
 )
-from graphpass.torch.folding.search import recipe_by_value, shape_ops
+from graphpass.torch.folding.search import locate, recipe_by_value, shape_ops
 from graphpass.torch.folding.values import StateValues
 
 __all__ = ["find_folds", "find_merges", "find_ties", "listed_names"]
@@ -177,6 +178,9 @@ class _Finder:
             floats = parameters or [s for s in state if self._is_float_state(s)]
             if len(floats) == 2 and self._weight_norm(name, floats, recorded, tensor):
                 continue
+            if len(floats) > 1 and self._selection_of_several(name, floats, state, recorded,
+                                                              tensor):
+                continue
             if len(floats) != 1:
                 main = (floats or state)[0]
                 self._add(Fold(name, main, self.kinds.get(main), recorded, others=tuple(
@@ -242,6 +246,44 @@ class _Finder:
                 return True
         fold.problem = (f"it was folded from {what}, but no shape op of that weight gives "
                         "its values")
+        self._add(fold)
+        return True
+
+    def _selection_of_several(self, name: str, sources: list[str], state: list[str],
+                              recorded: tuple[str, ...], tensor: Tensor | None) -> bool:
+        """Add ``name``'s fold if it is an index selection over several ``sources``.
+
+        Every element of it is then a copy of one element of theirs (values from the file
+        or the checkpoint): a ``Concat`` of several weights, each reshaped or transposed
+        first (:class:`SelectSeveral`).
+
+        Each element is located in the sources laid end to end (:func:`locate`); where one
+        is not there, or several positions hold its value, or the constant is one repeated
+        value (which tells nothing), nothing is added and the fold of several tensors is
+        reported as before.
+        """
+        if tensor is None:
+            return False
+        values = []
+        for source in sources:
+            value = self._file_value(source)
+            value = value if value is not None else self.checkpoint.value(source)
+            if value is None:
+                return False
+            values.append(value)
+        constant = tensor.numpy()
+        if len({v.dtype for v in values} | {constant.dtype}) != 1:
+            return False
+        if constant.size > 1 and bool((constant == constant.reshape(-1)[0]).all()):
+            return False
+        pool = np.concatenate([np.ascontiguousarray(v).reshape(-1) for v in values])
+        located = locate(constant, pool)
+        if located is None or bool(located.ambiguous.any()):
+            return False
+        recipe = SelectSeveral(others=tuple(sources[1:]), indices=located.indices)
+        fold = Fold(name, sources[0], self.kinds.get(sources[0]), recorded,
+                    others=tuple(s for s in state if s != sources[0]), recipe=recipe,
+                    evidence=f"values: equals {recipe.describe(sources[0])}")
         self._add(fold)
         return True
 
