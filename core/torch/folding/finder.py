@@ -178,8 +178,8 @@ class _Finder:
             floats = parameters or [s for s in state if self._is_float_state(s)]
             if len(floats) == 2 and self._weight_norm(name, floats, recorded, tensor):
                 continue
-            if len(floats) > 1 and self._selection_of_several(name, floats, state, recorded,
-                                                              tensor):
+            if len(parameters) > 1 and self._selection_of_several(name, parameters, state,
+                                                                  recorded, tensor):
                 continue
             if len(floats) != 1:
                 main = (floats or state)[0]
@@ -251,7 +251,7 @@ class _Finder:
 
     def _selection_of_several(self, name: str, sources: list[str], state: list[str],
                               recorded: tuple[str, ...], tensor: Tensor | None) -> bool:
-        """Add ``name``'s fold if it is an index selection over several ``sources``.
+        """Add ``name``'s fold if it is an index selection over several parameters.
 
         Every element of it is then a copy of one element of theirs (values from the file
         or the checkpoint): a ``Concat`` of several weights, each reshaped or transposed
