@@ -118,6 +118,7 @@ def _cell(record: dict[str, Any]) -> str:
 def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> list[str]:
     """The ``zoo-sweep`` section of docs/benchmarks.md."""
     architectures = len({r["case"] for r in records})
+    carried = sorted({r["case"] for r in records if r.get("carried")})
     lines = [
         "## The sweep: more architectures through graphpass's own trainer", "",
         f"`benchmarks/zoo_sweep.py` (`make zoo`): {architectures} tiny Hugging Face "
@@ -137,7 +138,10 @@ def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> 
         "the errors name nothing missing. **crash**: another exit code, or the judge "
         "failed. **torch export failure**: `torch.onnx.export` failed (torch's, not "
         "graphpass's). Versions: "
-        + ", ".join(f"{k} {v}" for k, v in zoo_versions().items()) + f". {wall:.0f} s in all.",
+        + ", ".join(f"{k} {v}" for k, v in zoo_versions().items()) + f". {wall:.0f} s in all."
+        + (f" The {len(carried)} architectures that trained (or failed in torch's exporter) in "
+           "every mode of the first run were not run again after the fixes; their records are "
+           "the first run's: " + ", ".join(carried) + "." if carried else ""),
         "", "Per mode:", "",
         "| mode | " + " | ".join(VERDICTS) + " |", "|---|" + "---|" * len(VERDICTS)]
     for mode in modes:
