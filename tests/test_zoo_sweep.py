@@ -69,7 +69,11 @@ def test_a_refusal_for_tensors_created_in_forward_is_right_and_others_false(
     builder = OwnOutcome("gemma", "dynamo", "wrong", "false refusal",
                          findings=[{**finding, "code": "GP401"}])
     assert verdict(zoo.case("gemma"), builder)[0] == "false refusal"
-    failed = OwnOutcome("gemma", "dynamo", "not exported", "not exported: ConversionError")
-    assert verdict(zoo.case("gemma"), failed)[0] == "torch export failure"
+    failed = OwnOutcome("gemma", "dynamo", "not exported",
+                        "not exported: \x1b[96mConversionError: step 2/3\x1b[0m\n- advice\n\n"
+                        "## Exception summary\n\n<class 'ValueError'>: Cannot view\n")
+    assert verdict(zoo.case("gemma"), failed) == (
+        "torch export failure",
+        "not exported: ConversionError: step 2/3 <class 'ValueError'>: Cannot view")
     crashed = OwnOutcome("gemma", "dynamo", "wrong", "graphpass exit 2: usage")
     assert verdict(zoo.case("gemma"), crashed)[0] == "crash"

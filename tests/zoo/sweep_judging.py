@@ -11,6 +11,7 @@ checkpoint hold every one, when an error is about graphpass's means
 
 from __future__ import annotations
 
+import re
 import traceback
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from zoo.cases import Case
 from zoo.exporting import Export, export
 from zoo.own_training import OwnOutcome, own_judge
 
-__all__ = ["CAPABILITY_CODES", "VERDICTS", "held_and_missing", "sweep_judge", "verdict"]
+__all__ = ["CAPABILITY_CODES", "VERDICTS", "held_and_missing", "sweep_judge", "torch_error",
+           "verdict"]
 
 VERDICTS = ("trains", "undecided", "refused rightly", "false refusal", "wrong", "crash",
             "torch export failure")
@@ -76,7 +78,7 @@ def held_and_missing(case: Case, exported: Export) -> tuple[int, list[str]]:
 def verdict(case: Case, outcome: OwnOutcome) -> tuple[str, str]:
     """The sweep's verdict on an own-trainer outcome (hints not followed), and why."""
     if outcome.label == "not exported":
-        return "torch export failure", outcome.reason
+        return "torch export failure", torch_error(outcome.reason)
     if outcome.label in ("trains", "undecided"):
         return outcome.label, outcome.reason
     if not outcome.findings:  # no refusal: ready and wrong, or an exit without findings
@@ -100,6 +102,15 @@ def verdict(case: Case, outcome: OwnOutcome) -> tuple[str, str]:
                                    f"({', '.join(codes)}): {about}")
     return "false refusal", (f"the errors ({', '.join(codes)}) name none of the "
                              f"{len(absent)} missing tensors ({', '.join(absent[:3])}): {about}")
+
+
+def torch_error(text: str) -> str:
+    """The first line of torch's exporter error, and the exception its summary names."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    first = _first_line(text)
+    _, _, summary = text.partition("## Exception summary")
+    cause = _first_line(summary)
+    return f"{first} {cause}" if cause else first
 
 
 def _first_line(text: str) -> str:
