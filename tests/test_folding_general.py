@@ -160,6 +160,27 @@ def test_repeated_source_values_are_decided_by_the_recorded_index_tensor_or_refu
     assert both.recipe is None and both.problem is not None
 
 
+def test_repeated_values_are_decided_by_the_one_strided_map_the_others_determine():
+    """A sinusoidal table repeats values across rows and columns (sin(0.1 * 1) is
+    sin(0.01 * 10)); its first rows, sliced, transposed and unsqueezed, are located by the
+    one map affine in the constant's coordinates that the unrepeated elements fit."""
+    positions = np.arange(12, dtype=np.float32)[:, None]
+    table = np.concatenate([np.sin(positions * [1.0, 0.1, 0.01]),
+                            np.cos(positions * [1.0, 0.1, 0.01])], 1).astype(np.float32)
+    constant = np.ascontiguousarray(table[1:6].T[None, :, None])  # [1, 6, 1, 5]
+    assert np.unique(table).size < table.size  # repeated values: locating alone is ambiguous
+    found = recipe_by_value(constant, table)
+    assert found.recipe is not None
+    assert "affine in the constant's coordinates" in found.how
+    np.testing.assert_array_equal(_run_recipe(found.recipe, table), constant)
+    positions_read = found.recipe.compute(np.arange(table.size).reshape(table.shape))
+    np.testing.assert_array_equal(positions_read, np.arange(table.size).reshape(
+        table.shape)[1:6].T[None, :, None])
+    # rows gathered out of order follow no strided map: still refused
+    shuffled = np.ascontiguousarray(table[[3, 0, 4, 1]][None])
+    assert recipe_by_value(shuffled, table).recipe is None
+
+
 def test_a_symmetric_weight_is_both_a_copy_and_a_transpose_and_is_refused():
     half = _source(4, 4)
     symmetric = (half + half.T).astype(np.float32)
