@@ -413,3 +413,39 @@ def test_without_a_checkpoint_only_what_the_file_lacks_is_refused(
     assert sorted(trainable) == sorted(expected)
     for weight, grad in got.items():
         np.testing.assert_allclose(grad, expected[weight], rtol=1e-4, atol=1e-6)
+
+
+class StandardizedLinear(nn.Module):
+    """A weight standardized in forward (BiT's convolutions): ``(W - mean) / std`` per row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(6, 8))
+        self.out = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean = self.weight.mean(1, keepdim=True)
+        std = self.weight.std(1, keepdim=True)
+        return self.out(torch.tanh(x @ ((self.weight - mean) / std).t()))
+
+
+@pytest.mark.torch
+def test_a_weight_standardized_in_forward_is_refused_not_trained_as_a_constant_affine(
+        tmp_path: Path, capsys: Any) -> None:
+    """Its folded copy is a per-channel affine image of it by value, but the scale and shift
+    are computed from the weight: recomputed as constants they give other gradients."""
+    from safetensors.torch import save_model
+
+    torch.manual_seed(0)
+    module = StandardizedLinear().eval()
+    path, checkpoint = tmp_path / "standardized.onnx", tmp_path / "standardized.safetensors"
+    torch.onnx.export(module, (torch.zeros(2, 5, 8),), dynamo=True, input_names=["x"],
+                      output_names=["y"]).save(str(path))
+    save_model(module, str(checkpoint))
+    capsys.readouterr()
+    out = tmp_path / "ready.onnx"
+    code = main(["run", str(path), "-o", str(out), "-p", "train-ready", "--checkpoint",
+                 str(checkpoint), "--emit-training-graph", str(tmp_path / "train")])
+    report = " ".join(capsys.readouterr().out.split())
+    assert code == 1 and not out.exists(), report
+    assert "GP211" in report and "weight standardization" in report

@@ -32,6 +32,7 @@ from graphpass.torch.export_record import (
 )
 from graphpass.torch.folding.folds import Fold, Folding, FusedBatchNorm
 from graphpass.torch.folding.recipes import (
+    Affine,
     Broadcast,
     Recipe,
     Rows,
@@ -351,6 +352,15 @@ class _Finder:
             if values is None:
                 continue
             found = recipe_by_value(constant, values, rows_read=self._rows_read(fold))
+            if isinstance(found.recipe, Affine) and not fold.others and \
+                    (found.recipe.scale.size > 1 or found.recipe.offset.size > 1):
+                fold.problem = (
+                    f"its values are {found.recipe.describe(fold.source)} of {where}, a scale "
+                    "or offset per channel that no other state tensor recorded with the fold "
+                    "holds: computed from the weight itself (a weight standardization: "
+                    "(w - mean) / std per channel), it would be differentiated as constants "
+                    "and give wrong gradients")
+                return
             if found.recipe is not None:
                 fold.recipe, fold.inferred = found.recipe, found.inferred
                 fold.evidence = (f"values: equals {found.recipe.describe(fold.source)} of "
