@@ -75,8 +75,35 @@ from zoo.sweep_judging import CAPABILITY_CODES, VERDICTS, sweep_judge, verdict  
 from zoo_own_trainer import _record  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "zoo_sweep.json"
+BEFORE = REPO / "benchmarks" / "results" / "zoo_sweep_before.json"
+"""The records of the first run, before the fixes it led to (issue 30): the docs show its
+counts beside the current run's, by the current rule."""
 MODES = ("dynamo", "dynamo+state_dict", "dynamo-full-state")
 """The modes the sweep judges."""
+
+
+LEFT = [
+    "- **wrong** (roformer, whisper_encoder with a checkpoint): their sinusoidal position "
+    "tables are parameters torch freezes (`requires_grad=False`); neither the ONNX file nor a "
+    "`state_dict()` records that, so graphpass trains them and the weights leave torch's after "
+    "the first step (the first step's gradients equal torch's). `--frozen` fixes a run; "
+    "`save_state` could record it.",
+    "- **false refusals**, several state tensors folded by products (`GP211`): DeBERTa's "
+    "`pos_proj(rel_embeddings)`, Funnel's `einsum` of its relative kernel; no recipe replays a "
+    "product of two weights.",
+    "- **false refusals** without a checkpoint (`GP251`): a class or distillation token "
+    "broadcast to the batch (deit, dinov2, audio_spectrogram) or a norm weight folded into a "
+    "constant (poolformer, whisper's positions): the file holds the values but not the source's "
+    "shape or the fold.",
+    "- **false refusals**, BiT: its weight-standardised convolutions (`(w - mean) / std`, "
+    "computed from the weight) are refused with a checkpoint (`GP211`) rather than trained with "
+    "wrong gradients, and without weights its batch norms read statistics that are not "
+    "initializers (`GP851`).",
+    "- **torch export failures** (18 runs, 6 architectures): T5's family, BEiT and Swin fail in "
+    "torch's decomposition (`Cannot view a tensor ... as a tensor with shape`), Mixtral's "
+    "grouped matmul has no ONNX function.",
+]
+"""What the sweep leaves, by cause (written with the run)."""
 
 
 def _judge(name: str, mode: str, workdir: str) -> dict[str, Any]:
@@ -118,7 +145,7 @@ def _cell(record: dict[str, Any]) -> str:
 def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> list[str]:
     """The ``zoo-sweep`` section of docs/benchmarks.md."""
     architectures = len({r["case"] for r in records})
-    carried = sorted({r["case"] for r in records if r.get("carried")})
+    carried = [r for r in records if r.get("carried")]
     lines = [
         "## The sweep: more architectures through graphpass's own trainer", "",
         f"`benchmarks/zoo_sweep.py` (`make zoo`): {architectures} tiny Hugging Face "
@@ -139,14 +166,21 @@ def docs_lines(records: list[dict[str, Any]], modes: list[str], wall: float) -> 
         "failed. **torch export failure**: `torch.onnx.export` failed (torch's, not "
         "graphpass's). Versions: "
         + ", ".join(f"{k} {v}" for k, v in zoo_versions().items()) + f". {wall:.0f} s in all."
-        + (f" The {len(carried)} architectures that trained (or failed in torch's exporter) in "
-           "every mode of the first run were not run again after the fixes; their records are "
-           "the first run's: " + ", ".join(carried) + "." if carried else ""),
-        "", "Per mode:", "",
+        + (f" After the fixes, only the {len(records) - len(carried)} runs that did not train "
+           f"in the first run were judged again; the other {len(carried)} (trains, undecided, "
+           "torch export failure) are the first run's records." if carried else ""),
+        "", "Per mode (before: the first run, before the fixes it led to, judged by the same "
+        "rule):", "",
         "| mode | " + " | ".join(VERDICTS) + " |", "|---|" + "---|" * len(VERDICTS)]
+    before = ([_judged_again(r) for r in json.loads(BEFORE.read_text())]
+              if BEFORE.exists() else [])
     for mode in modes:
-        counts = collections.Counter(r["label"] for r in records if r["mode"] == mode)
-        lines.append(f"| `{mode}` | " + " | ".join(str(counts[v]) for v in VERDICTS) + " |")
+        for name, among in (("", records), (" before", before)):
+            counts = collections.Counter(r["label"] for r in among if r["mode"] == mode)
+            if counts:
+                lines.append(f"| `{mode}`{name} | "
+                             + " | ".join(str(counts[v]) for v in VERDICTS) + " |")
+    lines += ["", "What is left, by cause (as of the run of 2026-12-03):", "", *LEFT]
     lines += ["", "Cells: verdict (largest relative gradient error, or the error codes).", "",
               *zoo_table(records, modes, _cell), "", *mode_counts(records, modes), "",
               "Everything that did not train, case by case:", ""]

@@ -42,8 +42,10 @@ def held_and_missing(case: Case, exported: Export) -> tuple[int, list[str]]:
     holds one as an initializer of its name, or when every element of the torch tensor
     occurs among the values of the file's initializers (a transpose, gather, reshape or
     any other selection the optimizer folded it into; a slice of it does not hold it, nor
-    does an affine image such as ``1 + w``). The checkpoint holds its keys (the wrapper's
-    ``model.`` prefix dropped).
+    does an affine image such as ``1 + w``); a file saved with its initializers holds the
+    tensors torch created inside ``forward()`` (CONSTANT_TENSOR: the exporter computed with
+    them and kept what it folded). The checkpoint holds its keys (the wrapper's ``model.``
+    prefix dropped).
     """
     import numpy as np
     import onnx
@@ -60,8 +62,9 @@ def held_and_missing(case: Case, exported: Export) -> tuple[int, list[str]]:
     if exported.checkpoint is not None:
         with safe_open(str(exported.checkpoint), "np") as handle:
             keys.update(handle.keys())
-    absent = [name for name in needed
-              if name not in names and name.removeprefix("model.") not in keys]
+    absent = [name for name, kind in needed.items()
+              if name not in names and name.removeprefix("model.") not in keys
+              and not (kind == "constant" and names)]
     if not absent or not names:
         return len(needed), absent
     pool = np.unique(np.concatenate([numpy_helper.to_array(i).astype(np.float64).ravel()
