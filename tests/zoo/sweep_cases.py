@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from zoo.cases import BATCH, LENGTH, VOCAB, Case
 
-__all__ = ["SUBSET", "SWEEP_CASES", "missing"]
+__all__ = ["SWEEP_CASES", "missing"]
 
 _TEXT = (BATCH, LENGTH)
 _IMAGE = (BATCH, 3, 32, 32)
@@ -224,12 +224,6 @@ SWEEP_CASES: tuple[Case, ...] = (
        "attention-pooling head (a probe token)", input_name="pixel_values", shape=_IMAGE),
 )
 """The sweep's architectures (issue 30): none of them is in :data:`zoo.cases.CASES`."""
-
-SUBSET = ("t5_encoder", "gemma", "beit")
-"""The cases ``make test`` judges (``tests/test_zoo_sweep.py``): a relative position table
-gathered by index and permuted before folding (T5's encoder), RMSNorm's ``1 + w``
-(Gemma), relative position bias tables and layer scale in a vision transformer (BEiT)."""
-
 
 def missing() -> list[str]:
     """The sweep's cases whose model or config class the installed ``transformers`` lacks."""
