@@ -23,7 +23,8 @@ help:
 	@echo "make demo   - set up and run the demo on the bundled examples"
 	@echo "make test   - set up and run lint, type checks, docs build and the whole test suite"
 	@echo "make bench  - run the benchmarks (slow) and print ratios against peer tools"
-	@echo "make zoo    - judge every zoo architecture x export mode against torch (docs/benchmarks.md)"
+	@echo "make zoo    - judge every zoo architecture x export mode against torch, and the sweep of"
+	@echo "              46 more architectures (docs/benchmarks.md)"
 	@echo "make docs   - build the documentation (mkdocs --strict)"
 
 venv: $(STAMP)
@@ -89,6 +90,7 @@ zoo: $(STAMP) ort-venv optimum-venv
 	$(BIN)/python benchmarks/zoo.py --jobs 2
 	$(BIN)/python benchmarks/zoo_own_trainer.py --jobs 2
 	$(BIN)/python benchmarks/zoo_torch_module.py
+	$(BIN)/python benchmarks/zoo_sweep.py --jobs 2
 
 clean:
 	rm -rf $(VENV) $(ORT_VENV) $(OPTIMUM_VENV) build site .pytest_cache .mypy_cache .ruff_cache demo-output

@@ -417,6 +417,21 @@ def _gather_nd(draw: Draw) -> Case:
     return b.model("GatherND", [b.tensor("x", shape), b.ints("i", indices, as_input=True)])
 
 
+def _scatter_nd(draw: Draw) -> Case:
+    """Distinct indices (ONNX leaves repeated ones undefined without a reduction)."""
+    b = _Builder(draw)
+    shape = _shape(draw, 1)
+    depth = draw(st.integers(1, len(shape)))
+    cells = int(np.prod(shape[:depth]))
+    count = draw(st.integers(1, cells))
+    chosen = b.rng.choice(cells, size=count, replace=False)
+    indices = np.stack(np.unravel_index(chosen, shape[:depth]), -1).astype(np.int64)
+    reduction = draw(st.sampled_from(["none", "add"]))
+    return b.model("ScatterND", [b.tensor("x", shape), b.ints("i", indices, as_input=True),
+                                 b.tensor("u", (count, *shape[depth:]))],
+                   reduction=reduction)
+
+
 def _pad(draw: Draw) -> Case:
     opset = draw(st.sampled_from([13, 18, 21]))
     b = _Builder(draw, opset)
@@ -618,7 +633,7 @@ CASES: dict[str, Callable[[Draw], Case]] = {
     "Reshape": _reshape, "Flatten": _flatten, "Squeeze": _squeeze, "Unsqueeze": _unsqueeze,
     "Transpose": _transpose, "Expand": _expand, "Concat": _concat, "Split": _split,
     "Slice": _slice, "Gather": _gather, "GatherElements": _gather_elements,
-    "GatherND": _gather_nd, "Pad": _pad, "Tile": _tile, "Trilu": _trilu,
+    "GatherND": _gather_nd, "ScatterND": _scatter_nd, "Pad": _pad, "Tile": _tile, "Trilu": _trilu,
     "ReduceSum": _reduction("ReduceSum"), "ReduceMean": _reduction("ReduceMean"),
     "ReduceMax": _reduction("ReduceMax"), "ReduceMin": _reduction("ReduceMin"),
     "ReduceSumSquare": _reduction("ReduceSumSquare"), "ReduceL1": _reduction("ReduceL1"),

@@ -160,6 +160,27 @@ def test_repeated_source_values_are_decided_by_the_recorded_index_tensor_or_refu
     assert both.recipe is None and both.problem is not None
 
 
+def test_repeated_values_are_decided_by_the_one_strided_map_the_others_determine():
+    """A sinusoidal table repeats values across rows and columns (sin(0.1 * 1) is
+    sin(0.01 * 10)); its first rows, sliced, transposed and unsqueezed, are located by the
+    one map affine in the constant's coordinates that the unrepeated elements fit."""
+    positions = np.arange(12, dtype=np.float32)[:, None]
+    table = np.concatenate([np.sin(positions * [1.0, 0.1, 0.01]),
+                            np.cos(positions * [1.0, 0.1, 0.01])], 1).astype(np.float32)
+    constant = np.ascontiguousarray(table[1:6].T[None, :, None])  # [1, 6, 1, 5]
+    assert np.unique(table).size < table.size  # repeated values: locating alone is ambiguous
+    found = recipe_by_value(constant, table)
+    assert found.recipe is not None
+    assert "affine in the constant's coordinates" in found.how
+    np.testing.assert_array_equal(_run_recipe(found.recipe, table), constant)
+    positions_read = found.recipe.compute(np.arange(table.size).reshape(table.shape))
+    np.testing.assert_array_equal(positions_read, np.arange(table.size).reshape(
+        table.shape)[1:6].T[None, :, None])
+    # rows gathered out of order follow no strided map: still refused
+    shuffled = np.ascontiguousarray(table[[3, 0, 4, 1]][None])
+    assert recipe_by_value(shuffled, table).recipe is None
+
+
 def test_a_symmetric_weight_is_both_a_copy_and_a_transpose_and_is_refused():
     half = _source(4, 4)
     symmetric = (half + half.T).astype(np.float32)
@@ -242,7 +263,20 @@ class WeightNormed(nn.Module):
         return self.whole(self.point(hidden).transpose(1, 2))
 
 
-INPUTS = {"square": (2, 5, 8), "window": (2, 9, 8), "window-extra": (2, 9, 8),
+class ConcatWeights(nn.Module):
+    """One weight made of two parameters: ``Concat`` of a transposed one and another."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.randn(5, 8) / 3)
+        self.b = nn.Parameter(torch.randn(8, 3) / 3)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.tanh(x @ torch.cat([self.a.t(), self.b], dim=1)))
+
+
+INPUTS = {"square": (2, 5, 8), "concat": (2, 5, 8), "window": (2, 9, 8), "window-extra": (2, 9, 8),
           "window-direct": (2, 9, 8),
           "gemma": (2, 5, 8), "gemma-trained": (2, 5, 8), "weight-norm": (2, 5, 8)}
 
@@ -250,7 +284,7 @@ INPUTS = {"square": (2, 5, 8), "window": (2, 9, 8), "window-extra": (2, 9, 8),
 def _module(name: str) -> nn.Module:
     torch.manual_seed(0)
     module: nn.Module = {
-        "square": SquareTranspose, "window": WindowAttention,
+        "square": SquareTranspose, "concat": ConcatWeights, "window": WindowAttention,
         "window-extra": lambda: WindowAttention(extra_rows=1),
         "window-direct": lambda: WindowAttention(direct=True),
         "gemma": lambda: GemmaNorm(False), "gemma-trained": lambda: GemmaNorm(True),
@@ -324,6 +358,9 @@ def test_train_ready_with_the_models_state_dict_trains_every_parameter_as_torch(
         assert "scale cannot be read" in warning["message"]
     if name == "window-extra":
         assert any("index tensor recorded with it" in text for text in evidence.values())
+    if name == "concat":  # two sources: a selection over both, laid end to end
+        assert any(text.startswith("values: equals Gather(Concat of a, b flattened")
+                   for text in evidence.values()), evidence
     if name.startswith("window"):
         assert any(text.startswith("values: equals Gather(Reshape(table, [-1])")
                    for text in evidence.values()), evidence
@@ -376,3 +413,39 @@ def test_without_a_checkpoint_only_what_the_file_lacks_is_refused(
     assert sorted(trainable) == sorted(expected)
     for weight, grad in got.items():
         np.testing.assert_allclose(grad, expected[weight], rtol=1e-4, atol=1e-6)
+
+
+class StandardizedLinear(nn.Module):
+    """A weight standardized in forward (BiT's convolutions): ``(W - mean) / std`` per row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(6, 8))
+        self.out = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean = self.weight.mean(1, keepdim=True)
+        std = self.weight.std(1, keepdim=True)
+        return self.out(torch.tanh(x @ ((self.weight - mean) / std).t()))
+
+
+@pytest.mark.torch
+def test_a_weight_standardized_in_forward_is_refused_not_trained_as_a_constant_affine(
+        tmp_path: Path, capsys: Any) -> None:
+    """Its folded copy is a per-channel affine image of it by value, but the scale and shift
+    are computed from the weight: recomputed as constants they give other gradients."""
+    from safetensors.torch import save_model
+
+    torch.manual_seed(0)
+    module = StandardizedLinear().eval()
+    path, checkpoint = tmp_path / "standardized.onnx", tmp_path / "standardized.safetensors"
+    torch.onnx.export(module, (torch.zeros(2, 5, 8),), dynamo=True, input_names=["x"],
+                      output_names=["y"]).save(str(path))
+    save_model(module, str(checkpoint))
+    capsys.readouterr()
+    out = tmp_path / "ready.onnx"
+    code = main(["run", str(path), "-o", str(out), "-p", "train-ready", "--checkpoint",
+                 str(checkpoint), "--emit-training-graph", str(tmp_path / "train")])
+    report = " ".join(capsys.readouterr().out.split())
+    assert code == 1 and not out.exists(), report
+    assert "GP211" in report and "weight standardization" in report

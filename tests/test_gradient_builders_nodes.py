@@ -24,6 +24,7 @@ DECLARED_REFUSALS = {
     "not the one each axis's size gives": "Resize with sizes and keep_aspect_ratio_policy",
     "storage_order": "MaxPool with storage_order 1",
     "repeats a subscript": "Einsum with a diagonal",
+    "reduction none and add only": "ScatterND with reduction mul, max or min",
     "at opset 13 or later": "a model below opset 13 (graphpass writes opset 13 or later)",
 }
 

@@ -109,3 +109,12 @@ def test_a_killed_build_leaves_no_entry_and_the_next_one_builds(
     folder = cache.cached_entry("case", "dynamo", lambda f: (f / "x").write_text("1"),
                                 sources=())
     assert sorted(p.name for p in folder.iterdir()) == ["x"]
+
+
+def test_a_sweep_case_is_keyed_by_the_sweep_s_list_and_a_zoo_case_is_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    hashed: list[tuple[str, ...]] = []
+    monkeypatch.setattr(cache, "_source_hash", lambda sources: hashed.append(sources) or "")
+    cache.entry_key("gemma", "dynamo", ("exporting.py",))
+    cache.entry_key("llama", "dynamo", ("exporting.py",))
+    assert hashed == [("exporting.py", "sweep_cases.py"), ("exporting.py",)]

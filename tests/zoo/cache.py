@@ -60,13 +60,23 @@ def _source_hash(sources: tuple[str, ...]) -> str:
     return digest.hexdigest()
 
 
+@cache
+def _sweep_names() -> frozenset[str]:
+    from zoo.sweep_cases import SWEEP_CASES
+
+    return frozenset(c.name for c in SWEEP_CASES)
+
+
 def entry_key(case: str, kind: str, sources: tuple[str, ...],
               extra: Mapping[str, str] | None = None) -> str:
     """The key of an entry: a hash of the case, kind, package versions and zoo source.
 
     ``sources`` are the zoo modules (file names) that build the entry; ``cache.py`` and
-    ``cases.py`` always count. ``extra``: more ``name: version`` pairs it depends on.
+    ``cases.py`` always count, and ``sweep_cases.py`` for the sweep's cases. ``extra``:
+    more ``name: version`` pairs it depends on.
     """
+    if case in _sweep_names():  # a sweep case is defined there, not in cases.py
+        sources = (*sources, "sweep_cases.py")
     text = "\n".join([case, kind, *(f"{k}={v}" for k, v in versions().items()),
                       _source_hash(sources),
                       *(f"{k}={v}" for k, v in sorted((extra or {}).items()))])

@@ -264,12 +264,17 @@ _BY_NAME = {c.name: c for c in (*CASES, *EXTRA_CASES)}
 
 
 def case(name: str) -> Case:
-    """The case called ``name``.
+    """The case called ``name``: the zoo's, the extra ones, or the sweep's
+    (:data:`zoo.sweep_cases.SWEEP_CASES`).
 
     Raises:
         KeyError: no such case (the message lists the known ones).
     """
-    try:
+    if name in _BY_NAME:
         return _BY_NAME[name]
-    except KeyError:
-        raise KeyError(f"no zoo case {name!r}; known: {', '.join(_BY_NAME)}") from None
+    from zoo.sweep_cases import SWEEP_CASES  # the sweep's list imports this module
+
+    sweep = {c.name: c for c in SWEEP_CASES}
+    if name in sweep:
+        return sweep[name]
+    raise KeyError(f"no zoo case {name!r}; known: {', '.join([*_BY_NAME, *sweep])}")

@@ -35,7 +35,10 @@ How a recipe is established, most certain first (:attr:`Fold.evidence` says whic
   transpose; a constant named after a ``permute`` FX node and folded from the parameter
   alone is its transpose; a fused ``Conv`` recorded as the batch norm names its
   parameters, buffers, momentum and epsilon; a fold of a ``weight_norm``
-  parametrization's two tensors is ``g * v / ||v||`` (:class:`WeightNorm`);
+  parametrization's two tensors is ``g * v / ||v||`` (:class:`WeightNorm`); a fold of
+  several tensors whose every element is a copy of one of theirs (a ``Concat`` of a
+  transposed weight and another) is an index selection over them laid end to end
+  (:class:`SelectSeveral`);
 * values, by two general rules (``_search``): every element of
   the constant is a copy of one element of the source (any chain of gathers, slices,
   transposes, reshapes, broadcasts and concatenations: the smallest equivalent shape op,
@@ -62,6 +65,7 @@ from graphpass.torch.folding._recipes import (
     Reshape,
     Rows,
     Select,
+    SelectSeveral,
     Transpose,
     WeightNorm,
 )
@@ -86,6 +90,7 @@ __all__ = [
     "Reshape",
     "Rows",
     "Select",
+    "SelectSeveral",
     "StateValues",
     "Transpose",
     "UnrestorableParameters",

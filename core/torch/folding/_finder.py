@@ -32,9 +32,11 @@ from graphpass.torch._export_record import (
 )
 from graphpass.torch.folding._folds import Fold, Folding, FusedBatchNorm
 from graphpass.torch.folding._recipes import (
+    Affine,
     Broadcast,
     Recipe,
     Rows,
+    SelectSeveral,
     Transpose,
     WeightNorm,
     broadcasts,
@@ -43,7 +45,7 @@ from graphpass.torch.folding._recipes import (
     matching_source,
     nearest_rows,
 )
-from graphpass.torch.folding._search import recipe_by_value, shape_ops
+from graphpass.torch.folding._search import locate, recipe_by_value, shape_ops
 from graphpass.torch.folding._values import StateValues
 
 __all__ = ["find_folds", "find_merges", "find_ties", "listed_names"]
@@ -177,6 +179,9 @@ class _Finder:
             floats = parameters or [s for s in state if self._is_float_state(s)]
             if len(floats) == 2 and self._weight_norm(name, floats, recorded, tensor):
                 continue
+            if len(parameters) > 1 and self._selection_of_several(name, parameters, state,
+                                                                  recorded, tensor):
+                continue
             if len(floats) != 1:
                 main = (floats or state)[0]
                 self._add(Fold(name, main, self.kinds.get(main), recorded, others=tuple(
@@ -245,6 +250,44 @@ class _Finder:
         self._add(fold)
         return True
 
+    def _selection_of_several(self, name: str, sources: list[str], state: list[str],
+                              recorded: tuple[str, ...], tensor: Tensor | None) -> bool:
+        """Add ``name``'s fold if it is an index selection over several parameters.
+
+        Every element of it is then a copy of one element of theirs (values from the file
+        or the checkpoint): a ``Concat`` of several weights, each reshaped or transposed
+        first (:class:`SelectSeveral`).
+
+        Each element is located in the sources laid end to end (:func:`locate`); where one
+        is not there, or several positions hold its value, or the constant is one repeated
+        value (which tells nothing), nothing is added and the fold of several tensors is
+        reported as before.
+        """
+        if tensor is None:
+            return False
+        values = []
+        for source in sources:
+            value = self._file_value(source)
+            value = value if value is not None else self.checkpoint.value(source)
+            if value is None:
+                return False
+            values.append(value)
+        constant = tensor.numpy()
+        if len({v.dtype for v in values} | {constant.dtype}) != 1:
+            return False
+        if constant.size > 1 and bool((constant == constant.reshape(-1)[0]).all()):
+            return False
+        pool = np.concatenate([np.ascontiguousarray(v).reshape(-1) for v in values])
+        located = locate(constant, pool)
+        if located is None or bool(located.ambiguous.any()):
+            return False
+        recipe = SelectSeveral(others=tuple(sources[1:]), indices=located.indices)
+        fold = Fold(name, sources[0], self.kinds.get(sources[0]), recorded,
+                    others=tuple(s for s in state if s != sources[0]), recipe=recipe,
+                    evidence=f"values: equals {recipe.describe(sources[0])}")
+        self._add(fold)
+        return True
+
     def _candidates(self) -> list[tuple[str, tuple[int, ...] | None, Tensor | None]]:
         """Float initializers, and names used but undefined (weights saved apart)."""
         found: list[tuple[str, tuple[int, ...] | None, Tensor | None]] = [
@@ -309,6 +352,15 @@ class _Finder:
             if values is None:
                 continue
             found = recipe_by_value(constant, values, rows_read=self._rows_read(fold))
+            if isinstance(found.recipe, Affine) and not fold.others and \
+                    (found.recipe.scale.size > 1 or found.recipe.offset.size > 1):
+                fold.problem = (
+                    f"its values are {found.recipe.describe(fold.source)} of {where}, a scale "
+                    "or offset per channel that no other state tensor recorded with the fold "
+                    "holds: computed from the weight itself (a weight standardization: "
+                    "(w - mean) / std per channel), it would be differentiated as constants "
+                    "and give wrong gradients")
+                return
             if found.recipe is not None:
                 fold.recipe, fold.inferred = found.recipe, found.inferred
                 fold.evidence = (f"values: equals {found.recipe.describe(fold.source)} of "

@@ -250,6 +250,51 @@ class Select(Recipe):
 
 
 @dataclass(frozen=True, eq=False)
+class SelectSeveral(Recipe):
+    """``constant = Gather(Concat(flat source, flat others...), indices)``.
+
+    Copies of the elements of several tensors (``Concat`` of a transposed weight and
+    another weight): the index selection of :class:`Select` over the flattened sources
+    laid end to end, the source first, then :attr:`reads` in order; ``indices`` (the
+    constant's shape) holds each element's position there.
+    """
+
+    others: tuple[str, ...] = ()
+    indices: np.ndarray[Any, Any] = field(default_factory=lambda: np.zeros(0, np.int64))
+    kind = "selection"
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return self.others
+
+    def compute(self, source: np.ndarray[Any, Any],
+                *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        if len(others) != len(self.others):
+            raise ValueError(f"the selection reads {len(self.others)} more tensors")
+        pool = np.concatenate([np.ascontiguousarray(v).reshape(-1) for v in (source, *others)])
+        return np.ascontiguousarray(pool[self.indices])
+
+    def nodes(self, source: str, output: str) -> list[Node]:
+        shape = _constant(f"{output}__flat_shape", np.array([-1], dtype=np.int64))
+        indices = _constant(f"{output}__elements", self.indices.astype(np.int64))
+        nodes = [shape, indices]
+        flats = []
+        for k, name in enumerate((source, *self.others)):
+            flats.append(f"{output}__flat{k}")
+            nodes.append(Node("Reshape", [name, shape.outputs[0]], [flats[-1]],
+                              name=f"{output}__flatten{k}"))
+        nodes += [Node("Concat", flats, [f"{output}__pool"], name=f"{output}__concat",
+                       attributes={"axis": 0}),
+                  Node("Gather", [f"{output}__pool", indices.outputs[0]], [output],
+                       name=f"{output}__gather", attributes={"axis": 0})]
+        return nodes
+
+    def describe(self, source: str) -> str:
+        return (f"Gather(Concat of {', '.join((source, *self.others))} flattened, "
+                f"{self.indices.size} element indices {list(self.indices.shape)})")
+
+
+@dataclass(frozen=True, eq=False)
 class Affine(Recipe):
     """``constant = inner(source) * scale + offset``: a scaling or an offset folded in.
 

@@ -14,8 +14,10 @@ Two general rules cover what torch's exporters fold from one tensor:
 
 Where the source repeats values, an element can be the copy of several. A shape op the
 values allow decides, when it is the only one; then the rows an index tensor recorded
-with the fold reads (``relative_position_index``); else the search refuses, naming the
-ambiguity (:attr:`Found.problem`), rather than train the wrong element.
+with the fold reads (``relative_position_index``); then a map affine in the constant's
+coordinates (what chains of slices, transposes and broadcasts give) that the unrepeated
+elements determine and every element's value agrees with; else the search refuses,
+naming the ambiguity (:attr:`Found.problem`), rather than train the wrong element.
 """
 
 from __future__ import annotations
@@ -185,6 +187,12 @@ def _selection(located: Located, source: np.ndarray[Any, Any],
             if example is None:
                 example = (int(element), sorted(int(c) for c in candidates))
         if left:
+            strided = _strided_map(located, source)
+            if strided is not None:
+                return Found(smallest_recipe(strided, tuple(source.shape)), how=(
+                    "a map affine in the constant's coordinates (a chain of slices, "
+                    "transposes and broadcasts), the only one the unrepeated values allow, "
+                    "decides between repeated values"))
             assert example is not None
             first, positions = example
             where = np.unravel_index(first, located.indices.shape)
@@ -195,6 +203,41 @@ def _selection(located: Located, source: np.ndarray[Any, Any],
                 "with the fold decides which it copies"))
         how = "the rows the index tensor recorded with it reads decide between repeated values"
     return Found(smallest_recipe(indices, tuple(source.shape)), how=how)
+
+
+def _strided_map(located: Located, source: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
+    """The source positions of a strided map that decides between repeated values, if any.
+
+    The map is ``base + sum(stride_k * i_k)`` over the constant's coordinates ``i``:
+    slices, transposes, broadcasts, squeezes and unsqueezes, chained, copy the source by
+    such a map. Where the elements found in one place determine it (their coordinates span
+    every axis the constant varies along) and it puts each repeated element on a position
+    that holds its value, it is the only map of that kind the values allow; else ``None``.
+    """
+    shape = located.indices.shape
+    known = ~located.ambiguous.reshape(-1)
+    if not bool(known.any()):
+        return None
+    coordinates = np.indices(shape).reshape(len(shape), -1).T.astype(np.float64)
+    design = np.hstack([np.ones((coordinates.shape[0], 1)), coordinates])
+    varying = [0, *(k + 1 for k, size in enumerate(shape) if size > 1)]
+    design = design[:, varying]
+    if np.linalg.matrix_rank(design[known]) < len(varying):
+        return None  # the unrepeated elements leave the map open
+    positions = located.indices.reshape(-1).astype(np.float64)
+    solution, *_ = np.linalg.lstsq(design[known], positions[known], rcond=None)
+    strides = np.round(solution)
+    predicted = np.round(design @ strides).astype(np.int64)
+    if not np.array_equal(predicted[known], located.indices.reshape(-1)[known]):
+        return None
+    flat = np.ascontiguousarray(source).reshape(-1)
+    if predicted.min() < 0 or predicted.max() >= flat.size:
+        return None
+    unsigned = f"u{source.dtype.itemsize}"
+    wanted = flat.view(unsigned)[located.order[located.start.reshape(-1)]]
+    if not np.array_equal(flat.view(unsigned)[predicted], wanted):
+        return None
+    return predicted.reshape(shape)
 
 
 def smallest_recipe(indices: np.ndarray[Any, Any], source_shape: tuple[int, ...]) -> Recipe:

@@ -1,7 +1,7 @@
 """Operators that move data.
 
-Reshapes, transposes, concatenation, splitting, slicing, gathering, padding, tiling,
-``Expand`` and ``Trilu``.
+Reshapes, transposes, concatenation, splitting, slicing, gathering, scattering, padding,
+tiling, ``Expand`` and ``Trilu``.
 
 Their gradients move the gradient back: a reshape reshapes it back, a gather
 scatters it (adding where an index repeats: ``ScatterND``/``ScatterElements`` with
@@ -290,6 +290,32 @@ def _gather_nd(ctx: GradientContext) -> BuilderResult:
     return [e.op("ScatterND", e.zeros_like(ctx.input(0)), ctx.input(1), dy, reduction="add")]
 
 
+@builder("ScatterND", frozenset({0, 2}), since=11, refusals=(Refusal(
+    (AttributeNotIn("reduction", ("none", "add"), default="none"),),
+    "the builder handles reduction none and add only (mul, max and min make each update's "
+    "gradient depend on the data it lands on)", "scatter with reduction none or add"),),
+    description="dData = dY, zeroed where updates land unless they add; "
+                "dUpdates = GatherND(dY, indices)")
+def _scatter_nd(ctx: GradientContext) -> BuilderResult:
+    """ScatterND (``x[idx] = u``, torch's ``index_put_``).
+
+    Without a reduction the updates replace what they land on, so the data gets no
+    gradient there; ONNX leaves repeated indices undefined then, so each update gets the
+    output's gradient where it lands.
+    """
+    e = ctx.emit
+    dy = ctx.output_gradient(0)
+    assert dy is not None
+    indices, updates = ctx.input(1), ctx.input(2)
+    grads: dict[int, str | None] = {}
+    if ctx.needs(0):
+        adds = str(ctx.attribute("reduction", "none")) == "add"
+        grads[0] = dy if adds else e.op("ScatterND", dy, indices, e.zeros_like(updates))
+    if ctx.needs(2):
+        grads[2] = e.op("GatherND", dy, indices)
+    return grads
+
+
 # ================================================================ pad and tile
 @builder("Pad", FIRST, refusals=(Refusal(
     (AttributeNotIn("mode", ("constant",), default="constant"),),
@@ -328,5 +354,5 @@ def _trilu(ctx: GradientContext) -> BuilderResult:
 
 
 BUILDERS = [*_RESHAPES, _transpose, _expand, _concat, _split, _slice, _gather,
-            _gather_elements, _gather_nd, _pad, _tile, _trilu]
+            _gather_elements, _gather_nd, _scatter_nd, _pad, _tile, _trilu]
 """The data-movement builders."""
