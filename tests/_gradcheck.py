@@ -307,10 +307,9 @@ def check_gradients(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
     f0 = objective(base)
     for name in wrt:
         gradient = grads.get(vjp.gradients.get(name, ""))
-        if gradient is None:
-            outcome.failures.append(f"{name}: no gradient computed")
-            continue
         x = base[name]
+        if gradient is None:  # no gradient is a zero one: finite differences must agree
+            gradient = np.zeros_like(x)
         if np.shape(gradient) != np.shape(x):
             outcome.failures.append(f"{name}: gradient shape {np.shape(gradient)} != "
                                     f"{np.shape(x)}")

@@ -399,3 +399,49 @@ def test_a_tensor_off_the_cpu_is_refused_clearly():
     wrapped = graphpass.torch.Module(nn.Linear(2, 2).to("meta"))
     with pytest.raises(graphpass.GraphpassError, match=r"CPU provider.*on meta"):
         wrapped(torch.randn(1, 2))
+
+
+class _StandardizedConv(torch.nn.Conv2d):
+    """A convolution whose weight is standardized in ``forward`` (BiT's), by
+    ``batch_norm(w, None, None, training=True)``: no running statistics."""
+
+    def forward(self, x: Any) -> Any:
+        w = self.weight.reshape(1, self.out_channels, -1)
+        w = torch.nn.functional.batch_norm(w, None, None, training=True, momentum=0.0,
+                                           eps=1e-6).reshape_as(self.weight)
+        return torch.nn.functional.conv2d(x, w, self.bias, self.stride, self.padding)
+
+
+class _StandardizedNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = _StandardizedConv(3, 6, 3, padding=1, bias=False)  # before a BatchNorm
+        self.norm = torch.nn.BatchNorm2d(6)
+        self.head = torch.nn.Linear(6, 4)
+
+    def forward(self, x: Any) -> Any:
+        return self.head(torch.relu(self.norm(self.conv(x))).mean((2, 3)))
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_a_weight_standardized_in_forward_trains_as_torch(mode: str) -> None:
+    """The export reads statistics computed from the weight: they carry its gradient, and
+    in train() the node keeps them (it has no running statistics); the real BatchNorm
+    beside it trains with batch statistics."""
+    torch.manual_seed(0)
+    reference = _StandardizedNet().train(mode == "train")
+    model, wrapped = wrapped_copy(reference)
+    x = torch.randn(4, 3, 8, 8)
+    target = torch.randn(4, 4)
+    opt_ref = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-2)
+    for step in range(3):
+        loss_ref = torch.nn.functional.mse_loss(reference(x), target)
+        loss = torch.nn.functional.mse_loss(wrapped(x), target)
+        loss_ref.backward()
+        loss.backward()
+        assert abs(loss.item() - loss_ref.item()) <= 1e-5 * abs(loss_ref.item()), step
+        assert gradient_mismatches(reference, model, rtol=1e-4) == [], step
+        step_both((opt_ref, opt))
+    for a, b in zip(reference.norm.buffers(), model.norm.buffers(), strict=True):
+        assert torch.allclose(a.float(), b.float(), rtol=1e-4, atol=1e-6)

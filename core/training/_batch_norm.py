@@ -38,6 +38,7 @@ import onnx
 
 from graphpass.ir import Attribute, Graph, Node
 from graphpass.training._builder import GradientError, node_label
+from graphpass.training._constants import constant_value
 from graphpass.training._emit import Emitter
 from graphpass.training.rules import normalize_domain
 
@@ -121,6 +122,8 @@ def use_batch_statistics(graph: Graph, emit: Emitter, opset: int,
                 readers[name] = readers.get(name, 0) + 1
     found = []
     for node in nodes:
+        if _reads_computed_statistics(graph, node):
+            continue
         start = len(emit.nodes)
         found.append(_switch(graph, node, emit, readers, frozen_inputs))
         added = emit.nodes[start:]
@@ -128,6 +131,21 @@ def use_batch_statistics(graph: Graph, emit: Emitter, opset: int,
             graph.remove(new, safe=False)
         graph.insert_before(node, added)
     return found
+
+
+def _reads_computed_statistics(graph: Graph, node: Node) -> bool:
+    """Whether ``node`` normalizes with statistics the model computes (it has no running ones).
+
+    torch's ``batch_norm(x, None, None, training=True)`` (a weight standardized in
+    ``forward``, BiT's convolutions) exports as an inference-mode node reading the mean
+    and variance computed beside it: it already normalizes with the statistics of what
+    it reads, in ``train()`` as in ``eval()``, and has no running statistics to carry.
+    """
+    inputs = list(node.inputs)
+    statistics = [inputs[i] if i < len(inputs) else "" for i in (_MEAN, _VARIANCE)]
+    return all(name and graph.producer(name) is not None
+               and constant_value(graph, name) is None
+               and _merged_into(graph, name) is None for name in statistics)
 
 
 def finish_batch_statistics(graph: Graph, statistics: list[RunningStatistics]) -> None:

@@ -157,10 +157,11 @@ def _saved_statistics(ctx: GradientContext, axes: list[int]) -> tuple[str, str] 
     return mean, variance
 
 
-@builder("BatchNormalization", frozenset({0, 1, 2}),
+@builder("BatchNormalization", frozenset({0, 1, 2, 3, 4}),
          refusals=(rank_known(0), _statistics_outputs(1, 2, 3, 4)),
-         description="inference: dX = dY scale / sqrt(var + eps); training: through the "
-                     "batch statistics")
+         description="inference: dX = dY scale / sqrt(var + eps), and the mean and variance "
+                     "read as inputs (computed ones, such as a weight's own statistics) get "
+                     "theirs; training: through the batch statistics")
 def _batch_norm(ctx: GradientContext) -> BuilderResult:
     e = ctx.emit
     dy = ctx.required_output_gradient(0)
@@ -207,6 +208,18 @@ def _batch_norm(ctx: GradientContext) -> BuilderResult:
         if ctx.needs(1):
             xhat = e.op("Mul", e.op("Sub", x, _channel(ctx, mean, rank)), inv)
             grads[1] = e.reduce_sum(e.op("Mul", dy, xhat), axes, keepdims=False)
+        # Y = scale (X - mean) / sqrt(var + eps) + B depends on the statistics it reads:
+        # torch's batch_norm(w, None, None, training=True) (a weight standardized in
+        # forward) exports as this node reading the mean and variance computed from w.
+        if ctx.needs(3):
+            grads[3] = e.op("Neg", e.op("Mul", e.reduce_sum(dy, axes, keepdims=False),
+                                        e.op("Mul", scale, inv_c)))
+        if ctx.needs(4):
+            centered = e.op("Sub", x, _channel(ctx, mean, rank))
+            spread = e.reduce_sum(e.op("Mul", dy, centered), axes, keepdims=False)
+            cube = e.op("Mul", inv_c, e.op("Mul", inv_c, inv_c))
+            grads[4] = e.op("Mul", spread, e.op("Mul", scale, e.op(
+                "Mul", cube, e.scalar(-0.5, like=cube))))
     if ctx.needs(2):
         grads[2] = e.reduce_sum(dy, axes, keepdims=False)
     return grads
