@@ -90,6 +90,7 @@ zoo: $(STAMP) ort-venv optimum-venv
 	$(BIN)/python benchmarks/zoo.py --jobs 2
 	$(BIN)/python benchmarks/zoo_own_trainer.py --jobs 2
 	$(BIN)/python benchmarks/zoo_torch_module.py
+	$(BIN)/python benchmarks/zoo_torch_module.py --sweep
 	$(BIN)/python benchmarks/zoo_sweep.py --jobs 2
 
 clean:

@@ -10,6 +10,11 @@ batch statistics for the convolutional ones). The table goes into the
 Usage::
 
     .venv/bin/python benchmarks/zoo_torch_module.py [--cases bert,vit] [--no-docs]
+    .venv/bin/python benchmarks/zoo_torch_module.py --sweep [--cases roformer,bit]
+
+``--sweep`` runs the architectures of issue 30's sweep (``tests/zoo/sweep_cases.py``)
+instead, into the ``zoo-torch-module-sweep`` section; an export that fails inside torch
+is counted as torch's.
 """
 
 from __future__ import annotations
@@ -27,32 +32,51 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import zoo  # noqa: E402
 from _bench import write_docs_section  # noqa: E402
-from zoo.torch_module import judge_module, modes_of  # noqa: E402
+from zoo.torch_module import ModuleOutcome, judge_module, modes_of  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "zoo_torch_module.json"
+SWEEP_RESULTS = REPO / "benchmarks" / "results" / "zoo_torch_module_sweep.json"
+LABELS = ("trains", "undecided", "wrong", "refused", "torch export failure", "crash")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cases", default=",".join(c.name for c in zoo.CASES))
+    parser.add_argument("--cases", default="")
+    parser.add_argument("--sweep", action="store_true",
+                        help="the sweep's architectures (tests/zoo/sweep_cases.py)")
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args()
+    if args.sweep:
+        from zoo.sweep_cases import SWEEP_CASES, missing
+
+        absent = set(missing())
+        known = {c.name: c for c in SWEEP_CASES if c.name not in absent}
+    else:
+        known = {c.name: c for c in zoo.CASES}
+    names = args.cases.split(",") if args.cases else list(known)
     records = []
-    for name in args.cases.split(","):
-        case = zoo.case(name)
+    for name in names:
+        case = known[name] if name in known else zoo.case(name)
         for mode in modes_of(case):
-            outcome = judge_module(case, mode)
+            try:
+                outcome = judge_module(case, mode)
+            except Exception as error:  # a crash after the first call: one row, go on
+                outcome = ModuleOutcome(case.name, mode, "crash",
+                                        f"{type(error).__name__}: {error}"[:300])
+            if outcome.label == "refused" and "torch.onnx.export" in outcome.reason:
+                outcome.label = "torch export failure"
             records.append(asdict(outcome))
-            print(f"{name:13} {mode:5} {outcome.label:8} outputs {outcome.output_error} "
+            print(f"{name:16} {mode:5} {outcome.label:8} outputs {outcome.output_error} "
                   f"gradients {outcome.gradient_error} losses {outcome.loss_error} "
                   f"{outcome.reason}", flush=True)
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(records, indent=1))
-    counts = {label: sum(r["label"] == label for r in records)
-              for label in ("trains", "undecided", "wrong", "refused", "crash")}
+    results = SWEEP_RESULTS if args.sweep else RESULTS
+    results.parent.mkdir(exist_ok=True)
+    results.write_text(json.dumps(records, indent=1))
+    counts = {label: sum(r["label"] == label for r in records) for label in LABELS}
     print(", ".join(f"{n} {label}" for label, n in counts.items()), f"of {len(records)}")
     if not args.no_docs:
-        write_docs_section("zoo-torch-module", _table(records, counts))
+        write_docs_section("zoo-torch-module-sweep" if args.sweep else "zoo-torch-module",
+                           _table(records, counts))
 
 
 def _cell(value: float | None) -> str:
