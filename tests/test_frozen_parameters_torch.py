@@ -146,6 +146,14 @@ def test_save_state_records_the_parameters_torch_does_not_train(tmp_path: Path) 
     gp_torch.save_state(program, tmp_path / "program.safetensors")
     assert gp_torch.recorded_frozen(
         open_checkpoint(tmp_path / "program.safetensors").metadata) == {"position"}
+    # so does the ONNXProgram of a dynamo export, through its exported program
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        onnx_program = torch.onnx.export(module, (torch.from_numpy(IDS),), dynamo=True,
+                                         optimize=False, verbose=False)
+    gp_torch.save_state(onnx_program, tmp_path / "onnx.safetensors")
+    assert gp_torch.recorded_frozen(
+        open_checkpoint(tmp_path / "onnx.safetensors").metadata) == {"position"}
 
 
 def test_a_malformed_record_is_a_clear_error(tmp_path: Path) -> None:
