@@ -219,7 +219,7 @@ class BuildTrainingGraph(Pass):
         weights = trainable_weights(
             model.graph, options.trainable, options.frozen, trainer="build-training-graph",
             codes={"no-match": CODES["selection"], "not-float": CODES["selection"]},
-            initializers_only=True)
+            initializers_only=True, reconciled=context.analysis(ReconcileResult))
         linted = context.analysis(SelectionReport)
         seen = linted.reported if linted is not None and linted.asked(
             options.trainable, options.frozen) else frozenset()

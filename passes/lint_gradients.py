@@ -26,6 +26,9 @@ the trainer reports):
 * ``GP426`` torch parameters the model still computes with that the default trainable
   set leaves out (folded into a constant, fused into a node, or left out by name):
   training would leave them where they are;
+* ``GP427`` (info) parameters kept fixed because the checkpoint the model was filled
+  from records that torch does not train them (``requires_grad=False``, the record of
+  ``graphpass.torch.save_state``; ``ReconcileResult.frozen``);
 * ``GP425`` a registered builder that computes a wrong gradient on this node (a known
   condition, measured against finite differences: the trainer builds and runs it, and
   the gradients come out wrong);
@@ -46,6 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
+from graphpass.checkpoint import ReconcileResult
 from graphpass.errors import PassError, PluginError
 from graphpass.findings import Finding, Severity, shortened_list
 from graphpass.framework import AnalysisPass, PassContext, PassResult
@@ -92,6 +96,7 @@ CODES: Final = {
     "few-values": "GP424",
     "wrong-gradient": "GP425",
     "parameter-left-out": "GP426",
+    "frozen-in-torch": "GP427",
 }
 """The finding codes of ``lint-gradients`` by problem (stable)."""
 
@@ -117,6 +122,9 @@ _DESCRIPTIONS: Final = {
                       "(a known condition).",
     "parameter-left-out": "Torch parameters the model still computes with are left out of "
                           "the default trainable set.",
+    "frozen-in-torch": "Parameters the checkpoint records as not trained in torch "
+                       "(requires_grad=False, graphpass.torch.save_state's record) are kept "
+                       "fixed.",
 }
 
 _SHOWN: Final = 4
@@ -257,15 +265,17 @@ class LintGradients(AnalysisPass):
 
     def _run(self, model: Model, context: PassContext) -> PassResult:
         rules = self._rules(context)
+        reconciled = context.analysis(ReconcileResult)
         findings, trainable, frozen, because = _select_trainable(model.graph, self.options,
-                                                                 rules)
+                                                                 rules, reconciled)
         selection = SelectionReport(
             tuple(self.options.trainable), tuple(self.options.frozen),
             frozenset((str(f.data["selection"]), str(f.value)) for f in findings
                       if isinstance(f.data, dict) and "selection" in f.data))
         if not self.options.trainable:
-            findings.extend(_parameters_left_out(model.graph, trainable, self.options.frozen,
-                                                 context))
+            findings.extend(_parameters_left_out(
+                model.graph, trainable,
+                [*self.options.frozen, *(reconciled.frozen if reconciled else ())], context))
         losses = _select_losses(model.graph, self.options.loss)
         view = None
         if rules.resolves_constant_ifs:
@@ -291,16 +301,18 @@ class LintGradients(AnalysisPass):
 
 
 # ====================================================================== selection
-def _select_trainable(graph: Graph, options: Any, rules: GradientRules
+def _select_trainable(graph: Graph, options: Any, rules: GradientRules,
+                      reconciled: ReconcileResult | None
                       ) -> tuple[list[Finding], list[str], frozenset[str], dict[str, str]]:
-    """Pick the weights to train.
+    """Pick the weights to train (the checkpoint's record of frozen parameters applies).
 
     Returns:
         The findings of the selection, the trainable and the frozen weights, and for
         the weights the default took, the rule that made each trainable.
     """
     weights = trainable_weights(graph, options.trainable, options.frozen, codes=CODES,
-                                trainer=rules.label, types=rules.differentiable_types)
+                                trainer=rules.label, types=rules.differentiable_types,
+                                reconciled=reconciled)
     findings = [f for f in weights.findings if f.data["selection"] == "no-match"]
     left_out = weights.selection.left_out
     rules_of: dict[str, str] = {}
@@ -315,6 +327,17 @@ def _select_trainable(graph: Graph, options: Any, rules: GradientRules
                 hint='to train them anyway, name them with the trainable option '
                      '(trainable = ["*"] takes every float weight)',
                 data={"left_out": dict(left_out), "rules": why}))
+    recorded = weights.selection.recorded
+    if recorded:
+        findings.append(Finding(
+            CODES["frozen-in-torch"], Severity.INFO,
+            f"{len(recorded)} parameter{'s' * (len(recorded) != 1)} kept fixed: the "
+            f"checkpoint records that torch does not train {'them' if len(recorded) != 1 else 'it'}"
+            f" (requires_grad=False): {shortened_list(recorded, _SHOWN, quote=True)}",
+            value=recorded[0],
+            hint="to train them anyway, name the weights to train with the trainable option "
+                 "(it wins over the checkpoint's record)",
+            data={"frozen": list(recorded)}))
     findings += [f for f in weights.findings if f.data["selection"] == "not-float"]
     trainable, frozen = weights.trainable, frozenset(weights.frozen)
     return findings, trainable, frozen, {name: rules_of[name] for name in trainable

@@ -189,7 +189,7 @@ class ReconcileInitializers(Pass):
                                        shapes=shapes, verification=verification,
                                        ties=folding.ties, keys=keys,
                                        producer=producer(model.graph))
-        reconciled = ReconcileResult(
+        reconciled = ReconcileResult.of(
             checkpoint, {name: str(entry["key"]) for name, entry in stats["table"].items()
                          if isinstance(entry, dict) and "key" in entry},
             tuple(stats["unmatched initializers"]))

@@ -49,6 +49,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import onnx
 
+from graphpass.checkpoint import ReconcileResult
 from graphpass.files import owner_of, replace_file, replace_folder, temporary_folder
 from graphpass.findings import Finding, Severity
 from graphpass.framework import Pass, PassContext, PassResult, hookimpl
@@ -164,7 +165,8 @@ class EmitTrainingArtifacts(Pass):
         """Generate the artifacts, rewrite their IR version, and load them once."""
         options = self.options
         directory = context.resolve_path(options.directory)
-        trainable, frozen = _weights(model, options.trainable, options.frozen)
+        trainable, frozen = _weights(model, options.trainable, options.frozen,
+                                     context.analysis(ReconcileResult))
         findings: list[Finding]
         if not trainable:
             return PassResult(findings=[Finding(
@@ -455,14 +457,16 @@ def _link_or_copy(source: str, destination: str) -> str:
     return destination
 
 
-def _weights(model: Model, trainable: list[str], frozen: list[str]) -> tuple[list[str], list[str]]:
+def _weights(model: Model, trainable: list[str], frozen: list[str],
+             reconciled: ReconcileResult | None) -> tuple[list[str], list[str]]:
     """The weights to train and to freeze (the same selection as ``lint-gradients``).
 
     Only float initializers are trained, and only initializers are frozen.
     """
     weights = trainable_weights(model.graph, trainable, frozen, trainer="onnxruntime-training",
                                 codes={"no-match": "GP421", "not-float": "GP422"},
-                                types=TRAINABLE_TYPES, initializers_only=True)
+                                types=TRAINABLE_TYPES, initializers_only=True,
+                                reconciled=reconciled)
     return weights.trainable, weights.frozen  # the findings: lint-gradients' (required)
 
 

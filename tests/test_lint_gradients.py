@@ -411,7 +411,7 @@ def test_codes_are_stable():
                      "loss-type": "GP407", "function": "GP410", "borrowed": "GP420",
                      "no-match": "GP421", "not-float": "GP422", "not-parameters": "GP423",
                      "few-values": "GP424", "wrong-gradient": "GP425",
-                     "parameter-left-out": "GP426"}
+                     "parameter-left-out": "GP426", "frozen-in-torch": "GP427"}
 
 
 def test_a_long_chain_is_linted(tmp_path: Path):

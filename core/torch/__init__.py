@@ -2,7 +2,8 @@
 
 * :func:`capture_state` and :func:`save_state` (in ``_state``):
   a model's parameters, buffers and tensor constants under the names its ONNX export
-  uses;
+  uses, with the record of the parameters torch does not train
+  (:func:`recorded_frozen`);
 * :class:`Module` (in ``_module``): a module trained through
   graphpass inside the user's own torch loop;
 * ``_export_record``: the state kinds, graph signature and folding
@@ -14,7 +15,7 @@ PyTorch is imported only when a function here needs it.
 from typing import TYPE_CHECKING
 
 from graphpass._lazy import lazy_exports
-from graphpass.torch._state import capture_state, save_state
+from graphpass.torch._state import FROZEN_METADATA, capture_state, recorded_frozen, save_state
 
 if TYPE_CHECKING:
     from graphpass.torch._export_record import (
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FOLDED_FROM",
+    "FROZEN_METADATA",
     "FX_NODE",
     "INPUT_KIND",
     "INPUT_PERSISTENT",
@@ -86,6 +88,7 @@ __all__ = [
     "parameters_left_out",
     "placeholder_stem",
     "producer",
+    "recorded_frozen",
     "records_state",
     "save_state",
     "separate_weights_advice",

@@ -11,6 +11,14 @@ everything, and :func:`save_state` writes it as a safetensors checkpoint that
     graphpass.torch.save_state(model, "state.safetensors")
     # graphpass run model.onnx -o filled.onnx --checkpoint state.safetensors
 
+It also records which parameters torch does not train (``requires_grad=False``: a
+frozen embedding, a sinusoidal position table), in the file's metadata under
+:data:`FROZEN_METADATA` (a JSON list of names). Neither the ONNX file (torch's export
+records them as parameters) nor a plain ``state_dict()`` says so; with this record,
+``reconcile-initializers`` hands them on and the trainable selection of
+``lint-gradients`` and ``build-training-graph`` keeps them fixed
+(:func:`recorded_frozen` reads it).
+
 The names are the ones both exporters give initializers: ``torch.onnx.export(...,
 dynamo=True)`` names them by fully qualified name (``block.linear.weight``, tied
 weights under one of their names, tensor attributes as ``block.offset``); the
@@ -22,6 +30,7 @@ PyTorch is imported only when these functions are called.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -33,9 +42,15 @@ from graphpass.files import replace_file
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["capture_state", "save_state"]
+__all__ = ["FROZEN_METADATA", "capture_state", "recorded_frozen", "save_state"]
 
 _SHOWN: int = 5
+
+FROZEN_METADATA: str = "graphpass.frozen"
+"""The safetensors metadata key of :func:`save_state`'s record of the parameters torch
+does not train (``requires_grad=False``): a JSON list of their names (the checkpoint's
+keys). Absent when the source did not say (a mapping of tensors, an ONNX program
+without its exported program)."""
 
 
 def _import_torch() -> Any:
@@ -131,19 +146,65 @@ def save_state(source: Any, path: str | os.PathLike[str], *,
         raise GraphpassError("saving a state needs safetensors, which is not installed",
                              hint="pip install safetensors") from None
     tensors = _writable(torch, state)
+    metadata = {"format": "pt", "producer": "graphpass.torch.save_state"}
+    frozen = _frozen_parameters(torch, source)
+    if frozen is not None:
+        metadata[FROZEN_METADATA] = json.dumps([name for name in frozen if name in tensors])
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        replace_file(target, lambda tmp: save_file(
-            tensors, str(tmp), metadata={"format": "pt", "producer": "graphpass.torch.save_state"}),
-            step="state")
+        replace_file(target, lambda tmp: save_file(tensors, str(tmp), metadata=metadata),
+                     step="state")
     except OSError as error:
         raise CheckpointError(f"cannot write the state ({error.strerror or error})",
                               where=str(target)) from None
     return target
 
 
+def recorded_frozen(metadata: Mapping[str, str], *, where: str | None = None
+                    ) -> frozenset[str] | None:
+    """The names :func:`save_state` recorded as not trained by torch, from a file's metadata.
+
+    Args:
+        metadata: The checkpoint's string metadata (``Checkpoint.metadata``).
+        where: The checkpoint, for error messages.
+
+    Returns:
+        The names (checkpoint keys), or ``None`` when the checkpoint has no record.
+
+    Raises:
+        CheckpointError: The record is not a JSON list of names.
+    """
+    text = metadata.get(FROZEN_METADATA)
+    if text is None:
+        return None
+    try:
+        names = json.loads(text)
+    except ValueError:
+        names = None
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise CheckpointError(
+            f"the metadata {FROZEN_METADATA!r} is not a JSON list of names: {text[:80]!r}",
+            where=where, hint="write the checkpoint again with graphpass.torch.save_state, "
+                              "or remove that metadata entry")
+    return frozenset(names)
+
+
 # ===================================================================== sources
+def _frozen_parameters(torch: Any, source: Any) -> list[str] | None:
+    """The parameters of ``source`` that do not require grad; ``None`` if it cannot say."""
+    if isinstance(source, torch.nn.Module):
+        named: Iterable[tuple[str, Any]] = source.named_parameters(remove_duplicate=False)
+    elif isinstance(source, torch.export.ExportedProgram):
+        named = source.named_parameters()
+    elif isinstance(source, torch.onnx.ONNXProgram) and \
+            getattr(source, "exported_program", None) is not None:
+        named = source.exported_program.named_parameters()
+    else:
+        return None
+    return [name for name, parameter in named if not parameter.requires_grad]
+
+
 def _module_state(torch: Any, module: torch.nn.Module) -> Iterator[tuple[str, Any]]:
     yield from module.named_parameters(remove_duplicate=False)
     yield from module.named_buffers(remove_duplicate=False)

@@ -10,10 +10,15 @@ The four modes of issue 12, and two that follow graphpass's advice:
     (``safetensors.torch.save_model``: keys without the wrapper's ``model.`` prefix, one
     name per tied tensor, non-persistent buffers absent). Not ``save_pretrained``:
     transformers 5 writes some architectures under their older key names there (ViT's
-    ``layers.0.attention.k_proj`` as ``encoder.layer.0.attention.attention.key``).
+    ``layers.0.attention.k_proj`` as ``encoder.layer.0.attention.attention.key``). A
+    ``state_dict()`` does not say which parameters torch freezes
+    (``requires_grad=False``), so the judge names them with
+    ``-O lint-gradients.frozen=[...]``, as their user would (the export's
+    ``torch_frozen``; so in every mode whose checkpoint is a ``state_dict()``).
 ``dynamo-full-state``
     The same export; the checkpoint is ``graphpass.torch.save_state`` of the Hugging
-    Face model (every parameter, buffer and tensor constant; same keys).
+    Face model (every parameter, buffer and tensor constant; same keys), which records
+    the frozen parameters itself: the judge names nothing.
 ``legacy-functions``
     ``dynamo=False`` (TorchScript) with ``export_modules_as_functions`` on the model's
     layer classes, weights included, the default ``do_constant_folding=True``. torch
@@ -320,7 +325,11 @@ def _build(case: Case, mode: str, folder: Path) -> None:
     manifest: dict[str, Any] = {
         "case": case.name, "mode": mode, "versions": versions(),
         "inputs": {name: list(value.shape) for name, value in inputs.items()},
-        "output": OUTPUT, "output_shape": list(output.shape), "error": None, "notes": []}
+        "output": OUTPUT, "output_shape": list(output.shape), "error": None, "notes": [],
+        # What the user knows and no ONNX file or state_dict() says: the parameters torch
+        # does not train, by name (the judge names them where a user would have to).
+        "torch_frozen": [name for name, parameter in wrapper.named_parameters()
+                         if not parameter.requires_grad]}
     started = time.perf_counter()
     try:
         with warnings.catch_warnings(), _quiet():

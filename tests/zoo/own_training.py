@@ -159,7 +159,8 @@ def own_judge(case: Case, mode: str, workdir: Path, *, follow_hints: bool = True
     except ZooError as error:
         return OwnOutcome(case.name, mode, "wrong", f"export failed: {error}",
                           {"total": time.perf_counter() - started})
-    code, report, stderr = build_training_graph(exported, workdir / mode, *arguments)
+    code, report, stderr = build_training_graph(exported, workdir / mode,
+                                                *user_options(exported), *arguments)
     built = time.perf_counter()
     seconds = {"graphpass": built - started}
     errors = [f for f in report.get("findings", []) if f.get("severity") == "error"]
@@ -173,6 +174,23 @@ def own_judge(case: Case, mode: str, workdir: Path, *, follow_hints: bool = True
     seconds["total"] = time.perf_counter() - started
     outcome.seconds = seconds
     return outcome
+
+
+def user_options(exported: Export) -> tuple[str, ...]:
+    """The options a user would give for what the export's files do not say.
+
+    When the checkpoint is a plain ``state_dict()`` (``dynamo-state-dict``,
+    ``dynamo+state_dict`` and the other ``+state_dict`` / ``+finetuned`` modes), nothing
+    says which parameters torch does not train (``requires_grad=False``), so they are
+    named with ``lint-gradients.frozen``, as the docs ask. A ``save_state`` checkpoint
+    (``dynamo-full-state``) records them itself: nothing is named.
+    """
+    frozen = exported.manifest.get("torch_frozen") or []
+    plain = exported.mode == "dynamo-state-dict" or \
+        exported.manifest.get("checkpoint") in ("state_dict", "finetuned")
+    if plain and frozen:
+        return ("-O", f"lint-gradients.frozen={json.dumps(frozen)}")
+    return ()
 
 
 # ================================================================== the checks

@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 import onnx
 
+from graphpass.checkpoint import ReconcileResult
 from graphpass.errors import PluginError
 from graphpass.findings import Finding, Severity
 from graphpass.ir import Graph, Node, dtype_name
@@ -897,12 +898,16 @@ class WeightSelection:
         left_out: The float weights left out of the default because torch's export
             record marks them as buffers or constants, with what it says they are
             (empty when ``trainable`` names weights).
+        recorded: The default's weights frozen because the checkpoint records them as
+            parameters torch does not train (``ReconcileResult.frozen``; empty when
+            ``trainable`` names weights), also in ``frozen``.
     """
 
     candidates: tuple[str, ...]
     chosen: tuple[str, ...]
     frozen: tuple[str, ...]
     left_out: Mapping[str, StateKind]
+    recorded: tuple[str, ...] = ()
 
     @property
     def trainable(self) -> list[str]:
@@ -917,7 +922,8 @@ class WeightSelection:
 
 
 def select_weights(graph: Graph, trainable: Sequence[str] = (),
-                   frozen: Sequence[str] = ()) -> WeightSelection:
+                   frozen: Sequence[str] = (), *,
+                   recorded_frozen: Collection[str] = ()) -> WeightSelection:
     """Pick the weights to train in ``graph``.
 
     Args:
@@ -926,18 +932,27 @@ def select_weights(graph: Graph, trainable: Sequence[str] = (),
             every float initializer except those torch's export record marks as
             buffers or constants (:func:`graphpass.torch._export_record.default_trainable`).
         frozen: Names or patterns of weights to leave out.
+        recorded_frozen: Weights the checkpoint records as parameters torch does not
+            train (``ReconcileResult.frozen``): left out of the default, ignored when
+            ``trainable`` names weights (the user's request wins over the record).
 
     Returns:
         The selection; element types are not checked beyond the default's.
     """
     candidates = tuple(dict.fromkeys([*graph.initializers, *graph.input_names]))
     left_out: dict[str, StateKind] = {}
+    recorded: tuple[str, ...] = ()
     if trainable:
         chosen = [name for name in candidates if _matches(name, trainable)]
     else:
         chosen, left_out = default_trainable(graph)
-    fixed = tuple(name for name in candidates if _matches(name, frozen) or name in left_out)
-    return WeightSelection(candidates, tuple(chosen), fixed, MappingProxyType(left_out))
+        record = frozenset(recorded_frozen)
+        recorded = tuple(name for name in chosen if name in record
+                         and not _matches(name, frozen))
+    fixed = tuple(name for name in candidates if _matches(name, frozen) or name in left_out
+                  or name in recorded)
+    return WeightSelection(candidates, tuple(chosen), fixed, MappingProxyType(left_out),
+                           recorded)
 
 
 @dataclass(frozen=True)
@@ -990,11 +1005,15 @@ class SelectionReport:
 def trainable_weights(graph: Graph, trainable: Sequence[str] = (), frozen: Sequence[str] = (),
                       *, codes: Mapping[str, str], trainer: str,
                       types: Collection[int] = DIFFERENTIABLE_TYPES,
-                      initializers_only: bool = False) -> TrainableWeights:
+                      initializers_only: bool = False,
+                      reconciled: ReconcileResult | None = None) -> TrainableWeights:
     """The weights to train and to keep fixed, and the findings of the request.
 
     The one selection of ``lint-gradients``, ``build-training-graph`` and
-    ``emit-training-artifacts`` (:func:`select_weights`, then element types).
+    ``emit-training-artifacts`` (:func:`select_weights`, then element types). When the
+    model was filled from a checkpoint that records which parameters torch does not
+    train (``graphpass.torch.save_state``), the default leaves those out too
+    (``reconciled.frozen``; ``selection.recorded`` names them).
 
     Args:
         graph: The main graph.
@@ -1006,9 +1025,12 @@ def trainable_weights(graph: Graph, trainable: Sequence[str] = (), frozen: Seque
         types: The element types the trainer trains.
         initializers_only: Whether only initializers train and freeze (graph inputs
             that stand for weights do not).
+        reconciled: What ``reconcile-initializers`` filled the model from (its
+            analysis), if it ran: its ``frozen`` weights are left out of the default.
     """
     findings: list[Finding] = []
-    selection = select_weights(graph, trainable, frozen)
+    selection = select_weights(graph, trainable, frozen,
+                               recorded_frozen=reconciled.frozen if reconciled else ())
     parameters = signature_parameters(graph)
     for option, patterns in (("trainable", trainable), ("frozen", frozen)):
         for pattern in selection.matching_nothing(patterns):
