@@ -8,6 +8,7 @@ gradient clipping, running statistics.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 from _torch_beside import gradient_mismatches, step_both, wrapped_copy
