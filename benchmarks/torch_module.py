@@ -140,7 +140,7 @@ def _products_seconds(trainer: str, model: Any, ids: Any) -> float:
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(folder) / "profile")
         profiled = graphpass.torch.Module(model, session_options=options)
-        for _ in range(2):  # the first call exports and builds the sessions
+        for _ in range(4):  # the first call exports; the next ones warm the allocations
             profiled(input_ids=ids, labels=ids).loss.backward()
         model.zero_grad(set_to_none=True)
         entry = next(iter(profiled._entries.values()))[0]
