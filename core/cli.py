@@ -741,10 +741,7 @@ def _verify_options(args: argparse.Namespace,
         return configured
     options = configured or VerifyOptions()
     if args.verify_inputs:
-        options.inputs = Path(args.verify_inputs)
-        if not options.inputs.exists():
-            raise UsageError(f"--verify-inputs {args.verify_inputs}: no such file",
-                             "graphpass run")
+        options.inputs = Path(args.verify_inputs)  # RunSpec.check: that it exists
     if args.verify_per_pass:
         options.each = True
     if args.verify_optional:

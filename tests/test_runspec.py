@@ -171,3 +171,27 @@ def test_a_missing_checkpoint_is_one_error_with_the_usage_exit_code(cli, tmp_pat
     assert not (tmp_path / "out.onnx").exists()
     code, _, stderr = cli("lint", TINY, "-c", file)
     assert code == ExitCode.USAGE and f"{file}:3" in stderr
+
+
+def test_a_missing_verify_inputs_file_is_checked_where_checkpoints_are(cli, tmp_path: Path) -> None:
+    """One place checks the run's input files: the flag, the pipeline file and Python agree."""
+    from graphpass.framework import VerifyOptions
+
+    missing = tmp_path / "feeds.npz"
+    with pytest.raises(ConfigError, match="no such file") as caught:
+        RunSpec(passes=("check",), verify=VerifyOptions(inputs=missing)).manager()
+    assert caught.value.exit_code is ExitCode.USAGE
+    file = tmp_path / "pipeline.toml"
+    file.write_text('[pipeline]\npasses = ["check"]\n\n[instrument]\n'
+                    'verify = { inputs = "feeds.npz" }\n')
+    with pytest.raises(ConfigError, match="no such file") as caught:
+        RunSpec.from_pipeline(file).check()
+    assert caught.value.where is not None and caught.value.where.startswith(f"{file}:5")
+    out = tmp_path / "out.onnx"
+    code, _, stderr = cli("run", TINY, "-o", out, "-p", "check", "--verify",
+                          "--verify-inputs", missing)
+    assert code == ExitCode.USAGE
+    assert f"verify inputs {missing} (--verify-inputs): no such file" in stderr
+    assert not out.exists()
+    code, _, stderr = cli("run", TINY, "-o", out, "-c", file)
+    assert code == ExitCode.USAGE and f"{file}:5" in stderr and not out.exists()

@@ -350,10 +350,7 @@ def _read_verify(config: PipelineFile, value: Any) -> None:
     options = VerifyOptions()
     if "inputs" in table:
         options.inputs = resolve_path(_string(config, (*key, "inputs"), table["inputs"]),
-                                      config.base_dir)
-        if not options.inputs.exists():
-            raise config.error((*key, "inputs"), f"no such file: {options.inputs}",
-                               "paths are relative to the pipeline file")
+                                      config.base_dir)  # RunSpec.check: that it exists
     if "dims" in table:
         dims = _table(config, (*key, "dims"), table["dims"])
         options.dims = {str(name): _whole_number(config, (*key, "dims", name), size, minimum=1)

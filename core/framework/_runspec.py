@@ -194,15 +194,16 @@ class RunSpec:
     def check(self, registry: Registry | None = None) -> None:
         """Check the run's inputs before any model is read: the one place that does.
 
-        Every checkpoint must exist; a pipeline file's pass names, preset names and
-        options must be known to ``registry``.
+        Every checkpoint and the verification's inputs file must exist; a pipeline
+        file's pass names, preset names and options must be known to ``registry``.
 
         Args:
             registry: Where names are looked up (default: :meth:`registry`).
 
         Raises:
-            ConfigError: A checkpoint that does not exist (located at the pipeline file's
-                line when the file names it), an unknown name or a bad option in the
+            ConfigError: A checkpoint or inputs file that does not exist (located at the
+                pipeline file's line when the file names it), an unknown name or a bad
+                option in the
                 pipeline file. Its ``exit_code`` is :attr:`graphpass.ExitCode.USAGE`.
         """
         from_file = set(self.source.checkpoints) if self.source is not None else set()
@@ -218,8 +219,22 @@ class RunSpec:
                               hint="give a checkpoint file or folder that exists"
                               + ("" if given.is_absolute()
                                  else f" (relative paths are read from {self.base_dir or '.'})"))
+        self._check_verify_inputs()
         if self.source is not None:
             self.source.check(registry if registry is not None else self.registry())
+
+    def _check_verify_inputs(self) -> None:
+        inputs = self.verify.inputs if self.verify is not None else None
+        if inputs is None or inputs.exists():
+            return
+        source = self.source
+        if source is not None and source.instruments.verify is not None \
+                and source.instruments.verify.inputs == inputs:
+            raise source.error(("instrument", "verify", "inputs"), f"no such file: {inputs}",
+                               "paths are relative to the pipeline file")
+        raise ConfigError(f"verify inputs {inputs} (--verify-inputs): no such file",
+                          hint="give an .npz file that exists (one array per model input, "
+                               "by input name)")
 
     def manager(self, registry: Registry | None = None) -> PassManager:
         """Check the inputs and plan the passes (before any model is read).
