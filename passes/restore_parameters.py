@@ -184,6 +184,7 @@ class _Restorer:
         self.advice = unfolded_export_advice(graph)
         self.restored: dict[str, str] = {}  # folded value -> the parameter it is computed from
         self.recipes: dict[str, str] = {}  # folded value -> how (``Transpose(W)``)
+        self.evidence: dict[str, str] = {}  # folded value -> how its recipe was established
         self.lost: list[_Lost] = []
         self.legacy: list[tuple[str, str]] = []  # (copy, consumer)
         self.merged: dict[str, str] = {}  # parameter name -> the initializer it reads
@@ -256,7 +257,8 @@ class _Restorer:
             mark_state(graph, fold.source, "parameter", self.parameters.get(fold.source))
             graph.values[fold.source].set_metadata(
                 _TAG, f"restored from the exporter's {fold.name!r} "
-                      f"({fold.recipe.describe(fold.source)})")
+                      f"({fold.recipe.describe(fold.source)}"
+                      + (f"; {fold.evidence})" if fold.evidence else ")"))
         nodes = recompute(graph, fold)
         for node in nodes:
             node.set_metadata(_TAG, f"{fold.recipe.describe(fold.source)} replaces the "
@@ -265,6 +267,7 @@ class _Restorer:
             self.checks.append(FoldCheck(fold.name, nodes, constant, fold.recipe.exact))
         self.restored[fold.name] = fold.source
         self.recipes[fold.name] = fold.recipe.describe(fold.source)
+        self.evidence[fold.name] = fold.evidence
 
     def find_lost(self) -> None:
         """Parameters the signature lists that the model lacks, or holds rewritten."""
@@ -386,7 +389,8 @@ class _Restorer:
                 f"copies; the copies are computed from {'them' if count != 1 else 'it'} again, "
                 f"so that training updates {'them' if count != 1 else 'it'}: "
                 f"{shortened_list(pairs, _SHOWN)}",
-                data={"restored": dict(self.restored), "recipes": dict(self.recipes)}))
+                data={"restored": dict(self.restored), "recipes": dict(self.recipes),
+                      "evidence": dict(self.evidence)}))
         if self.folding.ties:
             pairs = [f"{alias} is {name}" for name, aliases in self.folding.ties.items()
                      for alias in aliases]

@@ -276,7 +276,27 @@ class ConcatWeights(nn.Module):
         return self.out(torch.tanh(x @ torch.cat([self.a.t(), self.b], dim=1)))
 
 
-INPUTS = {"square": (2, 5, 8), "concat": (2, 5, 8), "window": (2, 9, 8), "window-extra": (2, 9, 8),
+class ClassToken(nn.Module):
+    """A class token expanded to the batch and put before the sequence (ViT, DeiT, AST).
+
+    Exported with a static batch, the optimizer folds ``cls_token.expand(2, -1, -1)`` into a
+    constant ``expand`` of shape [2, 1, 8], records it as folded from ``cls_token`` (and its
+    own size constants), and keeps no ``cls_token``: the constant holds every element of it.
+    """
+
+    def __init__(self, zeros: bool = False) -> None:
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, 8) if zeros else torch.randn(1, 1, 8))
+        self.proj = nn.Linear(8, 8)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), self.proj(x)], dim=1)
+        return self.out(torch.tanh(tokens))
+
+
+INPUTS = {"square": (2, 5, 8), "concat": (2, 5, 8), "cls-token": (2, 5, 8),
+          "cls-token-zeros": (2, 5, 8), "window": (2, 9, 8), "window-extra": (2, 9, 8),
           "window-direct": (2, 9, 8),
           "gemma": (2, 5, 8), "gemma-trained": (2, 5, 8), "weight-norm": (2, 5, 8)}
 
@@ -285,6 +305,7 @@ def _module(name: str) -> nn.Module:
     torch.manual_seed(0)
     module: nn.Module = {
         "square": SquareTranspose, "concat": ConcatWeights, "window": WindowAttention,
+        "cls-token": ClassToken, "cls-token-zeros": lambda: ClassToken(zeros=True),
         "window-extra": lambda: WindowAttention(extra_rows=1),
         "window-direct": lambda: WindowAttention(direct=True),
         "gemma": lambda: GemmaNorm(False), "gemma-trained": lambda: GemmaNorm(True),
@@ -387,13 +408,15 @@ def test_repeated_rows_the_index_reads_both_of_are_refused_naming_the_ambiguity(
 
 @pytest.mark.torch
 @pytest.mark.parametrize(("name", "trains"), [
-    ("square", True), ("window-direct", True), ("window", False), ("gemma", False),
-    ("weight-norm", False)])
+    ("square", True), ("window-direct", True), ("cls-token", True), ("window", False),
+    ("gemma", False), ("weight-norm", False), ("cls-token-zeros", False)])
 def test_without_a_checkpoint_only_what_the_file_lacks_is_refused(
         name: str, trains: bool, tmp_path: Path, capsys: Any) -> None:
     """The square transpose is torch's record (a permute of W alone); a selection of a table
     the file still holds (another use keeps it) is found from its values and checked in
-    onnxruntime; the others' sources are not in the file at all."""
+    onnxruntime; a class token the file holds only as its expand to the batch is read back
+    from it (the copies are equal), unless it is one repeated value (zeros), which does not
+    show which axes were broadcast; the others' sources are not in the file at all."""
     module, path, _, x = _export(name, tmp_path)
     capsys.readouterr()
     code = main(["run", str(path), "-o", str(tmp_path / "ready.onnx"), "-p", "train-ready",
@@ -402,10 +425,18 @@ def test_without_a_checkpoint_only_what_the_file_lacks_is_refused(
     if not trains:
         assert code == 1 and "GP251" in report, report
         assert "no checkpoint is given" in report
+        if name == "cls-token-zeros":
+            assert "holds one value 16 times, which does not show the parameter's shape" \
+                in report, report
         return
     assert code == 0, report
     if name == "window-direct":
         assert "unsqueeze = Gather(Reshape(table, [-1])" in report
+    if name == "cls-token":
+        assert "expand = Expand(cls_token, [2, 1, 8])" in report, report
+        restored = onnx.load(str(tmp_path / "ready.onnx")).graph.initializer
+        [token] = [tensor for tensor in restored if tensor.name == "cls_token"]
+        assert list(token.dims) == [1, 1, 8]
     with torch.no_grad():
         target = (module(torch.from_numpy(x)) + 0.1).numpy()
     trainable, got = _gradients(tmp_path / "train", x, target)
