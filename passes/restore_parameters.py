@@ -448,12 +448,20 @@ class _Restorer:
                 value=next(iter(self.merged)), hint=MERGED_ADVICE,
                 data={"merged": dict(self.merged)}))
         if self.unused:
+            absent = [p for p in self.unused if p not in self.graph.initializers]
             found.append(Finding(
                 UNUSED_CODE, Severity.INFO,
                 f"{len(self.unused)} torch parameter{'s' * (len(self.unused) != 1)} no node "
                 f"uses any more (torch gives them no gradient either): "
-                f"{shortened_list(self.unused, _SHOWN, quote=True)}",
-                data={"parameters": self.unused}))
+                f"{shortened_list(self.unused, _SHOWN, quote=True)}"
+                + (f"; the file does not hold the values of {_listed(absent)}" if absent
+                   else ""),
+                hint=("to write a torch checkpoint with every state_dict() key after "
+                      "training (graphpass train --checkpoint-out), give the model's state "
+                      "as --checkpoint (graphpass.torch.save_state, or its state_dict() as "
+                      "safetensors); the trained model itself (--save) needs none of them")
+                if absent else None,
+                data={"parameters": self.unused, "not_held": absent}))
         return found
 
     def _first_consumer(self, name: str) -> str | None:
