@@ -309,7 +309,8 @@ class MaskedClassToken(ClassToken):
 
 
 INPUTS = {"square": (2, 5, 8), "concat": (2, 5, 8), "cls-token": (2, 5, 8),
-          "cls-token-zeros": (2, 5, 8), "cls-token-mask": (2, 5, 8), "window": (2, 9, 8),
+          "cls-token-zeros": (2, 5, 8), "cls-token-mask": (2, 5, 8),
+          "cls-token-batch-1": (1, 5, 8), "window": (2, 9, 8),
           "window-extra": (2, 9, 8), "window-direct": (2, 9, 8),
           "gemma": (2, 5, 8), "gemma-trained": (2, 5, 8), "weight-norm": (2, 5, 8)}
 
@@ -319,7 +320,7 @@ def _module(name: str) -> nn.Module:
     module: nn.Module = {
         "square": SquareTranspose, "concat": ConcatWeights, "window": WindowAttention,
         "cls-token": ClassToken, "cls-token-zeros": lambda: ClassToken(zeros=True),
-        "cls-token-mask": MaskedClassToken,
+        "cls-token-mask": MaskedClassToken, "cls-token-batch-1": ClassToken,
         "window-extra": lambda: WindowAttention(extra_rows=1),
         "window-direct": lambda: WindowAttention(direct=True),
         "gemma": lambda: GemmaNorm(False), "gemma-trained": lambda: GemmaNorm(True),
@@ -423,7 +424,8 @@ def test_repeated_rows_the_index_reads_both_of_are_refused_naming_the_ambiguity(
 
 @pytest.mark.torch
 @pytest.mark.parametrize(("name", "trains"), [
-    ("square", True), ("window-direct", True), ("cls-token", True), ("window", False),
+    ("square", True), ("window-direct", True), ("cls-token", True),
+    ("cls-token-batch-1", True), ("window", False),
     ("gemma", False), ("weight-norm", False), ("cls-token-zeros", False)])
 def test_without_a_checkpoint_only_what_the_file_lacks_is_refused(
         name: str, trains: bool, tmp_path: Path, capsys: Any) -> None:
@@ -447,8 +449,9 @@ def test_without_a_checkpoint_only_what_the_file_lacks_is_refused(
     assert code == 0, report
     if name == "window-direct":
         assert "unsqueeze = Gather(Reshape(table, [-1])" in report
-    if name == "cls-token":
-        assert "expand = Expand(cls_token, [2, 1, 8])" in report, report
+    if name.startswith("cls-token"):  # batch 1: nothing repeats, the fold is the token
+        assert ("expand = Identity(cls_token)" if name.endswith("1") else
+                "expand = Expand(cls_token, [2, 1, 8])") in report, report
         restored = onnx.load(str(tmp_path / "ready.onnx")).graph.initializer
         [token] = [tensor for tensor in restored if tensor.name == "cls_token"]
         assert list(token.dims) == [1, 1, 8]

@@ -58,9 +58,11 @@ _WEIGHT_SLOTS: Final = {"MatMul": (1,), "Gemm": (1, 2), "Conv": (1, 2), "ConvTra
 _PERMUTE_NAME: Final = re.compile(r"(permute|t|transpose|numpy_T)(_\d+)?")
 _PERMUTE_EVIDENCE: Final = ("torch's record: the constant is the FX node of a permute, folded "
                             "from the parameter alone")
-_BROADCAST_NAME: Final = re.compile(r"(expand|expand_as|broadcast_to|repeat)(_\d+)?")
-"""FX nodes that copy their one input whole, repeating it along axes of size 1 (and new
-leading axes): a constant named so and folded from one tensor holds every element of it."""
+_BROADCAST_NAME: Final = re.compile(r"(expand|expand_as|broadcast_to)(_\d+)?")
+"""FX nodes that copy their one input whole, repeating it only along axes of size 1 (and
+new leading axes): a constant named so and folded from one tensor holds every element of
+it. (``repeat`` is not one: it also tiles axes longer than 1, which the values cannot tell
+from the parameter's own.)"""
 
 
 def find_ties(graph: Graph) -> dict[str, list[str]]:
@@ -380,8 +382,9 @@ class _Finder:
                 fold.problem = f"{text}; {self._nowhere(repr(fold.source))}"
                 return
             fold.recipe = read
-            fold.evidence = (f"torch's record: the constant is the FX node of {fold.name!r} "
-                             f"(an expand), folded from the parameter alone; values: {text}")
+            fold.evidence = (f"torch's record: the constant is the FX node {fold.name!r} (a "
+                             "broadcast of its input), folded from the parameter alone; "
+                             f"values: {text}")
             return
         recipe, evidence = self._recipe_from_constant(fold, constant, source_shape)
         if recipe is not None:
