@@ -184,6 +184,7 @@ class _Restorer:
         self.advice = unfolded_export_advice(graph)
         self.restored: dict[str, str] = {}  # folded value -> the parameter it is computed from
         self.recipes: dict[str, str] = {}  # folded value -> how (``Transpose(W)``)
+        self.evidence: dict[str, str] = {}  # folded value -> how its recipe was established
         self.lost: list[_Lost] = []
         self.legacy: list[tuple[str, str]] = []  # (copy, consumer)
         self.merged: dict[str, str] = {}  # parameter name -> the initializer it reads
@@ -256,7 +257,8 @@ class _Restorer:
             mark_state(graph, fold.source, "parameter", self.parameters.get(fold.source))
             graph.values[fold.source].set_metadata(
                 _TAG, f"restored from the exporter's {fold.name!r} "
-                      f"({fold.recipe.describe(fold.source)})")
+                      f"({fold.recipe.describe(fold.source)}"
+                      + (f"; {fold.evidence})" if fold.evidence else ")"))
         nodes = recompute(graph, fold)
         for node in nodes:
             node.set_metadata(_TAG, f"{fold.recipe.describe(fold.source)} replaces the "
@@ -265,6 +267,7 @@ class _Restorer:
             self.checks.append(FoldCheck(fold.name, nodes, constant, fold.recipe.exact))
         self.restored[fold.name] = fold.source
         self.recipes[fold.name] = fold.recipe.describe(fold.source)
+        self.evidence[fold.name] = fold.evidence
 
     def find_lost(self) -> None:
         """Parameters the signature lists that the model lacks, or holds rewritten."""
@@ -386,7 +389,8 @@ class _Restorer:
                 f"copies; the copies are computed from {'them' if count != 1 else 'it'} again, "
                 f"so that training updates {'them' if count != 1 else 'it'}: "
                 f"{shortened_list(pairs, _SHOWN)}",
-                data={"restored": dict(self.restored), "recipes": dict(self.recipes)}))
+                data={"restored": dict(self.restored), "recipes": dict(self.recipes),
+                      "evidence": dict(self.evidence)}))
         if self.folding.ties:
             pairs = [f"{alias} is {name}" for name, aliases in self.folding.ties.items()
                      for alias in aliases]
@@ -444,12 +448,20 @@ class _Restorer:
                 value=next(iter(self.merged)), hint=MERGED_ADVICE,
                 data={"merged": dict(self.merged)}))
         if self.unused:
+            absent = [p for p in self.unused if p not in self.graph.initializers]
             found.append(Finding(
                 UNUSED_CODE, Severity.INFO,
                 f"{len(self.unused)} torch parameter{'s' * (len(self.unused) != 1)} no node "
                 f"uses any more (torch gives them no gradient either): "
-                f"{shortened_list(self.unused, _SHOWN, quote=True)}",
-                data={"parameters": self.unused}))
+                f"{shortened_list(self.unused, _SHOWN, quote=True)}"
+                + (f"; the file does not hold the values of {_listed(absent)}" if absent
+                   else ""),
+                hint=("to write a torch checkpoint with every state_dict() key after "
+                      "training (graphpass train --checkpoint-out), give the model's state "
+                      "as --checkpoint (graphpass.torch.save_state, or its state_dict() as "
+                      "safetensors); the trained model itself (--save) needs none of them")
+                if absent else None,
+                data={"parameters": self.unused, "not_held": absent}))
         return found
 
     def _first_consumer(self, name: str) -> str | None:

@@ -276,8 +276,42 @@ class ConcatWeights(nn.Module):
         return self.out(torch.tanh(x @ torch.cat([self.a.t(), self.b], dim=1)))
 
 
-INPUTS = {"square": (2, 5, 8), "concat": (2, 5, 8), "window": (2, 9, 8), "window-extra": (2, 9, 8),
-          "window-direct": (2, 9, 8),
+class ClassToken(nn.Module):
+    """A class token expanded to the batch and put before the sequence (ViT, DeiT, AST).
+
+    Exported with a static batch, the optimizer folds ``cls_token.expand(2, -1, -1)`` into a
+    constant ``expand`` of shape [2, 1, 8], records it as folded from ``cls_token`` (and its
+    own size constants), and keeps no ``cls_token``: the constant holds every element of it.
+    """
+
+    def __init__(self, zeros: bool = False) -> None:
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, 8) if zeros else torch.randn(1, 1, 8))
+        self.proj = nn.Linear(8, 8)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), self.proj(x)], dim=1)
+        return self.out(torch.tanh(tokens))
+
+
+class MaskedClassToken(ClassToken):
+    """DINOv2's embeddings: a mask token used only where a mask is given (none here)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mask_token = nn.Parameter(torch.randn(1, 8))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if mask is not None:
+            x = torch.where(mask.unsqueeze(-1), self.mask_token.to(x.dtype), x)
+        return super().forward(x)
+
+
+INPUTS = {"square": (2, 5, 8), "concat": (2, 5, 8), "cls-token": (2, 5, 8),
+          "cls-token-zeros": (2, 5, 8), "cls-token-mask": (2, 5, 8),
+          "cls-token-batch-1": (1, 5, 8), "window": (2, 9, 8),
+          "window-extra": (2, 9, 8), "window-direct": (2, 9, 8),
           "gemma": (2, 5, 8), "gemma-trained": (2, 5, 8), "weight-norm": (2, 5, 8)}
 
 
@@ -285,6 +319,8 @@ def _module(name: str) -> nn.Module:
     torch.manual_seed(0)
     module: nn.Module = {
         "square": SquareTranspose, "concat": ConcatWeights, "window": WindowAttention,
+        "cls-token": ClassToken, "cls-token-zeros": lambda: ClassToken(zeros=True),
+        "cls-token-mask": MaskedClassToken, "cls-token-batch-1": ClassToken,
         "window-extra": lambda: WindowAttention(extra_rows=1),
         "window-direct": lambda: WindowAttention(direct=True),
         "gemma": lambda: GemmaNorm(False), "gemma-trained": lambda: GemmaNorm(True),
@@ -327,7 +363,8 @@ def _torch_gradients(module: nn.Module, x: np.ndarray, target: np.ndarray
     module.zero_grad()
     loss = nn.functional.mse_loss(module(torch.from_numpy(x)), torch.from_numpy(target))
     loss.backward()
-    return {name: p.grad.numpy() for name, p in module.named_parameters()}
+    return {name: p.grad.numpy() for name, p in module.named_parameters()
+            if p.grad is not None}  # torch gives a parameter its forward does not use none
 
 
 @pytest.mark.torch
@@ -387,13 +424,16 @@ def test_repeated_rows_the_index_reads_both_of_are_refused_naming_the_ambiguity(
 
 @pytest.mark.torch
 @pytest.mark.parametrize(("name", "trains"), [
-    ("square", True), ("window-direct", True), ("window", False), ("gemma", False),
-    ("weight-norm", False)])
+    ("square", True), ("window-direct", True), ("cls-token", True),
+    ("cls-token-batch-1", True), ("window", False),
+    ("gemma", False), ("weight-norm", False), ("cls-token-zeros", False)])
 def test_without_a_checkpoint_only_what_the_file_lacks_is_refused(
         name: str, trains: bool, tmp_path: Path, capsys: Any) -> None:
     """The square transpose is torch's record (a permute of W alone); a selection of a table
     the file still holds (another use keeps it) is found from its values and checked in
-    onnxruntime; the others' sources are not in the file at all."""
+    onnxruntime; a class token the file holds only as its expand to the batch is read back
+    from it (the copies are equal), unless it is one repeated value (zeros), which does not
+    show which axes were broadcast; the others' sources are not in the file at all."""
     module, path, _, x = _export(name, tmp_path)
     capsys.readouterr()
     code = main(["run", str(path), "-o", str(tmp_path / "ready.onnx"), "-p", "train-ready",
@@ -402,10 +442,19 @@ def test_without_a_checkpoint_only_what_the_file_lacks_is_refused(
     if not trains:
         assert code == 1 and "GP251" in report, report
         assert "no checkpoint is given" in report
+        if name == "cls-token-zeros":
+            assert "holds one value 16 times, which does not show the parameter's shape" \
+                in report, report
         return
     assert code == 0, report
     if name == "window-direct":
         assert "unsqueeze = Gather(Reshape(table, [-1])" in report
+    if name.startswith("cls-token"):  # batch 1: nothing repeats, the fold is the token
+        assert ("expand = Identity(cls_token)" if name.endswith("1") else
+                "expand = Expand(cls_token, [2, 1, 8])") in report, report
+        restored = onnx.load(str(tmp_path / "ready.onnx")).graph.initializer
+        [token] = [tensor for tensor in restored if tensor.name == "cls_token"]
+        assert list(token.dims) == [1, 1, 8]
     with torch.no_grad():
         target = (module(torch.from_numpy(x)) + 0.1).numpy()
     trainable, got = _gradients(tmp_path / "train", x, target)
@@ -413,6 +462,41 @@ def test_without_a_checkpoint_only_what_the_file_lacks_is_refused(
     assert sorted(trainable) == sorted(expected)
     for weight, grad in got.items():
         np.testing.assert_allclose(grad, expected[weight], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.torch
+def test_a_parameter_the_exported_forward_does_not_use_is_named_as_what_it_is(
+        tmp_path: Path, capsys: Any) -> None:
+    """A mask token used only with a mask (DINOv2's): the export's forward reads it nowhere,
+    the optimizer drops it, and torch gives it no gradient. The run trains the rest as torch
+    does, says the file does not hold it (GP253), and a torch checkpoint written after
+    training is refused saying why the model lacks it, not that constants were computed
+    from it."""
+    module, path, _, x = _export("cls-token-mask", tmp_path)
+    capsys.readouterr()
+    train = tmp_path / "train"
+    code = main(["run", str(path), "-o", str(tmp_path / "ready.onnx"), "-p", "train-ready",
+                 "--emit-training-graph", str(train), "--format", "json"])
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert code == 0, findings
+    [unused] = [f for f in findings if f["code"] == "GP253"]
+    assert unused["data"] == {"parameters": ["mask_token"], "not_held": ["mask_token"]}
+    assert "does not hold the values of 'mask_token'" in unused["message"]
+    assert "--checkpoint" in unused["hint"]
+    with torch.no_grad():
+        target = (module(torch.from_numpy(x)) + 0.1).numpy()
+    trainable, got = _gradients(train, x, target)
+    expected = _torch_gradients(module, x, target)
+    assert module.mask_token.grad is None and sorted(trainable) == sorted(expected)
+    for weight, grad in got.items():
+        np.testing.assert_allclose(grad, expected[weight], rtol=1e-4, atol=1e-6)
+    np.savez(tmp_path / "batch.npz", x=x, target=target)
+    code = main(["train", str(train), "--data", str(tmp_path / "batch.npz"), "--steps", "1",
+                 "--checkpoint-out", str(tmp_path / "trained.safetensors")])
+    captured = capsys.readouterr()
+    said = " ".join((captured.err + captured.out).split())
+    assert code == 2 and not (tmp_path / "trained.safetensors").exists()
+    assert "'mask_token'" in said and "unused by the exported forward" in said, said
 
 
 class StandardizedLinear(nn.Module):

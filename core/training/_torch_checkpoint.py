@@ -52,8 +52,9 @@ def check_checkpoint(manifest: dict[str, Any]) -> None:
         raise TrainingError(
             f"cannot write a checkpoint that load_state_dict(strict=True) accepts: the "
             f"model's state_dict() has {shown}{more}, which torch's export record lists but "
-            "the model does not hold (the exporter computed constants from "
-            f"{'them' if len(missing) != 1 else 'it'}) and no checkpoint gave",
+            "the model does not hold (the exporter's optimizer removed "
+            f"{'them' if len(missing) != 1 else 'it'}: folded into the constants computed "
+            "from it, or unused by the exported forward) and no checkpoint gave",
             hint="build the training graphs with the model's state as --checkpoint (a "
                  "graphpass.torch.save_state file, or torch's state_dict() saved as "
                  "safetensors): its values are carried through; or write the trained "

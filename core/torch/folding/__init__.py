@@ -47,7 +47,10 @@ How a recipe is established, most certain first (:attr:`Fold.evidence` says whic
   checkpoint's tensor when the checkpoint holds the values the export was made from.
   Repeated values are decided by the only shape op the values allow or by an index tensor
   recorded with the fold, else refused (:attr:`Fold.problem` names the ambiguity);
-* the constant itself: a broadcast repeats one slice, which is the source; the rows of a
+* the constant itself: a broadcast repeats one slice, which is the source; where neither
+  the file nor a checkpoint gives the source's shape, a constant torch's record names an
+  ``expand`` of one tensor alone shows it (each axis along which one slice repeats is
+  broadcast; a constant of one repeated value shows nothing and is refused); the rows of a
   position table are the indices the same export computed from the same values, kept
   as an integer constant beside it.
 

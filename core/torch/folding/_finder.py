@@ -34,6 +34,7 @@ from graphpass.torch.folding._folds import Fold, Folding, FusedBatchNorm
 from graphpass.torch.folding._recipes import (
     Affine,
     Broadcast,
+    Copy,
     Recipe,
     Rows,
     SelectSeveral,
@@ -57,6 +58,11 @@ _WEIGHT_SLOTS: Final = {"MatMul": (1,), "Gemm": (1, 2), "Conv": (1, 2), "ConvTra
 _PERMUTE_NAME: Final = re.compile(r"(permute|t|transpose|numpy_T)(_\d+)?")
 _PERMUTE_EVIDENCE: Final = ("torch's record: the constant is the FX node of a permute, folded "
                             "from the parameter alone")
+_BROADCAST_NAME: Final = re.compile(r"(expand|expand_as|broadcast_to)(_\d+)?")
+"""FX nodes that copy their one input whole, repeating it only along axes of size 1 (and
+new leading axes): a constant named so and folded from one tensor holds every element of
+it. (``repeat`` is not one: it also tiles axes longer than 1, which the values cannot tell
+from the parameter's own.)"""
 
 
 def find_ties(graph: Graph) -> dict[str, list[str]]:
@@ -370,6 +376,16 @@ class _Finder:
         if ambiguity is not None:
             fold.problem = ambiguity
             return
+        if source_shape is None and self._recorded_broadcast(fold):
+            read, text = _broadcast_read_back(constant)
+            if read is None:
+                fold.problem = f"{text}; {self._nowhere(repr(fold.source))}"
+                return
+            fold.recipe = read
+            fold.evidence = (f"torch's record: the constant is the FX node {fold.name!r} (a "
+                             "broadcast of its input), folded from the parameter alone; "
+                             f"values: {text}")
+            return
         recipe, evidence = self._recipe_from_constant(fold, constant, source_shape)
         if recipe is not None:
             fold.recipe, fold.evidence = recipe, evidence
@@ -444,6 +460,16 @@ class _Finder:
         """
         return len(shape) == 2 and fold.recorded == (fold.source,) and \
             _PERMUTE_NAME.fullmatch(fold.name) is not None
+
+    def _recorded_broadcast(self, fold: Fold) -> bool:
+        """Whether torch's record says the constant is one expand of its source alone.
+
+        The optimizer names a folded constant after the last FX node it folded and records
+        every value it folded from: ``expand`` (``cls_token.expand(batch, -1, -1)``, its
+        sizes the exporter's own constants) folded from one state tensor and no other.
+        """
+        return fold.source in fold.recorded and not fold.others and \
+            _BROADCAST_NAME.fullmatch(fold.name) is not None
 
     def _rows_read(self, fold: Fold) -> np.ndarray[Any, Any] | None:
         """The rows the integer state recorded with ``fold`` reads (an index buffer), if any."""
@@ -742,6 +768,40 @@ class _Finder:
                          "the export, as fine-tuning does)")
         self.folding.fused[weight] = best
         return True
+
+
+def _broadcast_read_back(constant: np.ndarray[Any, Any]) -> tuple[Recipe | None, str]:
+    """The source of an expand read back from the constant, when its values show its shape.
+
+    ``expand`` keeps every element of its source and repeats it along the source's axes
+    of size 1 (and new leading axes), so each axis along which the constant repeats one
+    slice is one torch broadcast, and every other axis is the source's own: the source is
+    the constant's first slice along the repeated axes (:class:`Broadcast`, or the
+    constant itself, :class:`Copy`, when none repeats). The export does not record the
+    parameter's shape, so it is taken with the constant's rank, each repeated axis 1 (torch's
+    may lack leading axes of size 1: the same values and gradients). A constant of one
+    repeated value shows nothing (any of its axes may be broadcast), nor does an axis a
+    parameter repeats by construction: those are what the values cannot tell apart.
+
+    Returns:
+        The recipe and how its shape was read, or ``None`` and why it cannot be.
+    """
+    if constant.size > 1 and bool((constant == constant.reshape(-1)[0]).all()):
+        return None, (f"it holds one value {constant.size} times, which does not show the "
+                      "parameter's shape (which axes the expand repeated), and the export "
+                      "does not record it")
+    shape = tuple(int(d) for d in constant.shape)
+    repeated = [axis for axis, size in enumerate(shape) if size > 1 and np.array_equal(
+        np.broadcast_to(np.take(constant, [0], axis=axis), shape), constant)]
+    if not repeated:
+        return Copy(), (f"no axis of it repeats, so it is the parameter itself, of shape "
+                        f"{list(shape)}")
+    source = tuple(1 if axis in repeated else size for axis, size in enumerate(shape))
+    axes = ", ".join(str(axis) for axis in repeated)
+    return Broadcast(shape, source=source), (
+        f"it repeats one slice along axis {axes}, which is the parameter, of shape "
+        f"{list(source)} (its shape is not recorded: the constant's rank, each repeated "
+        "axis 1)")
 
 
 def _batch_norm_groups(values: StateValues, channels: int) -> list[tuple[str]]:

@@ -161,6 +161,9 @@ class Broadcast(Recipe):
     """``constant = Expand(source, shape)``: one tensor repeated (a class token per example)."""
 
     shape: tuple[int, ...] = ()
+    source: tuple[int, ...] | None = None
+    """The source's shape when the recipe read it from the constant (the export does not
+    record it): the constant's shape with each repeated axis 1. ``None``: given apart."""
     kind = "broadcast"
 
     def compute(self, source: np.ndarray[Any, Any],
@@ -169,6 +172,7 @@ class Broadcast(Recipe):
 
     def source_of(self, constant: np.ndarray[Any, Any],
                   shape: tuple[int, ...] | None) -> np.ndarray[Any, Any] | None:
+        shape = shape if shape is not None else self.source
         if shape is None:
             return None
         return np.ascontiguousarray(first_slice(constant, shape))
