@@ -36,6 +36,7 @@ TRAIN_READY = Pipeline(
         "remove-unused",
         "check",
     ],
+    share=[("lint-gradients.frozen", "restore-parameters.frozen")],
 )
 """From an exported model (and its checkpoint) to a model ORT training accepts.
 
@@ -43,6 +44,10 @@ TRAIN_READY = Pipeline(
 exports as a one-output ``LayerNormalization`` that onnxruntime-training 1.19.2
 cannot differentiate, in nearly every transformer; the rewrite computes the same
 values (``--verify`` checks it) and lets the model train.
+
+The parameters ``lint-gradients`` is told are frozen (``frozen``) are frozen for
+``restore-parameters`` too: one that survives only as an exporter's fold needs no training,
+so it is not refused.
 """
 
 

@@ -42,6 +42,11 @@ The pass restores what it can exactly and names what it cannot:
   again, a copy of the values (``GP256``, info), and trains apart, as in torch; with
   ``merges = false`` they are reported instead (``GP254``, warning).
 
+A parameter torch does not train (``requires_grad=False``: named in the ``frozen`` option,
+which ``train-ready`` shares from ``lint-gradients.frozen``, or recorded as frozen by the
+checkpoint, ``ReconcileResult.frozen``) that survives only as such a fold needs no
+training: it is no error. The fold stays a constant, and an info names it (``GP257``).
+
 Parameters no node's FX record mentions any more (torch's forward never used them, or
 their only use was dead code) are listed in an info (``GP253``): PyTorch gives them no
 gradient either.
@@ -49,8 +54,9 @@ gradient either.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Final
 
 from graphpass.checkpoint import ReconcileResult
@@ -90,6 +96,7 @@ UNUSED_CODE: Final = "GP253"
 MERGED_CODE: Final = "GP254"
 TIED_CODE: Final = "GP255"
 SPLIT_CODE: Final = "GP256"
+FROZEN_FOLD_CODE: Final = "GP257"
 
 MERGED_ADVICE: Final = (
     "run restore-parameters with merges = true (its default) to give each its own "
@@ -122,6 +129,7 @@ class RestoreParameters(Pass):
         MERGED_CODE: "the legacy exporter merged parameters into one initializer",
         TIED_CODE: "tied parameters: one tensor under several torch names",
         SPLIT_CODE: "parameters the legacy exporter merged by value, split again",
+        FROZEN_FOLD_CODE: "frozen parameters that survive only as the exporter's constants",
     }
 
     @dataclass
@@ -133,10 +141,15 @@ class RestoreParameters(Pass):
             merges: Give parameters the legacy exporter merged because their values were
                 equal (``b = Identity(a)``) their own initializers again (else only
                 report them, ``GP254``).
+            frozen: Parameters torch does not train (names or ``fnmatch`` patterns;
+                ``train-ready`` shares ``lint-gradients.frozen`` here): one that survives
+                only as a fold beyond recovery is no error, its fold stays a constant
+                (``GP257``, info).
         """
 
         transposes: bool = True
         merges: bool = True
+        frozen: list[str] = field(default_factory=list)
 
     def run(self, model: Model, context: PassContext) -> PassResult:
         """Restore folded parameters of the main graph and report the others."""
@@ -144,6 +157,8 @@ class RestoreParameters(Pass):
         parameters = signature_parameters(graph)
         if parameters and records_state(graph):
             work = _Restorer(graph, parameters, self.options.transposes, find_folds(graph))
+            reconciled = context.analysis(ReconcileResult)
+            work.frozen = [*self.options.frozen, *(reconciled.frozen if reconciled else ())]
             work.restore_folds()
             work.find_lost()
         elif not parameters and not records_state(graph):
@@ -159,7 +174,8 @@ class RestoreParameters(Pass):
                           or bool(work.split),
                           findings=[f.with_pass(self.name) for f in work.findings()],
                           stats={"restored": len(work.restored),
-                                 "unrecoverable": len(work.lost), "split": len(work.split)},
+                                 "unrecoverable": len(work.lost), "split": len(work.split),
+                                 "frozen kept": len(work.kept)},
                           analyses=[UnrestorableParameters(frozenset(
                               name for lost in work.lost for name in lost.parameters))])
 
@@ -192,6 +208,8 @@ class _Restorer:
         self.split_merges = True
         self.unused: list[str] = []
         self.checks: list[FoldCheck] = []  # recomputations to run in onnxruntime
+        self.frozen: list[str] = []  # names or patterns of parameters torch does not train
+        self.kept: list[_Lost] = []  # frozen parameters left as the exporter's constants
 
     # ----------------------------------------------------------- dynamo exports
     def restore_folds(self) -> None:
@@ -203,10 +221,16 @@ class _Restorer:
             if problem is None:
                 self._restore(fold)
                 continue
-            self.lost.append(_Lost(
+            lost = _Lost(
                 [fold.source], fold.name, self._first_consumer(fold.name),
                 f"the exporter's optimizer computed {fold.name!r} at export time from "
-                f"{_listed([fold.source, *fold.others])} ({problem})"))
+                f"{_listed([fold.source, *fold.others])} ({problem})")
+            (self.kept if self._is_frozen(fold.source) else self.lost).append(lost)
+
+    def _is_frozen(self, parameter: str) -> bool:
+        """Whether torch does not train ``parameter`` (the ``frozen`` option, the record)."""
+        return any(parameter == pattern or fnmatch.fnmatchcase(parameter, pattern)
+                   for pattern in self.frozen)
 
     def _restore_problem(self, fold: Fold) -> str | None:
         """Why ``fold`` cannot be computed from its parameter (``None``: it can)."""
@@ -272,7 +296,7 @@ class _Restorer:
     def find_lost(self) -> None:
         """Parameters the signature lists that the model lacks, or holds rewritten."""
         graph = self.graph
-        accounted = {p for lost in self.lost for p in lost.parameters}
+        accounted = {p for lost in (*self.lost, *self.kept) for p in lost.parameters}
         accounted.update(alias for aliases in self.folding.ties.values() for alias in aliases)
         rewritten = [p for p in self.parameters if p in graph.initializers
                      and self._rewritten(p)]
@@ -414,6 +438,21 @@ class _Restorer:
                 hint=self.advice + " (or fill the model from a checkpoint that holds the "
                      "parameters: reconcile-initializers computes the copies from them)",
                 data={"parameters": lost.parameters}))
+        for kept in self.kept:
+            found.append(Finding(
+                FROZEN_FOLD_CODE, Severity.INFO,
+                f"frozen torch parameter{'s' * (len(kept.parameters) != 1)} "
+                f"{shortened_list(kept.parameters, _SHOWN, quote=True)} survive"
+                f"{'s' * (len(kept.parameters) == 1)} only as a constant: {kept.how}. Torch "
+                "does not train it (named frozen), so the constant stays as exported and "
+                "training is not affected; the model does not hold the parameter itself, so a "
+                "checkpoint written back for torch cannot hold its key without the model's "
+                "state given as --checkpoint",
+                node=kept.node, value=kept.value,
+                hint="to write a torch checkpoint after training, fill the model from its "
+                     "state (--checkpoint with a graphpass.torch.save_state file or a "
+                     "state_dict()); " + self.advice,
+                data={"parameters": kept.parameters}))
         for copy, consumer in self.legacy:
             found.append(Finding(
                 LEGACY_COPY_CODE, Severity.ERROR,

@@ -14,7 +14,8 @@ The four modes of issue 12, and two that follow graphpass's advice:
     ``state_dict()`` does not say which parameters torch freezes
     (``requires_grad=False``), so the judge names them with
     ``-O lint-gradients.frozen=[...]``, as their user would (the export's
-    ``torch_frozen``; so in every mode whose checkpoint is a ``state_dict()``).
+    ``torch_frozen``; so in every mode but ``dynamo-full-state``: neither an ONNX file
+    nor a ``state_dict()`` records it).
 ``dynamo-full-state``
     The same export; the checkpoint is ``graphpass.torch.save_state`` of the Hugging
     Face model (every parameter, buffer and tensor constant; same keys), which records

@@ -179,16 +179,16 @@ def own_judge(case: Case, mode: str, workdir: Path, *, follow_hints: bool = True
 def user_options(exported: Export) -> tuple[str, ...]:
     """The options a user would give for what the export's files do not say.
 
-    When the checkpoint is a plain ``state_dict()`` (``dynamo-state-dict``,
-    ``dynamo+state_dict`` and the other ``+state_dict`` / ``+finetuned`` modes), nothing
-    says which parameters torch does not train (``requires_grad=False``), so they are
-    named with ``lint-gradients.frozen``, as the docs ask. A ``save_state`` checkpoint
-    (``dynamo-full-state``) records them itself: nothing is named.
+    Nothing in an ONNX file says which parameters torch does not train
+    (``requires_grad=False``): torch's export record lists them as parameters. Only a
+    ``save_state`` checkpoint (``dynamo-full-state``) records them, and then nothing is
+    named; in every other mode (no checkpoint, as ``dynamo``, or a plain ``state_dict()``,
+    as ``dynamo-state-dict``, ``dynamo+state_dict`` and the other ``+state_dict`` /
+    ``+finetuned`` modes) they are named with ``lint-gradients.frozen``, as the docs ask a
+    user who froze them to do.
     """
     frozen = exported.manifest.get("torch_frozen") or []
-    plain = exported.mode == "dynamo-state-dict" or \
-        exported.manifest.get("checkpoint") in ("state_dict", "finetuned")
-    if plain and frozen:
+    if frozen and exported.mode != "dynamo-full-state":
         return ("-O", f"lint-gradients.frozen={json.dumps(frozen)}")
     return ()
 

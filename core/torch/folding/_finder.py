@@ -36,6 +36,7 @@ from graphpass.torch.folding._recipes import (
     Broadcast,
     Copy,
     Recipe,
+    Reshape,
     Rows,
     SelectSeveral,
     Transpose,
@@ -56,6 +57,13 @@ _BATCH_NORM: Final = re.compile(r"aten\.(_native_batch_norm_legit_no_training|ba
                                 r"_native_batch_norm_legit|native_batch_norm)")
 _WEIGHT_SLOTS: Final = {"MatMul": (1,), "Gemm": (1, 2), "Conv": (1, 2), "ConvTranspose": (1, 2)}
 _PERMUTE_NAME: Final = re.compile(r"(permute|t|transpose|numpy_T)(_\d+)?")
+_UNSQUEEZE_NAME: Final = re.compile(r"unsqueeze(_\d+)?")
+_EXPORTER_VALUE: Final = re.compile(r"val_\d+")
+"""A value onnxscript makes inside an operator's decomposition (an axes or shape constant)."""
+_PER_CHANNEL_OPS: Final = frozenset({"aten.group_norm.default", "aten.native_group_norm.default",
+                                     "aten.instance_norm.default"})
+"""aten operators whose every state argument (weight, bias, statistics) is 1-D, one value
+per channel, by their schema."""
 _PERMUTE_EVIDENCE: Final = ("torch's record: the constant is the FX node of a permute, folded "
                             "from the parameter alone")
 _BROADCAST_NAME: Final = re.compile(r"(expand|expand_as|broadcast_to)(_\d+)?")
@@ -376,6 +384,15 @@ class _Finder:
         if ambiguity is not None:
             fold.problem = ambiguity
             return
+        if source_shape is None:
+            recorded = self._recorded_shape(fold, tuple(constant.shape))
+            if recorded is not None:
+                shape_of, how = recorded
+                fold.recipe = Reshape(tuple(constant.shape), shape_of) \
+                    if shape_of != tuple(constant.shape) else Copy()
+                fold.evidence = (f"torch's record: {how}, so the parameter is the constant "
+                                 f"in shape {list(shape_of)}, its elements in order")
+                return
         if source_shape is None and self._recorded_broadcast(fold):
             read, text = _broadcast_read_back(constant)
             if read is None:
@@ -399,6 +416,50 @@ class _Finder:
                              "checkpoint changed a little, as fine-tuning does)")
             return
         fold.problem = self._unknown(fold, constant, source_shape)
+
+    def _recorded_shape(self, fold: Fold, shape: tuple[int, ...]
+                        ) -> tuple[tuple[int, ...], str] | None:
+        """The source's shape from torch's records, where neither file nor checkpoint has it.
+
+        Two records say how many axes of size 1 the exporter added to a parameter, and
+        nothing else (so the constant holds the parameter's elements in order):
+
+        * the fold is named after an FX ``unsqueeze`` node and every FX node it records
+          folding is one too (``w.unsqueeze(-1).unsqueeze(-1)``, a layer scale): each adds
+          one axis of size 1;
+        * every reader of the fold is recorded as an aten operator whose state arguments
+          are one value per channel by its schema (``aten.group_norm``: weight and bias
+          are 1-D), reading the parameter itself, and the fold records nothing but the
+          parameter and values made inside that operator's decomposition (``val_N``): the
+          parameter is 1-D, unsqueezed to broadcast.
+
+        Returns:
+            The shape (the constant's less as many axes of size 1, where that is one
+            shape) and how it was found, or ``None``.
+        """
+        others = [name for name in fold.recorded if name != fold.source]
+        steps = [name for name in (fold.name, *others) if not _EXPORTER_VALUE.fullmatch(name)]
+        rank: int | None = None
+        how = ""
+        if steps and all(_UNSQUEEZE_NAME.fullmatch(step) for step in steps):
+            rank = len(shape) - len(steps)
+            how = (f"folded by {len(steps)} FX unsqueeze node{'s' * (len(steps) != 1)} "
+                   f"({', '.join(steps)}) of the parameter alone")
+        elif not steps:  # made inside one operator's decomposition
+            placeholder = self.placeholders.get(fold.source)
+            readers = [node for node, _ in self.graph.uses(fold.name)]
+            targets = {fx_target(node) for node in readers if node is not None}
+            if placeholder is not None and readers and len(targets) == 1 and \
+                    targets <= _PER_CHANNEL_OPS and all(
+                        node is not None and placeholder in fx_arguments(node)
+                        for node in readers):
+                rank = 1
+                how = (f"read only by {next(iter(targets))}, whose state arguments are one "
+                       "value per channel (1-D), and folded inside its decomposition")
+        if rank is None:
+            return None
+        found = _without_unit_axes(shape, rank)
+        return (found, how) if found is not None else None
 
     def _recorded_linear(self, name: str, source: str) -> bool:
         """Whether every use of ``name`` is a MatMul weight recorded as aten.linear of source."""
@@ -802,6 +863,17 @@ def _broadcast_read_back(constant: np.ndarray[Any, Any]) -> tuple[Recipe | None,
         f"it repeats one slice along axis {axes}, which is the parameter, of shape "
         f"{list(source)} (its shape is not recorded: the constant's rank, each repeated "
         "axis 1)")
+
+
+def _without_unit_axes(shape: tuple[int, ...], rank: int) -> tuple[int, ...] | None:
+    """``shape`` less axes of size 1 down to ``rank`` axes, where every choice gives one shape."""
+    ones = [k for k, size in enumerate(shape) if size == 1]
+    drop = len(shape) - rank
+    if rank < 0 or drop < 0 or drop > len(ones):
+        return None
+    found = {tuple(size for k, size in enumerate(shape) if k not in chosen)
+             for chosen in itertools.combinations(ones, drop)}
+    return found.pop() if len(found) == 1 else None
 
 
 def _batch_norm_groups(values: StateValues, channels: int) -> list[tuple[str]]:
