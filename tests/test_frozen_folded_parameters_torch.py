@@ -11,7 +11,6 @@ first-step gradients, and a torch checkpoint written back says it cannot hold th
 from __future__ import annotations
 
 import json
-import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -22,37 +21,14 @@ import pytest
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
+from _frozen_position import IDS, PositionModel  # noqa: E402
+
 from graphpass.cli import main  # noqa: E402
 from graphpass.training import Trainer, TrainingError, initial_values  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
-IDS = np.array([[1, 5, 2, 7, 3, 9], [4, 4, 8, 0, 6, 10]], dtype=np.int64)
 TARGET = np.random.default_rng(5).standard_normal((2, 6, 4)).astype(np.float32)
-
-
-def _sinusoidal(positions: int, width: int) -> Any:
-    position = torch.arange(positions, dtype=torch.float32)[:, None]
-    rate = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(1e4) / width))
-    table = torch.zeros(positions, width)
-    table[:, 0::2] = torch.sin(position * rate)
-    table[:, 1::2] = torch.cos(position * rate)
-    return table
-
-
-class PositionModel(torch.nn.Module):
-    """Token embeddings plus a frozen position table read at constant positions."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed = torch.nn.Embedding(11, 8)
-        self.position = torch.nn.Parameter(_sinusoidal(16, 8), requires_grad=False)
-        self.proj = torch.nn.Linear(8, 4)
-
-    def forward(self, ids: Any) -> Any:
-        hidden = self.embed(ids) + self.position[: ids.shape[1]]
-        return self.proj(torch.tanh(hidden))
 
 
 @pytest.fixture(scope="module")

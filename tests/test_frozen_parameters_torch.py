@@ -12,7 +12,6 @@ weights as ``torch.optim.AdamW`` does, and leave the table where it was.
 from __future__ import annotations
 
 import json
-import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,8 @@ torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
+from _frozen_position import IDS, PositionModel  # noqa: E402
+
 import graphpass  # noqa: E402
 import graphpass.torch as gp_torch  # noqa: E402
 from graphpass.checkpoint import open_checkpoint  # noqa: E402
@@ -34,32 +35,7 @@ pytestmark = pytest.mark.torch
 
 LR = 1e-2
 STEPS = 3
-IDS = np.array([[1, 5, 2, 7, 3, 9], [4, 4, 8, 0, 6, 10]], dtype=np.int64)
 TARGET = np.random.default_rng(3).standard_normal((2, 6, 4)).astype(np.float32)
-
-
-def _sinusoidal(positions: int, width: int) -> Any:
-    position = torch.arange(positions, dtype=torch.float32)[:, None]
-    rate = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(1e4) / width))
-    table = torch.zeros(positions, width)
-    table[:, 0::2] = torch.sin(position * rate)
-    table[:, 1::2] = torch.cos(position * rate)
-    return table
-
-
-class PositionModel(torch.nn.Module):
-    """Token embeddings plus a frozen sinusoidal position table, then a projection."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed = torch.nn.Embedding(11, 8)
-        self.position = torch.nn.Parameter(_sinusoidal(16, 8), requires_grad=False)
-        self.proj = torch.nn.Linear(8, 4)
-
-    def forward(self, ids: Any) -> Any:
-        hidden = self.embed(ids) + self.position[: ids.shape[1]]
-        return self.proj(torch.tanh(hidden))
 
 
 @pytest.fixture(scope="module")
