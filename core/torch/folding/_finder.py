@@ -30,6 +30,7 @@ from graphpass.torch._export_record import (
     records_state,
     signature_kinds,
 )
+from graphpass.torch.folding._computed import computed_recipe
 from graphpass.torch.folding._folds import Fold, Folding, FusedBatchNorm
 from graphpass.torch.folding._recipes import (
     Affine,
@@ -196,6 +197,11 @@ class _Finder:
             if len(parameters) > 1 and self._selection_of_several(name, parameters, state,
                                                                   recorded, tensor):
                 continue
+            if len(parameters) > 1 and self._computed(
+                    Fold(name, parameters[0], "parameter", recorded,
+                         others=tuple(s for s in state if s != parameters[0])),
+                    parameters, tensor):
+                continue
             if len(floats) != 1:
                 main = (floats or state)[0]
                 self._add(Fold(name, main, self.kinds.get(main), recorded, others=tuple(
@@ -207,6 +213,9 @@ class _Finder:
             fold = Fold(name, source, self.kinds.get(source), recorded,
                         others=tuple(s for s in state if s != source))
             self._establish(fold, shape, tensor)
+            if fold.recipe is None and fold.kind == "parameter" and \
+                    self._computed(fold, [source], tensor):
+                continue
             self._add(fold)
 
     def _weight_norm(self, name: str, sources: list[str], recorded: tuple[str, ...],
@@ -299,6 +308,39 @@ class _Finder:
         fold = Fold(name, sources[0], self.kinds.get(sources[0]), recorded,
                     others=tuple(s for s in state if s != sources[0]), recipe=recipe,
                     evidence=f"values: equals {recipe.describe(sources[0])}")
+        self._add(fold)
+        return True
+
+    def _computed(self, fold: Fold, parameters: list[str], tensor: Tensor | None) -> bool:
+        """Add ``fold`` if it is a computation over ``parameters`` its record allows.
+
+        torch's record names the FX nodes folded (``linear_1``, ``permute_3``, ``getitem``)
+        and every parameter; :func:`computed_recipe` evaluates what those operators compute
+        over the parameters' values (the file's or the checkpoint's) and maps the result
+        onto the constant. Nothing is added when a value is unknown or no candidate gives
+        the constant.
+        """
+        if tensor is None:
+            return False
+        values = {}
+        for parameter in parameters:
+            value = self._file_value(parameter)
+            value = value if value is not None else self.checkpoint.value(parameter)
+            if value is None:
+                return False
+            values[parameter] = value
+        steps = [fold.name, *(name for name in fold.recorded if not self._is_state(name)
+                              and not _EXPORTER_VALUE.fullmatch(name))]
+        found = computed_recipe(tensor.numpy(), values, steps)
+        if found is None:
+            return False
+        source, recipe = found
+        fold.others = tuple(dict.fromkeys(s for s in (fold.source, *fold.others)
+                                          if s != source))
+        fold.source, fold.kind, fold.recipe, fold.problem = source, "parameter", recipe, None
+        fold.evidence = (f"torch's record: folded by the FX nodes {_names(steps)} from "
+                         f"{_names(parameters)}; values: equals {recipe.describe(source)} "
+                         f"within float32 rounding")
         self._add(fold)
         return True
 

@@ -42,7 +42,8 @@ from graphpass.torch.folding._recipes import (
     permutations,
 )
 
-__all__ = ["Found", "Located", "locate", "recipe_by_value", "shape_ops", "smallest_recipe"]
+__all__ = ["Found", "Located", "locate", "recipe_by_value", "selection", "shape_ops",
+           "smallest_recipe"]
 
 
 @dataclass
@@ -133,6 +134,8 @@ class Located:
         start: For each element, where its value's run starts in ``order``.
         count: For each element, how many positions hold its value.
         order: The flattened source's positions sorted by value.
+        tolerance: How far a value may be from the element it is taken for (``0``: bit for
+            bit).
     """
 
     indices: np.ndarray[Any, Any]
@@ -140,10 +143,22 @@ class Located:
     start: np.ndarray[Any, Any]
     count: np.ndarray[Any, Any]
     order: np.ndarray[Any, Any]
+    tolerance: float = 0.0
 
 
-def locate(constant: np.ndarray[Any, Any], source: np.ndarray[Any, Any]) -> Located | None:
-    """Each element of ``constant`` in ``source``, bit for bit (``None``: one is not there)."""
+def locate(constant: np.ndarray[Any, Any], source: np.ndarray[Any, Any], *,
+           tolerance: float = 0.0) -> Located | None:
+    """Each element of ``constant`` in ``source`` (``None``: one is not there).
+
+    Args:
+        constant: The folded constant.
+        source: The values it may copy.
+        tolerance: ``0``: bit for bit, same dtype; else each element is the source values
+            within ``tolerance`` of it (values the exporter computed in float32 and graphpass
+            again in float64), and several there make it ambiguous.
+    """
+    if tolerance > 0:
+        return _locate_near(constant, source, tolerance)
     if constant.dtype != source.dtype or source.size == 0:
         return None
     unsigned = f"u{source.dtype.itemsize}"
@@ -159,6 +174,34 @@ def locate(constant: np.ndarray[Any, Any], source: np.ndarray[Any, Any]) -> Loca
     shape = constant.shape
     return Located(indices.reshape(shape), (count > 1).reshape(shape), start.reshape(shape),
                    count.reshape(shape), order)
+
+
+def _locate_near(constant: np.ndarray[Any, Any], source: np.ndarray[Any, Any],
+                 tolerance: float) -> Located | None:
+    """:func:`locate` up to ``tolerance``: every source value that near is a candidate."""
+    if source.size == 0 or source.dtype.kind != "f" or constant.dtype.kind != "f":
+        return None
+    values = np.ascontiguousarray(source, dtype=np.float64).reshape(-1)
+    wanted = np.ascontiguousarray(constant, dtype=np.float64).reshape(-1)
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    start = np.searchsorted(ordered, wanted - tolerance, side="left")
+    count = np.searchsorted(ordered, wanted + tolerance, side="right") - start
+    if not bool((count > 0).all()):
+        return None
+    indices = order[np.minimum(start, values.size - 1)].astype(np.int64)
+    shape = constant.shape
+    return Located(indices.reshape(shape), (count > 1).reshape(shape), start.reshape(shape),
+                   count.reshape(shape), order, tolerance)
+
+
+def selection(located: Located, source: np.ndarray[Any, Any]) -> Found:
+    """The recipe copying the elements ``located`` found (:func:`locate`), or the ambiguity.
+
+    Repeated values are decided as :func:`recipe_by_value` decides them, without an index
+    tensor: by the one strided map the unrepeated elements determine.
+    """
+    return _selection(located, source, None)
 
 
 def _selection(located: Located, source: np.ndarray[Any, Any],
@@ -233,6 +276,11 @@ def _strided_map(located: Located, source: np.ndarray[Any, Any]) -> np.ndarray[A
     flat = np.ascontiguousarray(source).reshape(-1)
     if predicted.min() < 0 or predicted.max() >= flat.size:
         return None
+    if located.tolerance > 0:  # each element within the tolerance of its own value
+        values = flat.astype(np.float64)
+        near = values[located.order[located.start.reshape(-1)]]
+        return predicted.reshape(shape) if bool(
+            (np.abs(values[predicted] - near) <= 2 * located.tolerance).all()) else None
     unsigned = f"u{source.dtype.itemsize}"
     wanted = flat.view(unsigned)[located.order[located.start.reshape(-1)]]
     if not np.array_equal(flat.view(unsigned)[predicted], wanted):
