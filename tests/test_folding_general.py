@@ -308,11 +308,51 @@ class MaskedClassToken(ClassToken):
         return super().forward(x)
 
 
+class StandardizedConv(nn.Module):
+    """BiT's weight-standardized convolution: ``batch_norm(w.reshape(1, O, -1), None, None,
+    training=True)`` per output channel; the optimizer folds it into one constant."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, padding=1, bias=False)
+        self.head = nn.Linear(6, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.conv.weight.reshape(1, self.conv.out_channels, -1)
+        w = nn.functional.batch_norm(w, None, None, training=True, momentum=0.0,
+                                     eps=1e-8).reshape_as(self.conv.weight)
+        hidden = nn.functional.conv2d(x, w, None, 1, 1)
+        return self.head(torch.relu(hidden).mean((2, 3)))
+
+
+class RelativeProjection(nn.Module):
+    """DeBERTa's disentangled attention: a relative position table projected by linear
+    layers (one with a bias, scaled), viewed per head and permuted; all folded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rel_embeddings = nn.Embedding(10, 8)
+        self.pos_proj = nn.Linear(8, 8, bias=False)
+        self.pos_q_proj = nn.Linear(8, 8)
+        self.query = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        rel = self.rel_embeddings.weight[2:2 + 2 * n - 2]           # the span this length reads
+        pos_key = self.pos_proj(rel).view(1, -1, 2, 4).permute(0, 2, 3, 1)
+        pos_query = self.pos_q_proj(rel).view(1, -1, 2, 4).permute(0, 2, 1, 3) / 12 ** 0.5
+        query = self.query(x).view(b, n, 2, 4).permute(0, 2, 1, 3)
+        c2p = query @ pos_key                                        # [b, 2, n, 2n - 2]
+        p2c = (pos_query @ query.transpose(-1, -2)).transpose(-1, -2)
+        return (c2p + p2c).sum(-1).transpose(1, 2).reshape(b, n, 2)
+
+
 INPUTS = {"square": (2, 5, 8), "concat": (2, 5, 8), "cls-token": (2, 5, 8),
           "cls-token-zeros": (2, 5, 8), "cls-token-mask": (2, 5, 8),
           "cls-token-batch-1": (1, 5, 8), "window": (2, 9, 8),
           "window-extra": (2, 9, 8), "window-direct": (2, 9, 8),
-          "gemma": (2, 5, 8), "gemma-trained": (2, 5, 8), "weight-norm": (2, 5, 8)}
+          "gemma": (2, 5, 8), "gemma-trained": (2, 5, 8), "weight-norm": (2, 5, 8),
+          "standardized-conv": (2, 3, 8, 8), "relative-projection": (2, 5, 8)}
 
 
 def _module(name: str) -> nn.Module:
@@ -324,7 +364,8 @@ def _module(name: str) -> nn.Module:
         "window-extra": lambda: WindowAttention(extra_rows=1),
         "window-direct": lambda: WindowAttention(direct=True),
         "gemma": lambda: GemmaNorm(False), "gemma-trained": lambda: GemmaNorm(True),
-        "weight-norm": WeightNormed}[name]()
+        "weight-norm": WeightNormed, "standardized-conv": StandardizedConv,
+        "relative-projection": RelativeProjection}[name]()
     if name == "window-extra":  # its unused last row repeats row 4, which the index reads
         with torch.no_grad():
             module.table[-1] = module.table[4]
@@ -401,6 +442,13 @@ def test_train_ready_with_the_models_state_dict_trains_every_parameter_as_torch(
     if name.startswith("window"):
         assert any(text.startswith("values: equals Gather(Reshape(table, [-1])")
                    for text in evidence.values()), evidence
+    if name == "standardized-conv":  # the statistics computed from the weight, in the graph
+        assert any("standardize(conv.weight per output channel, eps=1e-08)" in text
+                   for text in evidence.values()), evidence
+    if name == "relative-projection":  # both projections, the second with its bias, scaled
+        computed = [text for text in evidence.values() if "linear(rel_embeddings.weight" in text]
+        assert len(computed) == 2, evidence
+        assert any("pos_q_proj.bias) * 0.2886751" in text for text in computed), computed
 
 
 @pytest.mark.torch

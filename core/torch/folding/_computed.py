@@ -234,8 +234,8 @@ def _fit(constant: np.ndarray[Any, Any], recipe: Computed, source: np.ndarray[An
          reads: list[np.ndarray[Any, Any]], *, scaled: bool) -> Computed | None:
     """``recipe`` with the scale and index selection that give ``constant``, if any."""
     value = recipe.value(source, *reads)
-    for scale in _scales(constant, value) if scaled else [1.0]:
-        result = value * scale
+    for factor in _scales(constant, value) if scaled else [1.0]:
+        result = value * factor
         tolerance = COMPUTED_RTOL * max(float(np.abs(result).max(initial=0.0)), 1e-30)
         located = locate(constant, result, tolerance=tolerance)
         if located is None:
@@ -243,6 +243,11 @@ def _fit(constant: np.ndarray[Any, Any], recipe: Computed, source: np.ndarray[An
         inner = selection(located, result).recipe
         if inner is None:
             continue
+        scale = factor
+        if factor != 1.0:  # the least-squares factor over every element, not one element's
+            selected = inner.compute(value).astype(np.float64).reshape(-1)
+            scale = float(selected @ constant.astype(np.float64).reshape(-1)
+                          / max(float(selected @ selected), 1e-300))
         fitted = Computed(recipe.operation, recipe.others, epsilon=recipe.epsilon,
                           scale=scale, inner=inner, rank=recipe.rank)
         if close(fitted.compute(source, *reads), constant):
