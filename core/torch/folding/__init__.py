@@ -38,7 +38,10 @@ How a recipe is established, most certain first (:attr:`Fold.evidence` says whic
   parametrization's two tensors is ``g * v / ||v||`` (:class:`WeightNorm`); a fold of
   several tensors whose every element is a copy of one of theirs (a ``Concat`` of a
   transposed weight and another) is an index selection over them laid end to end
-  (:class:`SelectSeveral`);
+  (:class:`SelectSeveral`); a fold whose record names FX nodes of a few operators of fixed
+  meaning (``linear``, a batch norm's standardization, ``div`` by a number) over the
+  recorded parameters is that computation, evaluated over their values and mapped onto the
+  constant by an index selection, up to float32 rounding (:class:`Computed`, ``_computed``);
 * values, by two general rules (``_search``): every element of
   the constant is a copy of one element of the source (any chain of gathers, slices,
   transposes, reshapes, broadcasts and concatenations: the smallest equivalent shape op,
@@ -58,6 +61,7 @@ Staleness is decided, not assumed: a fold is stale when the checkpoint gives its
 values from which the recipe computes something else (:meth:`Fold.stale`).
 """
 
+from graphpass.torch.folding._computed import Computed
 from graphpass.torch.folding._finder import find_folds, find_merges, find_ties
 from graphpass.torch.folding._folds import Fold, Folding, FusedBatchNorm, UnrestorableParameters
 from graphpass.torch.folding._recipes import (
@@ -85,6 +89,7 @@ from graphpass.torch.folding._values import StateValues
 __all__ = [
     "Affine",
     "Broadcast",
+    "Computed",
     "Copy",
     "Fold",
     "Folding",
