@@ -34,6 +34,11 @@ SUBSET = {
     # keeps it fixed; with a state_dict() the judge names it in frozen, as a user would.
     ("roformer", "dynamo-full-state"): "frozen parameter, recorded",
     ("roformer", "dynamo+state_dict"): "frozen parameter, named",
+    # Folds computed over several parameters, from torch's FX records and the values:
+    # DeBERTa-v2's position projections (linear + bias, viewed, permuted, repeated) and
+    # BiT's weight standardization (a batch norm without running statistics).
+    ("deberta_v2", "dynamo+state_dict"): "linear over parameters",
+    ("bit", "dynamo+state_dict"): "weight standardization",
 }
 
 
