@@ -188,6 +188,30 @@ def test_a_symmetric_weight_is_both_a_copy_and_a_transpose_and_is_refused():
     assert found.recipe is None and "ambiguous" in (found.problem or "")
 
 
+def test_a_computation_over_parameters_is_what_the_record_allows_and_the_values_confirm():
+    """A linear of a table by a weight and its bias, scaled and permuted (DeBERTa's), is
+    found over exactly the recorded parameters; noise beyond float32 rounding, or an FX
+    node of another operator, leaves it unfound."""
+    from graphpass.torch.folding._computed import computed_recipe
+
+    table, weight, bias = _source(6, 4), _source(8, 4), _source(8)
+    value = (table.astype(np.float64) @ weight.T.astype(np.float64) + bias) / 3
+    constant = np.ascontiguousarray(value.reshape(6, 2, 4).transpose(1, 2, 0), np.float32)
+    parameters = {"rel": table, "proj.weight": weight, "proj.bias": bias}
+    steps = ["transpose_1", "linear_2", "view_3", "permute_4", "div_2"]
+    found = computed_recipe(constant, parameters, steps)
+    assert found is not None
+    source, recipe = found
+    assert source == "proj.weight" and recipe.reads == ("rel", "proj.bias")
+    assert abs(recipe.scale - 1 / 3) < 1e-7
+    np.testing.assert_allclose(_run_recipe(recipe, weight, rel=table, **{"proj.bias": bias}),
+                               constant, rtol=1e-6, atol=1e-7)
+    noisy = constant + np.float32(1e-4) * _source(*constant.shape)
+    assert computed_recipe(noisy, parameters, steps) is None
+    assert computed_recipe(constant, parameters, [*steps, "tanh"]) is None
+    assert computed_recipe(constant, parameters, steps[:-1]) is None  # no div: no factor
+
+
 def test_a_constant_of_one_repeated_value_is_no_selection():
     """Placeholder zeros say nothing about where they came from, even from a unique zero."""
     source = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
