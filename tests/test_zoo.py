@@ -39,7 +39,7 @@ SUBSET: dict[tuple[str, str], str] = {
     ("gpt2", "legacy-functions"): "trains",             # 5 (a tied copy restored)
     ("llama", "dynamo"): "trains",                      # 1, 5 (transposes restored)
     ("llama", "dynamo-state-dict"): "refused rightly",  # inv_freq missing, save_state
-    ("vit", "dynamo"): "refused rightly",               # 3, 5 (cls_token folded)
+    ("vit", "dynamo"): "trains",                        # 3, 5 (cls_token read back, issue 30)
     ("vit", "legacy-functions"): "refused rightly",     # 5 (legacy constant folding)
     ("bert", "dynamo"): "refused rightly",              # 5 (position embeddings sliced)
     ("resnet", "dynamo"): "refused rightly",            # 5 (BatchNorm fused into Conv)
