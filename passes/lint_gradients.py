@@ -43,7 +43,6 @@ function's name and come after the main graph's.
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -76,6 +75,7 @@ from graphpass.training.rules import (
     TrainerFailureKind,
     normalize_domain,
     trainable_weights,
+    weight_matches,
 )
 
 __all__ = ["CODES", "LintGradients"]
@@ -363,8 +363,7 @@ def _parameters_left_out(graph: Graph, trainable: Sequence[str],
     unrestorable = context.analysis(UnrestorableParameters)
     reported = unrestorable.names if unrestorable is not None else frozenset()
     left_out = {name: where for name, where in parameters_left_out(graph, trainable).items()
-                if name not in reported and not any(fnmatch.fnmatchcase(name, pattern)
-                                                    for pattern in frozen_patterns)}
+                if name not in reported and not weight_matches(name, frozen_patterns)}
     if not left_out:
         return []
     shown = shortened_list([f"{name!r} ({where})" for name, where in left_out.items()], _SHOWN)

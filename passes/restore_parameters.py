@@ -54,7 +54,6 @@ gradient either.
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar, Final
@@ -86,6 +85,7 @@ from graphpass.torch.folding import (
     recompute,
     split_merges,
 )
+from graphpass.training.rules import weight_matches
 
 __all__ = ["RestoreParameters"]
 
@@ -229,8 +229,7 @@ class _Restorer:
 
     def _is_frozen(self, parameter: str) -> bool:
         """Whether torch does not train ``parameter`` (the ``frozen`` option, the record)."""
-        return any(parameter == pattern or fnmatch.fnmatchcase(parameter, pattern)
-                   for pattern in self.frozen)
+        return weight_matches(parameter, self.frozen)
 
     def _restore_problem(self, fold: Fold) -> str | None:
         """Why ``fold`` cannot be computed from its parameter (``None``: it can)."""

@@ -18,7 +18,7 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "folding.md"
 def test_the_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.chdir(tmp_path)
     ran = run_page(PAGE, timeout=300)
-    assert {"python": ran.python, "console": ran.console} == {"python": 6, "console": 5}
+    assert {"python": ran.python, "console": ran.console} == {"python": 8, "console": 6}
     assert (tmp_path / "ready.onnx").is_file() and not (tmp_path / "refused.onnx").exists()
     assert (tmp_path / "block-ready.onnx").is_file()
     assert (tmp_path / "relative-ready.onnx").is_file()

@@ -212,6 +212,69 @@ def test_a_computation_over_parameters_is_what_the_record_allows_and_the_values_
     assert computed_recipe(constant, parameters, steps[:-1]) is None  # no div: no factor
 
 
+def _sinusoid(rows: int, width: int, start: float = 0.0) -> np.ndarray:
+    positions = start + np.arange(rows, dtype=np.float64)[:, None]
+    angles = positions / 10000 ** (np.arange(0, width, 2) / width)
+    return np.concatenate([np.sin(angles), np.cos(angles)], 1).astype(np.float32)
+
+
+def _contracted(table: np.ndarray, kernel: np.ndarray) -> np.ndarray:
+    """``einsum("td,dnh->tnh", table, kernel)`` computed in float32, as the exporter does."""
+    return np.einsum("td,dnh->tnh", table, kernel).astype(np.float32)
+
+
+def test_a_table_several_layers_contract_their_kernels_with_is_read_back_jointly():
+    """Funnel's and XLNet's relative positions: each layer folds ``table @ r_kernel``; the
+    table is computed from no parameter. Solved together, two layers determine it to float32
+    rounding although each kernel alone is square; a third layer that reads another table
+    is not grouped with them."""
+    from graphpass.torch.folding._computed import contraction_recipes
+
+    table = _sinusoid(6, 8)
+    rng = np.random.default_rng(1)  # each kernel alone: condition number 22 to 28
+    kernels = [rng.standard_normal((8, 2, 4)).astype(np.float32) / 3 for _ in range(3)]
+    other = _sinusoid(6, 8, start=40.0)
+    folds = {"einsum_1": (_contracted(table, kernels[0]), kernels[0], False),
+             "einsum_2": (_contracted(table, kernels[1]), kernels[1], False),
+             "einsum_3": (_contracted(other, kernels[2]), kernels[2], False)}
+    found = contraction_recipes(folds)
+    assert set(found.recipes) == set(folds), found.problems
+    tables = {name: recipe.table for name, recipe in found.recipes.items()}
+    assert tables["einsum_1"] is tables["einsum_2"]  # one joint solve
+    np.testing.assert_allclose(tables["einsum_1"], table, atol=1e-6)
+    np.testing.assert_allclose(tables["einsum_3"], other, atol=1e-4)  # alone: less exact
+    for name, (constant, kernel, _) in folds.items():
+        np.testing.assert_allclose(_run_recipe(found.recipes[name], kernel), constant,
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_a_table_one_ill_conditioned_kernel_alone_determines_is_refused_saying_why():
+    from graphpass.torch.folding._computed import MAX_CONDITION, contraction_recipes
+
+    u, _, v = np.linalg.svd(RNG.standard_normal((8, 8)))
+    kernel = (u @ np.diag(np.geomspace(1, 1e-3, 8)) @ v).astype(np.float32).reshape(8, 2, 4)
+    found = contraction_recipes({"einsum": (_contracted(_sinusoid(6, 8), kernel), kernel,
+                                            False)})
+    assert not found.recipes
+    problem = found.problems["einsum"]
+    assert f"more than {MAX_CONDITION:.0f}" in problem and "no other fold" in problem, problem
+
+
+def test_a_square_contraction_alone_whose_axes_the_values_cannot_tell_is_refused():
+    """``table @ W`` or ``table @ W.T``: with a square ``W`` and one fold, both give the
+    constant exactly; a ``linear`` contracts the weight's trailing axes, which decides."""
+    from graphpass.torch.folding._computed import contraction_recipes
+
+    weight = np.linalg.qr(RNG.standard_normal((8, 8)))[0].astype(np.float32)  # condition 1
+    constant = (_sinusoid(5, 8) @ weight.T).astype(np.float32)
+    ambiguous = contraction_recipes({"matmul": (constant, weight, False)})
+    assert not ambiguous.recipes and "2 ways" in ambiguous.problems["matmul"]
+    linear = contraction_recipes({"linear": (constant, weight, True)})
+    recipe = linear.recipes["linear"]
+    assert recipe.transposed
+    np.testing.assert_allclose(_run_recipe(recipe, weight), constant, rtol=1e-5, atol=1e-6)
+
+
 def test_a_constant_of_one_repeated_value_is_no_selection():
     """Placeholder zeros say nothing about where they came from, even from a unique zero."""
     source = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
@@ -371,12 +434,38 @@ class RelativeProjection(nn.Module):
         return (c2p + p2c).sum(-1).transpose(1, 2).reshape(b, n, 2)
 
 
+class SinusoidalRelative(nn.Module):
+    """Funnel's relative attention: a sinusoidal table built in ``forward`` from ``arange``
+    and contracted with each layer's ``r_kernel`` (``einsum("td,dnh->tnh")``), which the
+    optimizer folds into one constant a layer."""
+
+    def __init__(self, layers: int = 2) -> None:
+        super().__init__()
+        self.r_kernel = nn.ParameterList(nn.Parameter(torch.randn(8, 2, 4) / 3)
+                                         for _ in range(layers))
+        self.query = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        angles = torch.arange(n, dtype=torch.float32)[:, None] / 10000 ** (
+            torch.arange(0, 8, 2, dtype=torch.float32) / 8)
+        table = torch.cat([angles.sin(), angles.cos()], -1)              # [n, 8]
+        hidden = x
+        for kernel in self.r_kernel:
+            positions = torch.einsum("td,dnh->tnh", table, kernel)      # [n, 2, 4]
+            query = self.query(hidden).view(b, n, 2, 4)
+            scores = torch.einsum("binh,tnh->bnit", query, positions)
+            hidden = hidden + torch.softmax(scores, -1).mean(1) @ hidden
+        return hidden
+
+
 INPUTS = {"square": (2, 5, 8), "concat": (2, 5, 8), "cls-token": (2, 5, 8),
           "cls-token-zeros": (2, 5, 8), "cls-token-mask": (2, 5, 8),
           "cls-token-batch-1": (1, 5, 8), "window": (2, 9, 8),
           "window-extra": (2, 9, 8), "window-direct": (2, 9, 8),
           "gemma": (2, 5, 8), "gemma-trained": (2, 5, 8), "weight-norm": (2, 5, 8),
-          "standardized-conv": (2, 3, 8, 8), "relative-projection": (2, 5, 8)}
+          "standardized-conv": (2, 3, 8, 8), "relative-projection": (2, 5, 8),
+          "sinusoidal-relative": (2, 6, 8)}
 
 
 def _module(name: str) -> nn.Module:
@@ -389,7 +478,8 @@ def _module(name: str) -> nn.Module:
         "window-direct": lambda: WindowAttention(direct=True),
         "gemma": lambda: GemmaNorm(False), "gemma-trained": lambda: GemmaNorm(True),
         "weight-norm": WeightNormed, "standardized-conv": StandardizedConv,
-        "relative-projection": RelativeProjection}[name]()
+        "relative-projection": RelativeProjection,
+        "sinusoidal-relative": SinusoidalRelative}[name]()
     if name == "window-extra":  # its unused last row repeats row 4, which the index reads
         with torch.no_grad():
             module.table[-1] = module.table[4]
@@ -473,6 +563,31 @@ def test_train_ready_with_the_models_state_dict_trains_every_parameter_as_torch(
         computed = [text for text in evidence.values() if "linear(rel_embeddings.weight" in text]
         assert len(computed) == 2, evidence
         assert any("pos_q_proj.bias) * 0.2886751" in text for text in computed), computed
+    if name == "sinusoidal-relative":  # both layers' tables, read back together
+        read_back = [text for text in evidence.values() if "read back from the constant" in text]
+        assert len(read_back) == 2, evidence
+
+
+@pytest.mark.torch
+def test_a_table_is_not_read_back_with_a_checkpoint_changed_since_the_export(
+        tmp_path: Path, capsys: Any) -> None:
+    """The table is what the export's own kernels give the constant: a fine-tuned
+    checkpoint's kernels would give another, so the fold is refused, saying why."""
+    from safetensors.torch import save_model
+
+    module, path, _, _ = _export("sinusoidal-relative", tmp_path)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.add_(0.01)
+    save_model(module, str(tmp_path / "tuned.safetensors"))
+    capsys.readouterr()
+    out = tmp_path / "ready.onnx"
+    code = main(["run", str(path), "-o", str(out), "-p", "train-ready", "--checkpoint",
+                 str(tmp_path / "tuned.safetensors")])
+    report = " ".join(capsys.readouterr().out.split())
+    assert code == 1 and not out.exists()
+    assert "GP211" in report and "the checkpoint differs from the weights the file holds" \
+        in report, report
 
 
 @pytest.mark.torch

@@ -58,6 +58,7 @@ __all__ = [
     "exporter_constant",
     "folded_from",
     "fx_arguments",
+    "fx_operator",
     "fx_placeholders",
     "fx_target",
     "graph_signature",
@@ -108,6 +109,8 @@ _SIGNATURE_LINE: Final = re.compile(
 _SIGNATURE_KIND: Final = re.compile(
     r"^\s*(\w+): (PARAMETER|BUFFER|CONSTANT_TENSOR) target='([^']+)'", re.MULTILINE)
 _FX_ARGUMENT: Final = re.compile(r"%(\w+)")
+_FX_REPEAT: Final = re.compile(r"_\d+$")
+_EXPORTER_VALUE: Final = re.compile(r"val_\d+")
 _FX_TARGET: Final = re.compile(r"target=(?:torch\.ops\.)?([\w.]+)\]")
 _PLACEHOLDER: Final = re.compile(r"([pbc])_(\w+)")
 _NOT_IN_PLACEHOLDER: Final = re.compile(r"[^0-9A-Za-z_]")
@@ -147,6 +150,19 @@ def folded_from(metadata: dict[str, str]) -> tuple[str, ...]:
     if isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names):
         return tuple(names)
     return ()
+
+
+def fx_operator(name: str) -> str | None:
+    """The torch operator an FX node of a record is named after (``None``: not an FX node).
+
+    torch names each FX node after its operator and numbers repeats: ``permute_3`` is a
+    ``permute``, ``_to_copy_1`` a ``_to_copy``, ``t`` a ``t``. ``val_12`` is a value that
+    onnxscript made inside an operator's decomposition, not an FX node. The one reading of
+    those names: every rule that asks what a folded FX node computed goes through it.
+    """
+    if _EXPORTER_VALUE.fullmatch(name):
+        return None
+    return _FX_REPEAT.sub("", name)
 
 
 def graph_signature(graph: Graph) -> dict[str, str]:

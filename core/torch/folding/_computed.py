@@ -22,7 +22,18 @@ few and their semantics fixed:
 * ``div`` or ``mul`` by one number (a recorded scalar, or a ``sqrt`` of one): read from the
   values, as the factor that puts every element of the constant on an element of the result;
 * shape FX nodes (``view``, ``permute``, ``slice``, ``repeat``, ``clone`` ...): whatever
-  index selection the values show.
+  index selection the values show;
+* a contraction (``einsum``, ``matmul``, ``linear`` ...) named as the constant itself and
+  folded from one parameter: the parameter contracted with a table the exporter computed
+  from no parameter (Funnel's and XLNet's sinusoidal relative positions, ``einsum("td,dnh
+  ->tnh", table, r_kernel)``). The record names the operators that built the table
+  (``arange``, ``sin``, ``cat`` ...), not its values; they are read back from the constant
+  by solving ``table @ parameter = constant``, which has one solution when the parameter,
+  viewed as a matrix over the axes the constant keeps, has full row rank. The parameter's
+  values must be the export's own (a checkpoint changed since gives another table), and
+  where the parameter is square the values cannot check the contraction's form: the record
+  is the evidence that the constant is the contraction's output, and that nothing but a
+  scale (which the table takes up) acts on the parameter before it.
 
 Any other FX node in the record, or a candidate that does not reproduce the constant,
 leaves the fold without a recipe (refused, as before).
@@ -30,35 +41,49 @@ leaves the fold without a recipe (refused, as before).
 
 from __future__ import annotations
 
-import re
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import numpy as np
 
 from graphpass.ir import Node
+from graphpass.torch._export_record import fx_operator
 from graphpass.torch.folding._recipes import Copy, Recipe, _constant, close
 from graphpass.torch.folding._search import locate, selection
 
-__all__ = ["COMPUTED_RTOL", "EPSILONS", "Computed", "computation_steps", "computed_recipe"]
+__all__ = ["COMPUTED_RTOL", "EPSILONS", "MAX_CONDITION", "Computed", "Contractions",
+           "computation_steps",
+           "computed_recipe", "contraction_recipes", "is_contraction"]
 
 COMPUTED_RTOL: Final = 1e-6
 """How far an element of the constant may be from the float64 computation's, relative to
 the largest magnitude: float32 rounding of the exporter's own arithmetic (measured: 6e-8 on
 DeBERTa's projections, 1e-7 on BiT's standardization)."""
 
+MAX_CONDITION: Final = 100.0
+"""The largest condition number of the contracted parameters from which a table is read
+back: the constant's float32 rounding grows at most that much in the table, and in the
+gradients that flow through it (measured on Funnel: a table read from one 32 x 32 kernel of
+condition number 230 moves ten AdamW steps 2.2e-4 from torch's; two kernels together,
+29, stay within 1e-5)."""
+
 EPSILONS: Final = (1e-5, 1e-6, 1e-8, 1e-10)
 """The epsilons tried for a standardization (torch's default, BiT's and others')."""
 
-_LINEAR: Final = re.compile(r"(linear|addmm|mm|matmul)(_\d+)?")
-_STANDARDIZE: Final = re.compile(r"(getitem|_native_batch_norm_legit|native_batch_norm|"
-                                 r"batch_norm)(_\d+)?")
-_SCALE: Final = re.compile(r"(div|mul|sqrt|scalar_tensor_default|reciprocal)(_\d+)?")
-_SHAPE: Final = re.compile(r"(view|reshape|_unsafe_view|permute|transpose|t|numpy_T|clone|"
-                           r"contiguous|slice|select|unsqueeze|squeeze|expand|repeat|alias|"
-                           r"unflatten|flatten|getitem|lift_fresh_copy|detach)(_\d+)?")
-"""FX nodes that only select elements (their map is read from the values)."""
+_LINEAR: Final = frozenset({"linear", "addmm", "mm", "matmul"})
+_STANDARDIZE: Final = frozenset({"getitem", "_native_batch_norm_legit", "native_batch_norm",
+                                 "batch_norm"})
+_SCALE: Final = frozenset({"div", "mul", "sqrt", "scalar_tensor_default", "reciprocal"})
+_SHAPE: Final = frozenset({"view", "reshape", "_unsafe_view", "permute", "transpose", "t",
+                           "numpy_T", "clone", "contiguous", "slice", "select", "unsqueeze",
+                           "squeeze", "expand", "repeat", "alias", "unflatten", "flatten",
+                           "lift_fresh_copy", "detach"})
+"""FX operators that only select elements (their map is read from the values)."""
+_CONTRACTIONS: Final = frozenset({"einsum", "matmul", "mm", "bmm", "linear", "tensordot"})
+"""FX operators linear in each operand: a constant named after one, folded from one
+parameter, is that parameter contracted with a table computed from no parameter."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,9 +91,11 @@ class Computed(Recipe):
     """``constant = inner(scale * operation(source, reads...))``.
 
     ``operation`` is ``linear`` (the source is the weight ``W``; :attr:`others` the input
-    ``x`` and, if any, the bias ``b``: ``x @ W.T + b``) or ``standardize`` (each output
-    channel of the source less its mean, over ``sqrt(biased variance + epsilon)``);
-    ``inner`` is the index selection the exporter folded after it.
+    ``x`` and, if any, the bias ``b``: ``x @ W.T + b``), ``standardize`` (each output
+    channel of the source less its mean, over ``sqrt(biased variance + epsilon)``) or
+    ``contract`` (:attr:`table` ``@ M``, where ``M`` is the source viewed as a matrix of
+    :attr:`rows` rows, transposed when :attr:`transposed`: its leading axes are kept, its
+    trailing ones contracted); ``inner`` is the index selection the exporter folded after it.
     """
 
     operation: str = "linear"
@@ -77,6 +104,9 @@ class Computed(Recipe):
     scale: float = 1.0
     inner: Recipe = field(default_factory=Copy)
     rank: int = 2
+    table: np.ndarray[Any, Any] | None = None
+    rows: int = 0
+    transposed: bool = False
     kind = "computed"
     exact = False
 
@@ -90,7 +120,12 @@ class Computed(Recipe):
         if len(others) != len(self.others):
             raise ValueError(f"the computation reads {len(self.others)} more tensors")
         weight = source.astype(np.float64)
-        if self.operation == "linear":
+        if self.operation == "contract":
+            if self.table is None:
+                raise ValueError("a contraction needs its table")
+            result = self.table.astype(np.float64) @ _matrix(weight, self.rows,
+                                                             self.transposed)
+        elif self.operation == "linear":
             result = others[0].astype(np.float64) @ weight.T
             if len(others) > 1:
                 result = result + others[1].astype(np.float64)
@@ -110,7 +145,16 @@ class Computed(Recipe):
         result = output if isinstance(self.inner, Copy) and self.scale == 1.0 \
             else f"{output}__computed"
         nodes: list[Node] = []
-        if self.operation == "linear":
+        if self.operation == "contract" and self.table is not None:
+            table = _constant(f"{output}__table", self.table)
+            shape = _constant(f"{output}__matrix_shape", np.array([self.rows, -1], np.int64))
+            nodes += [table, shape,
+                      Node("Reshape", [source, shape.outputs[0]], [f"{output}__matrix"],
+                           name=f"{output}__matrix"),
+                      Node("Gemm", [table.outputs[0], f"{output}__matrix"], [result],
+                           name=f"{output}__contract",
+                           attributes={"transB": int(self.transposed)})]
+        elif self.operation == "linear":
             nodes.append(Node("Gemm", [self.others[0], source, *self.others[1:]], [result],
                               name=f"{output}__linear", attributes={"transB": 1}))
         else:
@@ -145,7 +189,12 @@ class Computed(Recipe):
         return nodes
 
     def describe(self, source: str) -> str:
-        if self.operation == "linear":
+        if self.operation == "contract" and self.table is not None:
+            matrix = f"{source}{'.T' if self.transposed else ''}"
+            text = (f"a {list(self.table.shape)} table (computed from no parameter, read back "
+                    f"from the constant) @ {matrix} as a matrix of {self.rows} "
+                    f"{'columns' if self.transposed else 'rows'}")
+        elif self.operation == "linear":
             text = f"linear({', '.join((self.others[0], source, *self.others[1:]))})"
         else:
             text = f"standardize({source} per output channel, eps={self.epsilon:g})"
@@ -161,13 +210,14 @@ def computation_steps(steps: Sequence[str]) -> set[str] | None:
     """
     allowed: set[str] = set()
     for step in steps:
-        if _LINEAR.fullmatch(step):
+        operator = fx_operator(step)
+        if operator in _LINEAR:
             allowed.add("linear")
-        elif _SCALE.fullmatch(step):
+        elif operator in _SCALE:
             allowed.add("scale")
-        elif _STANDARDIZE.fullmatch(step):
+        elif operator in _STANDARDIZE:
             allowed.add("standardize")
-        elif not _SHAPE.fullmatch(step):
+        elif operator not in _SHAPE:
             return None
     return allowed
 
@@ -180,19 +230,19 @@ def computed_recipe(constant: np.ndarray[Any, Any],
     Args:
         constant: The folded constant.
         parameters: The values of every parameter torch's record says it was folded from.
-        steps: The FX nodes the record names (the constant's own among them).
+        steps: The FX nodes the record names, the constant's own first.
 
     Returns:
         The source (the parameter the recipe computes from; the others are its
         :attr:`~Computed.reads`) and the recipe; ``None`` when no candidate reproduces
         the constant within :data:`COMPUTED_RTOL`.
     """
-    allowed = computation_steps(steps)
-    if allowed is None or constant.dtype.kind != "f" or constant.size < 2 or \
+    if constant.dtype.kind != "f" or constant.size < 2 or \
             any(v.dtype.kind != "f" for v in parameters.values()):
         return None
-    scaled = "scale" in allowed
-    for source, recipe in _candidates(parameters, allowed):
+    allowed = computation_steps(steps)
+    scaled = allowed is not None and "scale" in allowed
+    for source, recipe in _candidates(parameters, allowed) if allowed is not None else []:
         reads = [parameters[name] for name in recipe.others]
         epsilons = EPSILONS if recipe.operation == "standardize" else (0.0,)
         found: list[tuple[float, Computed]] = []
@@ -207,6 +257,147 @@ def computed_recipe(constant: np.ndarray[Any, Any],
         if found:
             return source, min(found, key=lambda item: item[0])[1]
     return None
+
+
+def _matrix(weight: np.ndarray[Any, Any], rows: int,
+            transposed: bool) -> np.ndarray[Any, Any]:
+    """``weight`` as a matrix of ``rows`` rows (its leading axes), transposed if asked."""
+    matrix = weight.reshape(rows, -1)
+    return matrix.T if transposed else matrix
+
+
+def is_contraction(steps: Sequence[str]) -> bool:
+    """Whether a fold's record (its own FX node first) names a contraction as its output."""
+    return bool(steps) and fx_operator(steps[0]) in _CONTRACTIONS
+
+
+@dataclass(frozen=True)
+class Contractions:
+    """What :func:`contraction_recipes` found: a recipe or the reason none, per fold."""
+
+    recipes: dict[str, Computed]
+    problems: dict[str, str]
+
+
+def contraction_recipes(
+        folds: Mapping[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], bool]],
+) -> Contractions:
+    """Tables read back for folds that contract one parameter with a parameter-free table.
+
+    Args:
+        folds: Each fold's constant, the export's own values of its one parameter, and
+            whether its FX node is a ``linear`` (which contracts the weight's trailing axes).
+
+    Returns:
+        The recipe of each fold whose table the values determine, and for the others why
+        not.
+
+    The axes of the parameter the contraction keeps are the constant's last axes, in order:
+    its trailing axes (``x @ W``, ``einsum("td,dnh->tnh")``) or its leading ones
+    (``x @ W.T``). Folds of one form whose tables are the same (layers that read one
+    position table) are solved together: a table that reproduces several constants from
+    several parameters is overdetermined, so the values check it, and float32 rounding
+    averages out. A table is read back when the parameters stacked, viewed as matrices,
+    have full row rank and a condition number of at most :data:`MAX_CONDITION`. A fold
+    with more than one form that reproduces it gets no recipe.
+    """
+    forms: dict[tuple[Any, ...], list[str]] = {}
+    problems: dict[str, str] = {}
+    for name, (constant, weight, linear) in folds.items():
+        for rows, transposed in _forms(constant.shape, weight.shape, linear=linear):
+            key = (constant.shape, weight.shape, weight.dtype.str, rows, transposed)
+            forms.setdefault(key, []).append(name)
+        problems[name] = (f"it is a contraction of it, but its shape {list(constant.shape)} "
+                          f"does not end with axes of {list(weight.shape)} kept in order")
+    found: dict[str, list[Computed]] = {}
+    conditions: dict[str, float] = {}
+    for (_, _, _, rows, transposed), names in forms.items():
+        left = list(names)
+        while left:
+            group = [left.pop(0)]
+            for name in list(left):
+                if _shared_table([folds[n] for n in (group[0], name)], rows,
+                                 transposed)[0] is not None:
+                    group.append(name)
+                    left.remove(name)
+            table, condition = _shared_table([folds[n] for n in group], rows, transposed)
+            for name in group:
+                constant, weight, _ = folds[name]
+                fitted = None if table is None else _fit(
+                    constant, Computed("contract", table=table, rows=rows,
+                                       transposed=transposed), weight, [], scaled=False)
+                if fitted is not None:
+                    found.setdefault(name, []).append(fitted)
+                elif condition < conditions.get(name, float("inf")) or name not in conditions:
+                    conditions[name] = condition  # the form that came nearest says why
+                    problems[name] = _unsolved(condition, len(group))
+    recipes = {}
+    for name, candidates in found.items():
+        if len(candidates) == 1:
+            recipes[name] = candidates[0]
+            del problems[name]
+        else:
+            problems[name] = (f"it is a contraction of it with a table computed from no "
+                              f"parameter, and {len(candidates)} ways of contracting the "
+                              f"parameter's axes give its values")
+    return Contractions(recipes, problems)
+
+
+def _unsolved(condition: float, readers: int) -> str:
+    """Why no table was read back for a contraction fold."""
+    what = "it is a contraction of it with a table computed from no parameter"
+    others = "no other fold reads the same table" if readers == 1 else \
+        f"{readers} folds read the same table"
+    if not np.isfinite(condition):
+        return f"{what}, which the constant does not determine (more contracted elements " \
+               f"than kept, or a singular parameter; {others})"
+    if condition > MAX_CONDITION:
+        return (f"{what}, which the constant determines only to {condition:.0f} times "
+                f"float32 rounding: the parameter, as the matrix contracted, has condition "
+                f"number {condition:.0f}, more than {MAX_CONDITION:.0f}, and {others}")
+    return f"{what}, and no one table gives the constant from it within float32 rounding"
+
+
+def _forms(constant: tuple[int, ...], weight: tuple[int, ...], *,
+           linear: bool) -> list[tuple[int, bool]]:
+    """How a contraction keeps ``constant``'s last axes from ``weight``.
+
+    Each way is the number of rows of the weight's matrix view and whether it is transposed.
+    """
+    found = []
+    for split in range(1, len(weight)):
+        lead, trail = weight[:split], weight[split:]
+        for transposed, kept in [(True, lead)] if linear else [(False, trail), (True, lead)]:
+            if len(constant) > len(kept) and constant[-len(kept):] == kept:
+                found.append((math.prod(lead), transposed))
+    return found
+
+
+def _shared_table(
+        systems: Sequence[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], bool]],
+        rows: int, transposed: bool) -> tuple[np.ndarray[Any, Any] | None, float]:
+    """The one table that gives every constant from its weight, and the condition number.
+
+    The table is ``None`` where the values do not determine it.
+    """
+    matrices = [_matrix(weight.astype(np.float64), rows, transposed)
+                for _, weight, _ in systems]
+    matrix = np.concatenate(matrices, axis=1)
+    contracted, columns = matrix.shape
+    if contracted > columns:
+        return None, float("inf")
+    singular = np.linalg.svd(matrix, compute_uv=False)
+    condition = float(singular[0] / singular[-1]) if singular[-1] > 0 else float("inf")
+    if condition > MAX_CONDITION:
+        return None, condition
+    wanted = np.concatenate([constant.astype(np.float64).reshape(-1, m.shape[1])
+                             for (constant, _, _), m in zip(systems, matrices, strict=True)],
+                            axis=1)
+    table = np.linalg.lstsq(matrix.T, wanted.T, rcond=None)[0].T
+    largest = max(float(np.abs(wanted).max(initial=0.0)), 1e-30)
+    if float(np.abs(table @ matrix - wanted).max(initial=0.0)) > COMPUTED_RTOL * largest:
+        return None, condition
+    return np.ascontiguousarray(table, dtype=systems[0][1].dtype), condition
 
 
 def _candidates(parameters: Mapping[str, np.ndarray[Any, Any]],
@@ -248,8 +439,7 @@ def _fit(constant: np.ndarray[Any, Any], recipe: Computed, source: np.ndarray[An
             selected = inner.compute(value).astype(np.float64).reshape(-1)
             scale = float(selected @ constant.astype(np.float64).reshape(-1)
                           / max(float(selected @ selected), 1e-300))
-        fitted = Computed(recipe.operation, recipe.others, epsilon=recipe.epsilon,
-                          scale=scale, inner=inner, rank=recipe.rank)
+        fitted = replace(recipe, scale=scale, inner=inner)
         if close(fitted.compute(source, *reads), constant):
             return fitted
     return None

@@ -23,6 +23,7 @@ from graphpass.torch._export_record import (
     TRAINABLE_TYPES,
     folded_from,
     fx_arguments,
+    fx_operator,
     fx_placeholders,
     fx_target,
     graph_signature,
@@ -30,7 +31,11 @@ from graphpass.torch._export_record import (
     records_state,
     signature_kinds,
 )
-from graphpass.torch.folding._computed import computed_recipe
+from graphpass.torch.folding._computed import (
+    computed_recipe,
+    contraction_recipes,
+    is_contraction,
+)
 from graphpass.torch.folding._folds import Fold, Folding, FusedBatchNorm
 from graphpass.torch.folding._recipes import (
     Affine,
@@ -57,18 +62,15 @@ _LINEAR: Final = "aten.linear.default"
 _BATCH_NORM: Final = re.compile(r"aten\.(_native_batch_norm_legit_no_training|batch_norm|"
                                 r"_native_batch_norm_legit|native_batch_norm)")
 _WEIGHT_SLOTS: Final = {"MatMul": (1,), "Gemm": (1, 2), "Conv": (1, 2), "ConvTranspose": (1, 2)}
-_PERMUTE_NAME: Final = re.compile(r"(permute|t|transpose|numpy_T)(_\d+)?")
-_UNSQUEEZE_NAME: Final = re.compile(r"unsqueeze(_\d+)?")
-_EXPORTER_VALUE: Final = re.compile(r"val_\d+")
-"""A value onnxscript makes inside an operator's decomposition (an axes or shape constant)."""
+_PERMUTES: Final = frozenset({"permute", "t", "transpose", "numpy_T"})
 _PER_CHANNEL_OPS: Final = frozenset({"aten.group_norm.default", "aten.native_group_norm.default",
                                      "aten.instance_norm.default"})
 """aten operators whose every state argument (weight, bias, statistics) is 1-D, one value
 per channel, by their schema."""
 _PERMUTE_EVIDENCE: Final = ("torch's record: the constant is the FX node of a permute, folded "
                             "from the parameter alone")
-_BROADCAST_NAME: Final = re.compile(r"(expand|expand_as|broadcast_to)(_\d+)?")
-"""FX nodes that copy their one input whole, repeating it only along axes of size 1 (and
+_BROADCASTS: Final = frozenset({"expand", "expand_as", "broadcast_to"})
+"""FX operators that copy their one input whole, repeating it only along axes of size 1 (and
 new leading axes): a constant named so and folded from one tensor holds every element of
 it. (``repeat`` is not one: it also tiles axes longer than 1, which the values cannot tell
 from the parameter's own.)"""
@@ -142,6 +144,7 @@ class _Finder:
         self.graph = graph
         self.checkpoint = checkpoint
         self.kinds = signature_kinds(graph)
+        self._exported: bool | None = None
         self.placeholders = {target: placeholder for placeholder, target
                              in graph_signature(graph).items()}
         self.folding = Folding()
@@ -170,6 +173,27 @@ class _Finder:
             return None
         return tensor.numpy()
 
+    def _checkpoint_is_exported(self) -> bool:
+        """Whether the checkpoint holds the export's values.
+
+        It does when it equals every parameter the file still holds (at least one), bit
+        for bit.
+        """
+        if self._exported is None:
+            compared = 0
+            self._exported = True
+            for name, kind in self.kinds.items():
+                value = self._file_value(name) if kind == "parameter" else None
+                equal = self.checkpoint.equals(name, value) if value is not None else None
+                if equal is None:
+                    continue
+                compared += 1
+                if not equal:
+                    self._exported = False
+                    break
+            self._exported = self._exported and compared > 0
+        return self._exported
+
     def _source_shape(self, name: str) -> tuple[int, ...] | None:
         tensor = self.initializers.get(name)
         if tensor is not None and name not in self.folding.fused:
@@ -178,6 +202,7 @@ class _Finder:
 
     # ------------------------------------------------------------- dynamo: records
     def _recorded_folds(self) -> None:
+        contractions: list[tuple[Fold, Tensor]] = []
         for name, shape, tensor in self._candidates():
             recorded = folded_from(self.graph.values[name].metadata)
             state = [s for s in recorded if self._is_state(s)]
@@ -216,7 +241,12 @@ class _Finder:
             if fold.recipe is None and fold.kind == "parameter" and \
                     self._computed(fold, [source], tensor):
                 continue
+            if fold.recipe is None and fold.kind == "parameter" and tensor is not None and \
+                    is_contraction(self._steps(fold)):
+                contractions.append((fold, tensor))
+                continue
             self._add(fold)
+        self._contracted(contractions)
 
     def _weight_norm(self, name: str, sources: list[str], recorded: tuple[str, ...],
                      tensor: Tensor | None) -> bool:
@@ -329,8 +359,7 @@ class _Finder:
             if value is None:
                 return False
             values[parameter] = value
-        steps = [fold.name, *(name for name in fold.recorded if not self._is_state(name)
-                              and not _EXPORTER_VALUE.fullmatch(name))]
+        steps = self._steps(fold)
         found = computed_recipe(tensor.numpy(), values, steps)
         if found is None:
             return False
@@ -343,6 +372,51 @@ class _Finder:
                          f"within float32 rounding")
         self._add(fold)
         return True
+
+    def _steps(self, fold: Fold) -> list[str]:
+        """The FX nodes torch's record says ``fold`` was computed by, its own first."""
+        return [fold.name, *(name for name in fold.recorded if not self._is_state(name)
+                             and fx_operator(name) is not None)]
+
+    def _exported_value(self, name: str) -> np.ndarray[Any, Any] | None:
+        """The value state ``name`` had at export time, where that is known.
+
+        The file's, or the checkpoint's when it equals every parameter the file still holds.
+        """
+        value = self._file_value(name)
+        if value is None and self._checkpoint_is_exported():
+            value = self.checkpoint.value(name)
+        return value
+
+    def _contracted(self, folds: list[tuple[Fold, Tensor]]) -> None:
+        """Add ``folds``, each contracting its one parameter with a parameter-free table.
+
+        Each gets the table the values determine (:func:`contraction_recipes`), if any.
+        """
+        systems = {}
+        for fold, tensor in folds:
+            value = self._exported_value(fold.source)
+            constant = tensor.numpy()
+            if value is not None and value.dtype == constant.dtype:
+                systems[fold.name] = (constant, value, fx_operator(fold.name) == "linear")
+        found = contraction_recipes(systems)
+        for fold, _ in folds:
+            recipe = found.recipes.get(fold.name)
+            if fold.name in found.problems:
+                fold.problem = found.problems[fold.name]
+            elif fold.name not in systems and self.checkpoint.value(fold.source) is not None:
+                fold.problem = ("it is a contraction of it with a table computed from no "
+                                "parameter, which graphpass reads back from the constant and "
+                                "the parameter's values at export time; the checkpoint "
+                                "differs from the weights the file holds, so it does not "
+                                "hold them")
+            if recipe is not None:
+                fold.kind, fold.recipe, fold.problem = "parameter", recipe, None
+                fold.evidence = (
+                    f"torch's record: the output of FX node {fold.name!r}, folded from "
+                    f"{fold.source!r} and nodes of no parameter ({_names(self._steps(fold)[1:])}"
+                    f"); values: equals {recipe.describe(fold.source)} within float32 rounding")
+            self._add(fold)
 
     def _candidates(self) -> list[tuple[str, tuple[int, ...] | None, Tensor | None]]:
         """Float initializers, and names used but undefined (weights saved apart)."""
@@ -480,10 +554,10 @@ class _Finder:
             shape) and how it was found, or ``None``.
         """
         others = [name for name in fold.recorded if name != fold.source]
-        steps = [name for name in (fold.name, *others) if not _EXPORTER_VALUE.fullmatch(name)]
+        steps = [name for name in (fold.name, *others) if fx_operator(name) is not None]
         rank: int | None = None
         how = ""
-        if steps and all(_UNSQUEEZE_NAME.fullmatch(step) for step in steps):
+        if steps and all(fx_operator(step) == "unsqueeze" for step in steps):
             rank = len(shape) - len(steps)
             how = (f"folded by {len(steps)} FX unsqueeze node{'s' * (len(steps) != 1)} "
                    f"({', '.join(steps)}) of the parameter alone")
@@ -562,7 +636,7 @@ class _Finder:
         the parameter and nothing else is the source transposed, square or not.
         """
         return len(shape) == 2 and fold.recorded == (fold.source,) and \
-            _PERMUTE_NAME.fullmatch(fold.name) is not None
+            fx_operator(fold.name) in _PERMUTES
 
     def _recorded_broadcast(self, fold: Fold) -> bool:
         """Whether torch's record says the constant is one expand of its source alone.
@@ -572,7 +646,7 @@ class _Finder:
         sizes the exporter's own constants) folded from one state tensor and no other.
         """
         return fold.source in fold.recorded and not fold.others and \
-            _BROADCAST_NAME.fullmatch(fold.name) is not None
+            fx_operator(fold.name) in _BROADCASTS
 
     def _rows_read(self, fold: Fold) -> np.ndarray[Any, Any] | None:
         """The rows the integer state recorded with ``fold`` reads (an index buffer), if any."""

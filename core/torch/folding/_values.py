@@ -68,6 +68,17 @@ class StateValues:
             self._cache[name] = np.asarray(self._load(name))
         return self._cache[name]
 
+    def equals(self, name: str, values: np.ndarray[Any, Any]) -> bool | None:
+        """Whether ``name`` holds ``values`` bit for bit (``None``: unknown here).
+
+        Reads the tensor without keeping it, so that comparing every weight holds one at a
+        time.
+        """
+        if name not in self._shapes:
+            return None
+        saved = self._cache.get(name)
+        return bool(np.array_equal(values, saved if saved is not None else self._load(name)))
+
     def with_shape(self, shape: tuple[int, ...]) -> list[str]:
         """The names of float tensors of ``shape``."""
         if self._by_shape is None:

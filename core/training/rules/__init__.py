@@ -42,6 +42,7 @@ if TYPE_CHECKING:
         TrainerFailureKind,
         normalize_domain,
         trainable_weights,
+        weight_matches,
     )
     from graphpass.training.rules._onnxruntime_training import (
         builtin_rule_sets,
@@ -71,10 +72,12 @@ __all__ = [
     "onnxruntime_training_rules",
     "rules_from_builders",
     "trainable_weights",
+    "weight_matches",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, globals(), {
     "SelectionReport": "graphpass.training.rules._model",
+    "weight_matches": "graphpass.training.rules._model",
     "AttributeIn": "graphpass.training.rules._model",
     "AttributeMissing": "graphpass.training.rules._model",
     "AttributeNotIn": "graphpass.training.rules._model",

@@ -83,6 +83,7 @@ __all__ = [
     "normalize_domain",
     "select_weights",
     "trainable_weights",
+    "weight_matches",
 ]
 
 DIFFERENTIABLE_TYPES: frozenset[int] = TRAINABLE_TYPES
@@ -881,7 +882,13 @@ def _elem_type(value: int | str) -> int:
 
 
 # ========================================================================== weights
-def _matches(name: str, patterns: Iterable[str]) -> bool:
+def weight_matches(name: str, patterns: Iterable[str]) -> bool:
+    """Whether the ``trainable`` or ``frozen`` option's ``patterns`` name weight ``name``.
+
+    A pattern names a weight when it is the name itself (which may hold ``[``) or an
+    ``fnmatch`` pattern matching it. The one reading of those options: the lint, the
+    training graphs and ``restore-parameters`` all go through it.
+    """
     return any(name == pattern or fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
@@ -918,7 +925,7 @@ class WeightSelection:
     def matching_nothing(self, patterns: Iterable[str]) -> list[str]:
         """The ``patterns`` that match no candidate."""
         return [pattern for pattern in patterns
-                if not any(_matches(name, (pattern,)) for name in self.candidates)]
+                if not any(weight_matches(name, (pattern,)) for name in self.candidates)]
 
 
 def select_weights(graph: Graph, trainable: Sequence[str] = (),
@@ -943,13 +950,13 @@ def select_weights(graph: Graph, trainable: Sequence[str] = (),
     left_out: dict[str, StateKind] = {}
     recorded: tuple[str, ...] = ()
     if trainable:
-        chosen = [name for name in candidates if _matches(name, trainable)]
+        chosen = [name for name in candidates if weight_matches(name, trainable)]
     else:
         chosen, left_out = default_trainable(graph)
         record = frozenset(recorded_frozen)
         recorded = tuple(name for name in chosen if name in record
-                         and not _matches(name, frozen))
-    fixed = tuple(name for name in candidates if _matches(name, frozen) or name in left_out
+                         and not weight_matches(name, frozen))
+    fixed = tuple(name for name in candidates if weight_matches(name, frozen) or name in left_out
                   or name in recorded)
     return WeightSelection(candidates, tuple(chosen), fixed, MappingProxyType(left_out),
                            recorded)
@@ -1034,7 +1041,7 @@ def trainable_weights(graph: Graph, trainable: Sequence[str] = (), frozen: Seque
     parameters = signature_parameters(graph)
     for option, patterns in (("trainable", trainable), ("frozen", frozen)):
         for pattern in selection.matching_nothing(patterns):
-            if option == "frozen" and any(fnmatch.fnmatchcase(p, pattern) for p in parameters):
+            if option == "frozen" and any(weight_matches(p, (pattern,)) for p in parameters):
                 continue  # a torch parameter the export folded away: frozen on purpose
             findings.append(Finding(
                 codes["no-match"], Severity.WARNING,
