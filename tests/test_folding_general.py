@@ -228,33 +228,37 @@ def test_a_table_several_layers_contract_their_kernels_with_is_read_back_jointly
     table is computed from no parameter. Solved together, two layers determine it to float32
     rounding although each kernel alone is square; a third layer that reads another table
     is not grouped with them."""
-    from graphpass.torch.folding._computed import contraction_recipes
+    from graphpass.torch.folding._computed import ContractionFold, contraction_recipes
 
     table = _sinusoid(6, 8)
     rng = np.random.default_rng(1)  # each kernel alone: condition number 22 to 28
     kernels = [rng.standard_normal((8, 2, 4)).astype(np.float32) / 3 for _ in range(3)]
     other = _sinusoid(6, 8, start=40.0)
-    folds = {"einsum_1": (_contracted(table, kernels[0]), kernels[0], False),
-             "einsum_2": (_contracted(table, kernels[1]), kernels[1], False),
-             "einsum_3": (_contracted(other, kernels[2]), kernels[2], False)}
+    folds = {"einsum_1": ContractionFold(_contracted(table, kernels[0]), kernels[0]),
+             "einsum_2": ContractionFold(_contracted(table, kernels[1]), kernels[1]),
+             "einsum_3": ContractionFold(_contracted(other, kernels[2]), kernels[2])}
     found = contraction_recipes(folds)
     assert set(found.recipes) == set(folds), found.problems
     tables = {name: recipe.table for name, recipe in found.recipes.items()}
     assert tables["einsum_1"] is tables["einsum_2"]  # one joint solve
     np.testing.assert_allclose(tables["einsum_1"], table, atol=1e-6)
     np.testing.assert_allclose(tables["einsum_3"], other, atol=1e-4)  # alone: less exact
-    for name, (constant, kernel, _) in folds.items():
-        np.testing.assert_allclose(_run_recipe(found.recipes[name], kernel), constant,
-                                   rtol=1e-5, atol=1e-6)
+    for name, fold in folds.items():
+        np.testing.assert_allclose(_run_recipe(found.recipes[name], fold.weight),
+                                   fold.constant, rtol=1e-5, atol=1e-6)
 
 
 def test_a_table_one_ill_conditioned_kernel_alone_determines_is_refused_saying_why():
-    from graphpass.torch.folding._computed import MAX_CONDITION, contraction_recipes
+    from graphpass.torch.folding._computed import (
+        MAX_CONDITION,
+        ContractionFold,
+        contraction_recipes,
+    )
 
     u, _, v = np.linalg.svd(RNG.standard_normal((8, 8)))
     kernel = (u @ np.diag(np.geomspace(1, 1e-3, 8)) @ v).astype(np.float32).reshape(8, 2, 4)
-    found = contraction_recipes({"einsum": (_contracted(_sinusoid(6, 8), kernel), kernel,
-                                            False)})
+    found = contraction_recipes({"einsum": ContractionFold(_contracted(_sinusoid(6, 8), kernel),
+                                                           kernel)})
     assert not found.recipes
     problem = found.problems["einsum"]
     assert f"more than {MAX_CONDITION:.0f}" in problem and "no other fold" in problem, problem
@@ -263,16 +267,40 @@ def test_a_table_one_ill_conditioned_kernel_alone_determines_is_refused_saying_w
 def test_a_square_contraction_alone_whose_axes_the_values_cannot_tell_is_refused():
     """``table @ W`` or ``table @ W.T``: with a square ``W`` and one fold, both give the
     constant exactly; a ``linear`` contracts the weight's trailing axes, which decides."""
-    from graphpass.torch.folding._computed import contraction_recipes
+    from graphpass.torch.folding._computed import ContractionFold, contraction_recipes
 
     weight = np.linalg.qr(RNG.standard_normal((8, 8)))[0].astype(np.float32)  # condition 1
     constant = (_sinusoid(5, 8) @ weight.T).astype(np.float32)
-    ambiguous = contraction_recipes({"matmul": (constant, weight, False)})
+    ambiguous = contraction_recipes({"matmul": ContractionFold(constant, weight)})
     assert not ambiguous.recipes and "2 ways" in ambiguous.problems["matmul"]
-    linear = contraction_recipes({"linear": (constant, weight, True)})
+    linear = contraction_recipes({"linear": ContractionFold(constant, weight, linear=True)})
     recipe = linear.recipes["linear"]
     assert recipe.transposed
     np.testing.assert_allclose(_run_recipe(recipe, weight), constant, rtol=1e-5, atol=1e-6)
+
+
+def test_a_contraction_permuted_after_is_read_back_only_where_the_values_check_it():
+    """``permute(einsum(...))`` folded into one constant named after the permute: every
+    order of its axes is tried; two layers reading one table check the order and the
+    table, one square kernel alone cannot and is refused saying so."""
+    from graphpass.torch.folding._computed import ContractionFold, contraction_recipes
+
+    table = _sinusoid(6, 8)
+    rng = np.random.default_rng(2)
+    kernels = [rng.standard_normal((8, 2, 4)).astype(np.float32) / 3 for _ in range(2)]
+    permuted = [np.ascontiguousarray(_contracted(table, k).transpose(1, 2, 0))
+                for k in kernels]                                    # [2, 4, 6]
+    folds = {f"permute_{i}": ContractionFold(c, k, direct=False)
+             for i, (c, k) in enumerate(zip(permuted, kernels, strict=True))}
+    found = contraction_recipes(folds)
+    assert set(found.recipes) == set(folds), found.problems
+    for name, fold in folds.items():
+        np.testing.assert_allclose(_run_recipe(found.recipes[name], fold.weight),
+                                   fold.constant, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(found.recipes["permute_0"].table, table, atol=1e-6)
+    alone = contraction_recipes({"permute_0": folds["permute_0"]})
+    assert not alone.recipes
+    assert "cannot check the contraction" in alone.problems["permute_0"]
 
 
 def test_a_constant_of_one_repeated_value_is_no_selection():
@@ -439,11 +467,12 @@ class SinusoidalRelative(nn.Module):
     and contracted with each layer's ``r_kernel`` (``einsum("td,dnh->tnh")``), which the
     optimizer folds into one constant a layer."""
 
-    def __init__(self, layers: int = 2) -> None:
+    def __init__(self, layers: int = 2, permuted: bool = False) -> None:
         super().__init__()
         self.r_kernel = nn.ParameterList(nn.Parameter(torch.randn(8, 2, 4) / 3)
                                          for _ in range(layers))
         self.query = nn.Linear(8, 8)
+        self.permuted = permuted
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
@@ -454,7 +483,10 @@ class SinusoidalRelative(nn.Module):
         for kernel in self.r_kernel:
             positions = torch.einsum("td,dnh->tnh", table, kernel)      # [n, 2, 4]
             query = self.query(hidden).view(b, n, 2, 4)
-            scores = torch.einsum("binh,tnh->bnit", query, positions)
+            if self.permuted:  # the optimizer folds the permute too: named after it
+                scores = query.transpose(1, 2) @ positions.permute(1, 2, 0)
+            else:
+                scores = torch.einsum("binh,tnh->bnit", query, positions)
             hidden = hidden + torch.softmax(scores, -1).mean(1) @ hidden
         return hidden
 
@@ -465,7 +497,7 @@ INPUTS = {"square": (2, 5, 8), "concat": (2, 5, 8), "cls-token": (2, 5, 8),
           "window-extra": (2, 9, 8), "window-direct": (2, 9, 8),
           "gemma": (2, 5, 8), "gemma-trained": (2, 5, 8), "weight-norm": (2, 5, 8),
           "standardized-conv": (2, 3, 8, 8), "relative-projection": (2, 5, 8),
-          "sinusoidal-relative": (2, 6, 8)}
+          "sinusoidal-relative": (2, 6, 8), "sinusoidal-permuted": (2, 6, 8)}
 
 
 def _module(name: str) -> nn.Module:
@@ -479,7 +511,8 @@ def _module(name: str) -> nn.Module:
         "gemma": lambda: GemmaNorm(False), "gemma-trained": lambda: GemmaNorm(True),
         "weight-norm": WeightNormed, "standardized-conv": StandardizedConv,
         "relative-projection": RelativeProjection,
-        "sinusoidal-relative": SinusoidalRelative}[name]()
+        "sinusoidal-relative": SinusoidalRelative,
+        "sinusoidal-permuted": lambda: SinusoidalRelative(permuted=True)}[name]()
     if name == "window-extra":  # its unused last row repeats row 4, which the index reads
         with torch.no_grad():
             module.table[-1] = module.table[4]
@@ -563,7 +596,7 @@ def test_train_ready_with_the_models_state_dict_trains_every_parameter_as_torch(
         computed = [text for text in evidence.values() if "linear(rel_embeddings.weight" in text]
         assert len(computed) == 2, evidence
         assert any("pos_q_proj.bias) * 0.2886751" in text for text in computed), computed
-    if name == "sinusoidal-relative":  # both layers' tables, read back together
+    if name.startswith("sinusoidal"):  # both layers' tables, read back together
         read_back = [text for text in evidence.values() if "read back from the constant" in text]
         assert len(read_back) == 2, evidence
 

@@ -23,8 +23,8 @@ few and their semantics fixed:
   values, as the factor that puts every element of the constant on an element of the result;
 * shape FX nodes (``view``, ``permute``, ``slice``, ``repeat``, ``clone`` ...): whatever
   index selection the values show;
-* a contraction (``einsum``, ``matmul``, ``linear`` ...) named as the constant itself and
-  folded from one parameter: the parameter contracted with a table the exporter computed
+* a contraction (``einsum``, ``matmul``, ``linear`` ...) named as the constant itself (or
+  followed by shape nodes, when the values check it) and folded from one parameter: the parameter contracted with a table the exporter computed
   from no parameter (Funnel's and XLNet's sinusoidal relative positions, ``einsum("td,dnh
   ->tnh", table, r_kernel)``). The record names the operators that built the table
   (``arange``, ``sin``, ``cat`` ...), not its values; they are read back from the constant
@@ -41,6 +41,7 @@ leaves the fold without a recipe (refused, as before).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -53,9 +54,18 @@ from graphpass.torch._export_record import fx_operator
 from graphpass.torch.folding._recipes import Copy, Recipe, _constant, close
 from graphpass.torch.folding._search import locate, selection
 
-__all__ = ["COMPUTED_RTOL", "EPSILONS", "MAX_CONDITION", "Computed", "Contractions",
-           "computation_steps",
-           "computed_recipe", "contraction_recipes", "is_contraction"]
+__all__ = [
+    "COMPUTED_RTOL",
+    "EPSILONS",
+    "MAX_CONDITION",
+    "Computed",
+    "ContractionFold",
+    "Contractions",
+    "computation_steps",
+    "computed_recipe",
+    "contraction_output",
+    "contraction_recipes",
+]
 
 COMPUTED_RTOL: Final = 1e-6
 """How far an element of the constant may be from the float64 computation's, relative to
@@ -266,9 +276,40 @@ def _matrix(weight: np.ndarray[Any, Any], rows: int,
     return matrix.T if transposed else matrix
 
 
-def is_contraction(steps: Sequence[str]) -> bool:
-    """Whether a fold's record (its own FX node first) names a contraction as its output."""
-    return bool(steps) and fx_operator(steps[0]) in _CONTRACTIONS
+def contraction_output(steps: Sequence[str]) -> str | None:
+    """How a fold's record (its own FX node first) says it is a contraction's output.
+
+    ``"direct"``: the constant is named after the contraction; ``"selected"``: after a shape
+    FX node, with exactly one contraction among the nodes folded (``permute(einsum(...))``,
+    ``view(linear(...))``); ``None``: neither.
+    """
+    if not steps:
+        return None
+    if fx_operator(steps[0]) in _CONTRACTIONS:
+        return "direct"
+    if fx_operator(steps[0]) in _SHAPE and \
+            sum(fx_operator(step) in _CONTRACTIONS for step in steps) == 1:
+        return "selected"
+    return None
+
+
+@dataclass(frozen=True)
+class ContractionFold:
+    """A fold that contracts one parameter with a table computed from no parameter.
+
+    Attributes:
+        constant: The folded constant.
+        weight: The export's own values of the parameter.
+        linear: Whether the contraction is a ``linear`` (it contracts the weight's trailing
+            axes).
+        direct: Whether the constant is the contraction's output itself; else an index
+            selection of it (:func:`contraction_output`).
+    """
+
+    constant: np.ndarray[Any, Any]
+    weight: np.ndarray[Any, Any]
+    linear: bool = False
+    direct: bool = True
 
 
 @dataclass(frozen=True)
@@ -279,58 +320,66 @@ class Contractions:
     problems: dict[str, str]
 
 
-def contraction_recipes(
-        folds: Mapping[str, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], bool]],
-) -> Contractions:
+_Form = tuple[int, bool, tuple[int, ...]]
+"""Rows of the weight's matrix view, whether it is transposed, and the axes of the constant
+in the order of the contraction's output."""
+
+
+def contraction_recipes(folds: Mapping[str, ContractionFold]) -> Contractions:
     """Tables read back for folds that contract one parameter with a parameter-free table.
 
     Args:
-        folds: Each fold's constant, the export's own values of its one parameter, and
-            whether its FX node is a ``linear`` (which contracts the weight's trailing axes).
+        folds: The folds, by name.
 
     Returns:
         The recipe of each fold whose table the values determine, and for the others why
         not.
 
-    The axes of the parameter the contraction keeps are the constant's last axes, in order:
-    its trailing axes (``x @ W``, ``einsum("td,dnh->tnh")``) or its leading ones
-    (``x @ W.T``). Folds of one form whose tables are the same (layers that read one
-    position table) are solved together: a table that reproduces several constants from
-    several parameters is overdetermined, so the values check it, and float32 rounding
-    averages out. A table is read back when the parameters stacked, viewed as matrices,
-    have full row rank and a condition number of at most :data:`MAX_CONDITION`. A fold
-    with more than one form that reproduces it gets no recipe.
+    The axes of the parameter the contraction keeps are the last axes of its output: its
+    trailing axes (``x @ W``, ``einsum("td,dnh->tnh")``) or its leading ones (``x @ W.T``).
+    A constant named after the contraction is its output; one named after a shape node is
+    its output with its axes permuted or viewed, and every order of its axes whose last ones
+    hold as many elements as the kept axes is tried. Folds of one form whose tables are the
+    same (layers that read one position table) are solved together: a table that reproduces
+    several constants from several parameters is overdetermined, so the values check it,
+    and float32 rounding averages out. A table is read back when the parameters stacked,
+    viewed as matrices, have full row rank and a condition number of at most
+    :data:`MAX_CONDITION`; for a constant named after a shape node, only where the values
+    check it (overdetermined). A fold with more than one form that reproduces it gets no
+    recipe.
     """
     forms: dict[tuple[Any, ...], list[str]] = {}
     problems: dict[str, str] = {}
-    for name, (constant, weight, linear) in folds.items():
-        for rows, transposed in _forms(constant.shape, weight.shape, linear=linear):
-            key = (constant.shape, weight.shape, weight.dtype.str, rows, transposed)
+    for name, fold in folds.items():
+        for form in _forms(fold):
+            key = (fold.constant.shape, fold.weight.shape, fold.weight.dtype.str, form)
             forms.setdefault(key, []).append(name)
-        problems[name] = (f"it is a contraction of it, but its shape {list(constant.shape)} "
-                          f"does not end with axes of {list(weight.shape)} kept in order")
+        problems[name] = (f"it is a contraction of it, but no order of the axes of its shape "
+                          f"{list(fold.constant.shape)} ends with axes kept from "
+                          f"{list(fold.weight.shape)}")
     found: dict[str, list[Computed]] = {}
     conditions: dict[str, float] = {}
-    for (_, _, _, rows, transposed), names in forms.items():
+    for (_, _, _, form), names in forms.items():
+        rows, transposed, _ = form
         left = list(names)
         while left:
             group = [left.pop(0)]
             for name in list(left):
-                if _shared_table([folds[n] for n in (group[0], name)], rows,
-                                 transposed)[0] is not None:
+                if _shared_table([folds[n] for n in (group[0], name)], form)[0] is not None:
                     group.append(name)
                     left.remove(name)
-            table, condition = _shared_table([folds[n] for n in group], rows, transposed)
+            table, condition = _shared_table([folds[n] for n in group], form)
             for name in group:
-                constant, weight, _ = folds[name]
+                fold = folds[name]
                 fitted = None if table is None else _fit(
-                    constant, Computed("contract", table=table, rows=rows,
-                                       transposed=transposed), weight, [], scaled=False)
+                    fold.constant, Computed("contract", table=table, rows=rows,
+                                            transposed=transposed),
+                    fold.weight, [], scaled=False)
                 if fitted is not None:
                     found.setdefault(name, []).append(fitted)
                 elif condition < conditions.get(name, float("inf")) or name not in conditions:
                     conditions[name] = condition  # the form that came nearest says why
-                    problems[name] = _unsolved(condition, len(group))
+                    problems[name] = _unsolved(condition, len(group), fold.direct)
     recipes = {}
     for name, candidates in found.items():
         if len(candidates) == 1:
@@ -343,7 +392,7 @@ def contraction_recipes(
     return Contractions(recipes, problems)
 
 
-def _unsolved(condition: float, readers: int) -> str:
+def _unsolved(condition: float, readers: int, direct: bool) -> str:
     """Why no table was read back for a contraction fold."""
     what = "it is a contraction of it with a table computed from no parameter"
     others = "no other fold reads the same table" if readers == 1 else \
@@ -355,49 +404,59 @@ def _unsolved(condition: float, readers: int) -> str:
         return (f"{what}, which the constant determines only to {condition:.0f} times "
                 f"float32 rounding: the parameter, as the matrix contracted, has condition "
                 f"number {condition:.0f}, more than {MAX_CONDITION:.0f}, and {others}")
+    if not direct and readers == 1:
+        return (f"{what} and then viewed or permuted; one square system gives any constant "
+                f"a table, so the values cannot check the contraction, and {others}")
     return f"{what}, and no one table gives the constant from it within float32 rounding"
 
 
-def _forms(constant: tuple[int, ...], weight: tuple[int, ...], *,
-           linear: bool) -> list[tuple[int, bool]]:
-    """How a contraction keeps ``constant``'s last axes from ``weight``.
-
-    Each way is the number of rows of the weight's matrix view and whether it is transposed.
-    """
+def _forms(fold: ContractionFold) -> list[_Form]:
+    """How the contraction's output can hold ``fold``'s constant."""
+    weight, constant = fold.weight.shape, fold.constant.shape
+    orders = [tuple(range(len(constant)))] if fold.direct or len(constant) > 4 else \
+        list(itertools.permutations(range(len(constant))))
     found = []
     for split in range(1, len(weight)):
         lead, trail = weight[:split], weight[split:]
-        for transposed, kept in [(True, lead)] if linear else [(False, trail), (True, lead)]:
-            if len(constant) > len(kept) and constant[-len(kept):] == kept:
-                found.append((math.prod(lead), transposed))
+        ways = [(True, lead)] if fold.linear else [(False, trail), (True, lead)]
+        for transposed, kept in ways:
+            for order in orders:
+                shape = tuple(constant[axis] for axis in order)
+                if fold.direct:
+                    fits = len(shape) > len(kept) and shape[-len(kept):] == kept
+                else:
+                    fits = any(math.prod(shape[start:]) == math.prod(kept)
+                               for start in range(1, len(shape)))
+                if fits:
+                    found.append((math.prod(lead), transposed, order))
     return found
 
 
-def _shared_table(
-        systems: Sequence[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], bool]],
-        rows: int, transposed: bool) -> tuple[np.ndarray[Any, Any] | None, float]:
+def _shared_table(systems: Sequence[ContractionFold],
+                  form: _Form) -> tuple[np.ndarray[Any, Any] | None, float]:
     """The one table that gives every constant from its weight, and the condition number.
 
     The table is ``None`` where the values do not determine it.
     """
-    matrices = [_matrix(weight.astype(np.float64), rows, transposed)
-                for _, weight, _ in systems]
+    rows, transposed, order = form
+    matrices = [_matrix(fold.weight.astype(np.float64), rows, transposed) for fold in systems]
     matrix = np.concatenate(matrices, axis=1)
     contracted, columns = matrix.shape
-    if contracted > columns:
-        return None, float("inf")
+    if contracted > columns or (contracted == columns and
+                                not all(fold.direct for fold in systems)):
+        return None, float("inf") if contracted > columns else 1.0
     singular = np.linalg.svd(matrix, compute_uv=False)
     condition = float(singular[0] / singular[-1]) if singular[-1] > 0 else float("inf")
     if condition > MAX_CONDITION:
         return None, condition
-    wanted = np.concatenate([constant.astype(np.float64).reshape(-1, m.shape[1])
-                             for (constant, _, _), m in zip(systems, matrices, strict=True)],
-                            axis=1)
+    wanted = np.concatenate([fold.constant.astype(np.float64).transpose(order)
+                             .reshape(-1, m.shape[1])
+                             for fold, m in zip(systems, matrices, strict=True)], axis=1)
     table = np.linalg.lstsq(matrix.T, wanted.T, rcond=None)[0].T
     largest = max(float(np.abs(wanted).max(initial=0.0)), 1e-30)
     if float(np.abs(table @ matrix - wanted).max(initial=0.0)) > COMPUTED_RTOL * largest:
         return None, condition
-    return np.ascontiguousarray(table, dtype=systems[0][1].dtype), condition
+    return np.ascontiguousarray(table, dtype=systems[0].weight.dtype), condition
 
 
 def _candidates(parameters: Mapping[str, np.ndarray[Any, Any]],

@@ -32,9 +32,10 @@ from graphpass.torch._export_record import (
     signature_kinds,
 )
 from graphpass.torch.folding._computed import (
+    ContractionFold,
     computed_recipe,
+    contraction_output,
     contraction_recipes,
-    is_contraction,
 )
 from graphpass.torch.folding._folds import Fold, Folding, FusedBatchNorm
 from graphpass.torch.folding._recipes import (
@@ -242,7 +243,7 @@ class _Finder:
                     self._computed(fold, [source], tensor):
                 continue
             if fold.recipe is None and fold.kind == "parameter" and tensor is not None and \
-                    is_contraction(self._steps(fold)):
+                    contraction_output(self._steps(fold)) is not None:
                 contractions.append((fold, tensor))
                 continue
             self._add(fold)
@@ -397,8 +398,11 @@ class _Finder:
         for fold, tensor in folds:
             value = self._exported_value(fold.source)
             constant = tensor.numpy()
+            steps = self._steps(fold)
             if value is not None and value.dtype == constant.dtype:
-                systems[fold.name] = (constant, value, fx_operator(fold.name) == "linear")
+                systems[fold.name] = ContractionFold(
+                    constant, value, linear=any(fx_operator(s) == "linear" for s in steps),
+                    direct=contraction_output(steps) == "direct")
         found = contraction_recipes(systems)
         for fold, _ in folds:
             recipe = found.recipes.get(fold.name)
@@ -412,8 +416,10 @@ class _Finder:
                                 "hold them")
             if recipe is not None:
                 fold.kind, fold.recipe, fold.problem = "parameter", recipe, None
+                what = "the output of the contraction" if systems[fold.name].direct else \
+                    "a shape node of a contraction's output,"
                 fold.evidence = (
-                    f"torch's record: the output of FX node {fold.name!r}, folded from "
+                    f"torch's record: {what} FX node {fold.name!r}, folded from "
                     f"{fold.source!r} and nodes of no parameter ({_names(self._steps(fold)[1:])}"
                     f"); values: equals {recipe.describe(fold.source)} within float32 rounding")
             self._add(fold)
