@@ -279,6 +279,25 @@ def test_a_square_contraction_alone_whose_axes_the_values_cannot_tell_is_refused
     np.testing.assert_allclose(_run_recipe(recipe, weight), constant, rtol=1e-5, atol=1e-6)
 
 
+def test_a_table_broadcast_to_the_batch_repeats_rows_and_is_read_back_all_the_same():
+    """XLNet's positions: the table is expanded to the batch before the contraction, so the
+    constant's rows repeat; the map from the contraction's output is known from its form,
+    not located by value (which repeated rows would make ambiguous)."""
+    from graphpass.torch.folding._computed import ContractionFold, contraction_recipes
+
+    table = np.repeat(_sinusoid(5, 8)[:, None], 2, axis=1)            # [5, batch 2, 8]
+    rng = np.random.default_rng(3)
+    kernels = [rng.standard_normal((8, 2, 4)).astype(np.float32) / 3 for _ in range(2)]
+    folds = {f"einsum_{i}": ContractionFold(
+        np.einsum("ibh,hnd->ibnd", table, k).astype(np.float32), k) for i, k in
+        enumerate(kernels)}
+    found = contraction_recipes(folds)
+    assert set(found.recipes) == set(folds), found.problems
+    for name, fold in folds.items():
+        np.testing.assert_allclose(_run_recipe(found.recipes[name], fold.weight),
+                                   fold.constant, rtol=1e-5, atol=1e-6)
+
+
 def test_a_contraction_permuted_after_is_read_back_only_where_the_values_check_it():
     """``permute(einsum(...))`` folded into one constant named after the permute: every
     order of its axes is tried; two layers reading one table check the order and the

@@ -39,6 +39,10 @@ SUBSET = {
     # BiT's weight standardization (a batch norm without running statistics).
     ("deberta_v2", "dynamo+state_dict"): "linear over parameters",
     ("bit", "dynamo+state_dict"): "weight standardization",
+    # XLNet's sinusoidal relative positions, built in forward and contracted with each
+    # layer's r kernel (einsum), folded per layer: the table is read back, both layers
+    # together (it is broadcast to the batch, so its rows repeat).
+    ("xlnet", "dynamo+state_dict"): "contraction with a table built in forward",
 }
 
 

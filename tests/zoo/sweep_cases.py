@@ -79,6 +79,10 @@ SWEEP_CASES: tuple[Case, ...] = (
        {"vocab_size": VOCAB, "block_sizes": [1, 1], "d_model": 32, "n_head": 4,
         "d_head": 8, "d_inner": 64, "num_decoder_layers": 1},
        "pooled (funnel) attention, relative positions, upsampling decoder"),
+    _c("xlnet", "encoder", "XLNetLMHeadModel", "XLNetConfig",
+       {"vocab_size": VOCAB, "d_model": 32, "n_layer": 2, "n_head": 4, "d_inner": 64,
+        "use_mems_train": False, "use_mems_eval": False},
+       "relative sinusoidal positions contracted with each layer's r kernel, two-stream"),
     # ----------------------------------------------------------------- decoders
     _c("gptj", "decoder", "GPTJForCausalLM", "GPTJConfig",
        {"vocab_size": VOCAB, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64,

@@ -23,17 +23,19 @@ few and their semantics fixed:
   values, as the factor that puts every element of the constant on an element of the result;
 * shape FX nodes (``view``, ``permute``, ``slice``, ``repeat``, ``clone`` ...): whatever
   index selection the values show;
-* a contraction (``einsum``, ``matmul``, ``linear`` ...) named as the constant itself (or
-  followed by shape nodes, when the values check it) and folded from one parameter: the parameter contracted with a table the exporter computed
-  from no parameter (Funnel's and XLNet's sinusoidal relative positions, ``einsum("td,dnh
-  ->tnh", table, r_kernel)``). The record names the operators that built the table
-  (``arange``, ``sin``, ``cat`` ...), not its values; they are read back from the constant
-  by solving ``table @ parameter = constant``, which has one solution when the parameter,
-  viewed as a matrix over the axes the constant keeps, has full row rank. The parameter's
-  values must be the export's own (a checkpoint changed since gives another table), and
-  where the parameter is square the values cannot check the contraction's form: the record
-  is the evidence that the constant is the contraction's output, and that nothing but a
-  scale (which the table takes up) acts on the parameter before it.
+* a contraction (``einsum``, ``matmul``, ``linear`` ...) folded from one parameter and
+  named as the constant itself, or followed by shape nodes: the parameter contracted with
+  a table the exporter computed from no parameter (the sinusoidal relative positions of
+  Funnel, XLNet and Transformer-XL: ``einsum("td,dnh->tnh", table, r_kernel)``). The
+  record names the operators that built the table (``arange``, ``sin``, ``cat`` ...), not
+  its values; they are read back from the constant by solving ``table @ parameter =
+  constant``, which has one solution when the parameter, viewed as a matrix over the axes
+  the constant keeps, has full row rank (:func:`contraction_recipes`). The parameter's
+  values must be the export's own (a checkpoint changed since gives another table). Where
+  one square parameter alone gives the constant the values cannot check the contraction's
+  form: the record is then the evidence (the constant is named after the contraction, and
+  nothing but a scale, which the table takes up, acts on the parameter before it); a
+  constant named after a shape node needs the values' check.
 
 Any other FX node in the record, or a candidate that does not reproduce the constant,
 leaves the fold without a recipe (refused, as before).
@@ -51,7 +53,7 @@ import numpy as np
 
 from graphpass.ir import Node
 from graphpass.torch._export_record import fx_operator
-from graphpass.torch.folding._recipes import Copy, Recipe, _constant, close
+from graphpass.torch.folding._recipes import Copy, Recipe, Reshape, Select, _constant, close
 from graphpass.torch.folding._search import locate, selection
 
 __all__ = [
@@ -371,10 +373,12 @@ def contraction_recipes(folds: Mapping[str, ContractionFold]) -> Contractions:
             table, condition = _shared_table([folds[n] for n in group], form)
             for name in group:
                 fold = folds[name]
-                fitted = None if table is None else _fit(
-                    fold.constant, Computed("contract", table=table, rows=rows,
-                                            transposed=transposed),
-                    fold.weight, [], scaled=False)
+                fitted = None if table is None else Computed(
+                    "contract", table=table, rows=rows, transposed=transposed,
+                    inner=_layout(fold.constant.shape, form, table.shape[0]))
+                if fitted is not None and not close(fitted.compute(fold.weight),
+                                                    fold.constant):
+                    fitted = None
                 if fitted is not None:
                     found.setdefault(name, []).append(fitted)
                 elif condition < conditions.get(name, float("inf")) or name not in conditions:
@@ -430,6 +434,23 @@ def _forms(fold: ContractionFold) -> list[_Form]:
                 if fits:
                     found.append((math.prod(lead), transposed, order))
     return found
+
+
+def _layout(shape: tuple[int, ...], form: _Form, rows: int) -> Recipe:
+    """The map from the contraction's output, ``rows`` by the kept elements, to ``shape``.
+
+    Known from the form, not searched in the values: a table read from a batch-broadcast
+    position table (XLNet's) repeats rows, which locating values cannot tell apart.
+    """
+    order = form[2]
+    kept = math.prod(shape) // rows
+    if order == tuple(range(len(shape))):
+        return Copy() if shape == (rows, kept) else Reshape(shape=shape,
+                                                              source_shape=(rows, kept))
+    ordered = tuple(shape[axis] for axis in order)
+    indices = np.arange(math.prod(shape), dtype=np.int64).reshape(ordered)
+    return Select(indices=np.ascontiguousarray(indices.transpose(np.argsort(order))),
+                  source_shape=(rows, kept))
 
 
 def _shared_table(systems: Sequence[ContractionFold],
