@@ -481,6 +481,13 @@ class RelativeProjection(nn.Module):
         return (c2p + p2c).sum(-1).transpose(1, 2).reshape(b, n, 2)
 
 
+def _sinusoid_table(rows: int) -> torch.Tensor:
+    """A sinusoidal position table of width 8, built in ``forward`` as the models build it."""
+    angles = torch.arange(rows, dtype=torch.float32)[:, None] / 10000 ** (
+        torch.arange(0, 8, 2, dtype=torch.float32) / 8)
+    return torch.cat([angles.sin(), angles.cos()], -1)
+
+
 class SinusoidalRelative(nn.Module):
     """Funnel's relative attention: a sinusoidal table built in ``forward`` from ``arange``
     and contracted with each layer's ``r_kernel`` (``einsum("td,dnh->tnh")``), which the
@@ -495,9 +502,7 @@ class SinusoidalRelative(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
-        angles = torch.arange(n, dtype=torch.float32)[:, None] / 10000 ** (
-            torch.arange(0, 8, 2, dtype=torch.float32) / 8)
-        table = torch.cat([angles.sin(), angles.cos()], -1)              # [n, 8]
+        table = _sinusoid_table(n)                                       # [n, 8]
         hidden = x
         for kernel in self.r_kernel:
             positions = torch.einsum("td,dnh->tnh", table, kernel)      # [n, 2, 4]
@@ -522,9 +527,7 @@ class ProjectedSinusoid(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
-        angles = torch.arange(n, dtype=torch.float32)[:, None] / 10000 ** (
-            torch.arange(0, 8, 2, dtype=torch.float32) / 8)
-        table = torch.cat([angles.sin(), angles.cos()], -1)              # [n, 8]
+        table = _sinusoid_table(n)                                       # [n, 8]
         hidden = x
         for r_net in self.r_net:
             positions = r_net(table).view(n, 2, 4)
