@@ -8,6 +8,7 @@ exporter's merges of distinct parameters that held equal values.
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import re
 from collections.abc import Iterable, Sequence
@@ -145,7 +146,6 @@ class _Finder:
         self.graph = graph
         self.checkpoint = checkpoint
         self.kinds = signature_kinds(graph)
-        self._exported: bool | None = None
         self.placeholders = {target: placeholder for placeholder, target
                              in graph_signature(graph).items()}
         self.folding = Folding()
@@ -174,26 +174,23 @@ class _Finder:
             return None
         return tensor.numpy()
 
+    @functools.cached_property
     def _checkpoint_is_exported(self) -> bool:
         """Whether the checkpoint holds the export's values.
 
         It does when it equals every parameter the file still holds (at least one), bit
         for bit.
         """
-        if self._exported is None:
-            compared = 0
-            self._exported = True
-            for name, kind in self.kinds.items():
-                value = self._file_value(name) if kind == "parameter" else None
-                equal = self.checkpoint.equals(name, value) if value is not None else None
-                if equal is None:
-                    continue
-                compared += 1
-                if not equal:
-                    self._exported = False
-                    break
-            self._exported = self._exported and compared > 0
-        return self._exported
+        compared = 0
+        for name, kind in self.kinds.items():
+            value = self._file_value(name) if kind == "parameter" else None
+            equal = self.checkpoint.equals(name, value) if value is not None else None
+            if equal is None:
+                continue
+            if not equal:
+                return False
+            compared += 1
+        return compared > 0
 
     def _source_shape(self, name: str) -> tuple[int, ...] | None:
         tensor = self.initializers.get(name)
@@ -385,7 +382,7 @@ class _Finder:
         The file's, or the checkpoint's when it equals every parameter the file still holds.
         """
         value = self._file_value(name)
-        if value is None and self._checkpoint_is_exported():
+        if value is None and self._checkpoint_is_exported:
             value = self.checkpoint.value(name)
         return value
 
