@@ -369,10 +369,18 @@ class _Planner:
         return tensor.numpy() if tensor is not None else None
 
     def _fold_without_recipe(self, fold: Fold, key: str, entry: CheckpointEntry) -> None:
-        """Keep ``fold`` if the checkpoint gives its source the file's own values; else refuse."""
+        """Keep ``fold`` if the checkpoint gives its source the export's own values; else refuse.
+
+        It does where the file holds the source and the key equals it, and for state torch
+        does not train (a buffer: RoPE's ``inv_freq`` folded into its cos and sin tables)
+        where the checkpoint is the export's own (:attr:`Folding.checkpoint_is_exported`).
+        """
         held = self.graph.initializers.get(fold.source)
-        if held is not None and fold.source not in self.folding.fused and \
-                held.shape == entry.shape and np.array_equal(held.numpy(), entry.numpy()):
+        equal = held is not None and fold.source not in self.folding.fused and \
+            held.shape == entry.shape and np.array_equal(held.numpy(), entry.numpy())
+        untrained = held is None and not fold.is_parameter and \
+            self.folding.checkpoint_is_exported
+        if equal or untrained:
             self.plan.kept.append(fold)
             self.served.add(fold.name)
             return

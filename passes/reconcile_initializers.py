@@ -59,7 +59,15 @@ from graphpass.torch import (
     producer,
     signature_kinds,
 )
-from graphpass.torch.folding import find_folds, mark_state, mark_ties, recompute, unfuse
+from graphpass.torch.folding import (
+    find_folds,
+    find_merged_constants,
+    mark_state,
+    mark_ties,
+    recompute,
+    split_merged_constants,
+    unfuse,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -140,6 +148,9 @@ class ReconcileInitializers(Pass):
         """
         checkpoint = self._open(context)
         graph = model.graph
+        # Constants the optimizer merged by value go back to their readers first (the
+        # forward computes the same), so that each is filled from its own parameter.
+        split_merged_constants(graph, find_merged_constants(graph))
         signature = graph_signature(graph)
         targets = collect_targets(graph, signature)
         names = [t.name for t in targets] + _vanished_names(graph, targets, signature)

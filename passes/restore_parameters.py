@@ -79,10 +79,12 @@ from graphpass.torch.folding import (
     Folding,
     UnrestorableParameters,
     find_folds,
+    find_merged_constants,
     find_merges,
     mark_state,
     mark_ties,
     recompute,
+    split_merged_constants,
     split_merges,
 )
 from graphpass.training.rules import weight_matches
@@ -156,6 +158,7 @@ class RestoreParameters(Pass):
         graph = model.graph
         parameters = signature_parameters(graph)
         if parameters and records_state(graph):
+            split_merged_constants(graph, find_merged_constants(graph))
             work = _Restorer(graph, parameters, self.options.transposes, find_folds(graph))
             reconciled = context.analysis(ReconcileResult)
             work.frozen = [*self.options.frozen, *(reconciled.frozen if reconciled else ())]

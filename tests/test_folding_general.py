@@ -536,6 +536,64 @@ class ProjectedSinusoid(nn.Module):
         return hidden
 
 
+class _Decay(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, 5.0)).repeat(8, 1))  # [8, 4]
+        self.gate = nn.Parameter(torch.randn(8))
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        decay = -torch.exp(self.A_log)                                   # [8, 4]
+        mixed = (torch.sigmoid(x).unsqueeze(-1) * decay[None, None]).sum(-1)  # [b, n, 8]
+        return self.proj(mixed * torch.sigmoid(self.gate)) + x
+
+
+class StateDecay(nn.Module):
+    """A state-space layer's ``A = -exp(A_log)`` and a gate ``sigmoid(g)``, folded by the
+    optimizer into constants. A fresh ``A_log`` repeats its values (``log 1 .. log 4`` in
+    every row, as Mamba initializes it) and is equal in both layers, so the optimizer keeps
+    one constant for the two layers' ``A``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(_Decay() for _ in range(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class RotaryBuffer(nn.Module):
+    """RoPE's tables: ``cos`` and ``sin`` of the positions times a persistent ``inv_freq``
+    buffer (ESM's), folded by the optimizer into constants from the buffer alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, 8, 2).float() / 8))
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        angles = torch.arange(x.shape[1], dtype=torch.float32)[:, None] * self.inv_freq
+        cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
+        rotated = torch.cat([-x[..., 4:], x[..., :4]], -1)
+        return self.proj(x * cos + rotated * sin)
+
+
+class PositionSlice(nn.Module):
+    """BLIP's vision embeddings: ``x + position[:, :n]`` over every position, which torch
+    traces as an ``alias`` of the whole parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.position = nn.Parameter(torch.randn(1, 5, 8))
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x + self.position[:, : x.shape[1]])
+
+
 INPUTS = {"square": (2, 5, 8), "concat": (2, 5, 8), "cls-token": (2, 5, 8),
           "cls-token-zeros": (2, 5, 8), "cls-token-mask": (2, 5, 8),
           "cls-token-batch-1": (1, 5, 8), "window": (2, 9, 8),
@@ -543,7 +601,8 @@ INPUTS = {"square": (2, 5, 8), "concat": (2, 5, 8), "cls-token": (2, 5, 8),
           "gemma": (2, 5, 8), "gemma-trained": (2, 5, 8), "weight-norm": (2, 5, 8),
           "standardized-conv": (2, 3, 8, 8), "relative-projection": (2, 5, 8),
           "sinusoidal-relative": (2, 6, 8), "sinusoidal-permuted": (2, 6, 8),
-          "projected-sinusoid": (2, 6, 8)}
+          "projected-sinusoid": (2, 6, 8), "state-decay": (2, 5, 8),
+          "rotary-buffer": (2, 5, 8), "position-slice": (2, 5, 8)}
 
 
 def _module(name: str) -> nn.Module:
@@ -559,7 +618,8 @@ def _module(name: str) -> nn.Module:
         "relative-projection": RelativeProjection,
         "sinusoidal-relative": SinusoidalRelative,
         "sinusoidal-permuted": lambda: SinusoidalRelative(permuted=True),
-        "projected-sinusoid": ProjectedSinusoid}[name]()
+        "projected-sinusoid": ProjectedSinusoid, "state-decay": StateDecay,
+        "rotary-buffer": RotaryBuffer, "position-slice": PositionSlice}[name]()
     if name == "window-extra":  # its unused last row repeats row 4, which the index reads
         with torch.no_grad():
             module.table[-1] = module.table[4]
@@ -643,6 +703,11 @@ def test_train_ready_with_the_models_state_dict_trains_every_parameter_as_torch(
         computed = [text for text in evidence.values() if "linear(rel_embeddings.weight" in text]
         assert len(computed) == 2, evidence
         assert any("pos_q_proj.bias) * 0.2886751" in text for text in computed), computed
+    if name == "state-decay":  # each layer's A from its own A_log, the merged one split
+        for layer in (0, 1):
+            assert any(f"from 'layers.{layer}.A_log'; values: equals Reshape(neg(exp("
+                       f"layers.{layer}.A_log))" in text for text in evidence.values()), evidence
+        assert sum("sigmoid(layers." in text for text in evidence.values()) == 2, evidence
     if "sinusoid" in name:  # both layers' tables, read back together
         read_back = [text for text in evidence.values() if "read back from the constant" in text]
         assert len(read_back) == 2, evidence
@@ -671,6 +736,30 @@ def test_a_table_is_not_read_back_with_a_checkpoint_changed_since_the_export(
 
 
 @pytest.mark.torch
+def test_constants_folded_from_a_buffer_are_kept_only_with_the_exports_own_checkpoint(
+        tmp_path: Path, capsys: Any) -> None:
+    """RoPE's cos and sin tables folded from a persistent ``inv_freq`` buffer: nothing trains
+    the buffer, and the file does not hold it, so its constants stand as exported with the
+    model's own state_dict (every parameter the file holds equal, bit for bit); with a
+    checkpoint changed since (fine-tuned, the rotary base changed) they are refused."""
+    from safetensors.torch import save_model
+
+    module, path, _, _ = _export("rotary-buffer", tmp_path)
+    with torch.no_grad():
+        module.proj.weight.add_(0.01)
+        module.inv_freq.mul_(0.5)
+    save_model(module, str(tmp_path / "tuned.safetensors"))
+    capsys.readouterr()
+    out = tmp_path / "ready.onnx"
+    code = main(["run", str(path), "-o", str(out), "-p", "train-ready", "--checkpoint",
+                 str(tmp_path / "tuned.safetensors")])
+    report = " ".join(capsys.readouterr().out.split())
+    assert code == 1 and not out.exists()
+    assert "GP211" in report and "from 'inv_freq'" in report, report
+    assert "torch's record says it was computed (cos)" in report, report
+
+
+@pytest.mark.torch
 def test_repeated_rows_the_index_reads_both_of_are_refused_naming_the_ambiguity(
         tmp_path: Path, capsys: Any) -> None:
     from safetensors.torch import save_model
@@ -692,8 +781,9 @@ def test_repeated_rows_the_index_reads_both_of_are_refused_naming_the_ambiguity(
 @pytest.mark.torch
 @pytest.mark.parametrize(("name", "trains"), [
     ("square", True), ("window-direct", True), ("cls-token", True),
-    ("cls-token-batch-1", True), ("window", False),
-    ("gemma", False), ("weight-norm", False), ("cls-token-zeros", False)])
+    ("cls-token-batch-1", True), ("position-slice", True), ("rotary-buffer", True),
+    ("window", False), ("gemma", False), ("weight-norm", False), ("cls-token-zeros", False),
+    ("state-decay", False)])
 def test_without_a_checkpoint_only_what_the_file_lacks_is_refused(
         name: str, trains: bool, tmp_path: Path, capsys: Any) -> None:
     """The square transpose is torch's record (a permute of W alone); a selection of a table
@@ -712,6 +802,8 @@ def test_without_a_checkpoint_only_what_the_file_lacks_is_refused(
         if name == "cls-token-zeros":
             assert "holds one value 16 times, which does not show the parameter's shape" \
                 in report, report
+        if name == "state-decay":  # the layer whose constant was merged is named too
+            assert "'layers.1.A_log'" in report and "'layers.0.A_log'" in report, report
         return
     assert code == 0, report
     if name == "window-direct":

@@ -22,6 +22,7 @@ float64's. Cached like the zoo's other references (:mod:`zoo.cache`).
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,7 @@ import numpy as np
 
 from zoo.cases import Case
 from zoo.cases import case as case_named
+from zoo.reference import float64_defaults
 from zoo.subjects import oracle_entry, subject
 
 __all__ = ["OWN_STEPS", "TORCH_ADAMW", "AdamWReference", "adamw_in_optimum_venv",
@@ -108,7 +110,8 @@ def _train(case: Case, oracle: str, where: dict[str, Path], *, double: bool
     trained: set[str] = set()
     for _ in range(OWN_STEPS):
         optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.mse_loss(model.call(*inputs), target)
+        with float64_defaults() if double else nullcontext():
+            loss = torch.nn.functional.mse_loss(model.call(*inputs), target)
         loss.backward()
         trained.update(name for name, p in parameters.items() if p.grad is not None)
         optimizer.step()

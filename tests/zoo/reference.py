@@ -25,7 +25,8 @@ The result is cached (:mod:`zoo.cache`), per case and oracle.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,6 +198,24 @@ def gradient_sensitivity(case: Case, oracle: str, seeds: int = 2) -> dict[str, n
             for seed in range(seeds)}
 
 
+@contextmanager
+def float64_defaults() -> Iterator[None]:
+    """torch's default dtype float64 while a model cast to double runs (not while it is built).
+
+    Tensors a ``forward`` creates without a dtype then follow the model's precision: XGLM
+    fills its attention mask with ``torch.full((), torch.finfo(weights.dtype).min)``, which
+    overflows float32, the default, when the weights are float64.
+    """
+    import torch
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
 def _gradients64(make: Callable[[], Subject], moved: int | None = None
                  ) -> dict[str, np.ndarray]:
     """The first-step gradients in float64 (at weights moved by seed ``moved``, if given)."""
@@ -214,9 +233,10 @@ def _gradients64(make: Callable[[], Subject], moved: int | None = None
     inputs = [torch.from_numpy(v) for v in model.inputs.values()]
     inputs = [v.double() if v.is_floating_point() else v for v in inputs]
     _batch_statistics(model.module)
-    output = model.call(*inputs)
-    target = torch.from_numpy(model.case.target(tuple(output.shape))).double()
-    torch.nn.functional.mse_loss(output, target).backward()
+    with float64_defaults():
+        output = model.call(*inputs)
+        target = torch.from_numpy(model.case.target(tuple(output.shape))).double()
+        torch.nn.functional.mse_loss(output, target).backward()
     return {name: p.grad.numpy() for name, p in model.module.named_parameters()
             if p.grad is not None}
 

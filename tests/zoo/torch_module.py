@@ -42,6 +42,7 @@ from typing import Any
 from _torch_beside import step_both, wrapped_copy
 
 from zoo.cases import Case
+from zoo.reference import float64_defaults
 
 __all__ = ["GRADIENT_RTOL", "LOSS_RTOL", "MODES", "NOISE_FACTOR", "OUTPUT_RTOL",
            "STATISTICS_RTOL", "ModuleOutcome", "judge_module", "modes_of"]
@@ -151,7 +152,8 @@ def judge_module(case: Case, mode: str) -> ModuleOutcome:
     for step in range(STEPS):
         if step:
             out, out_ref = wrapped(*inputs), reference(*inputs)
-        out_exact, out_shaken = (m(*exact_inputs) for m in float64)
+        with float64_defaults():
+            out_exact, out_shaken = (m(*exact_inputs) for m in float64)
         if step == 0:
             outputs.update(exact=out_exact.detach(), shaken=out_shaken.detach())
         for side, value, goal in (("torch", out_ref, target), ("graphpass", out, target),

@@ -27,7 +27,11 @@ it again, when one is known) and every fused convolution (:class:`FusedBatchNorm
 the parameter itself is an initializer and trains as torch trains it. The legacy
 exporter also merges distinct tensors that held equal values into one initializer
 (``block2.ln.weight = Identity(block1.ln.weight)``): :func:`find_merges` finds them and
-:func:`split_merges` gives each its own initializer again.
+:func:`split_merges` gives each its own initializer again. The dynamo exporter's optimizer
+merges folded constants of equal values (a fresh Mamba's ``-exp(A_log)`` of every layer):
+:func:`find_merged_constants` finds them from the readers' FX records, and
+:func:`split_merged_constants` gives each layer its own constant again, recorded as folded
+from its own parameter.
 
 How a recipe is established, most certain first (:attr:`Fold.evidence` says which):
 
@@ -62,8 +66,19 @@ values from which the recipe computes something else (:meth:`Fold.stale`).
 """
 
 from graphpass.torch.folding._computed import Computed
-from graphpass.torch.folding._finder import find_folds, find_merges, find_ties
-from graphpass.torch.folding._folds import Fold, Folding, FusedBatchNorm, UnrestorableParameters
+from graphpass.torch.folding._finder import (
+    find_folds,
+    find_merged_constants,
+    find_merges,
+    find_ties,
+)
+from graphpass.torch.folding._folds import (
+    Fold,
+    Folding,
+    FusedBatchNorm,
+    MergedConstant,
+    UnrestorableParameters,
+)
 from graphpass.torch.folding._recipes import (
     Affine,
     Broadcast,
@@ -80,6 +95,7 @@ from graphpass.torch.folding._rewrite import (
     mark_state,
     mark_ties,
     recompute,
+    split_merged_constants,
     split_merges,
     unfuse,
 )
@@ -94,6 +110,7 @@ __all__ = [
     "Fold",
     "Folding",
     "FusedBatchNorm",
+    "MergedConstant",
     "Recipe",
     "Reshape",
     "Rows",
@@ -104,12 +121,14 @@ __all__ = [
     "UnrestorableParameters",
     "WeightNorm",
     "find_folds",
+    "find_merged_constants",
     "find_merges",
     "find_ties",
     "mark_state",
     "mark_ties",
     "recompute",
     "shape_ops",
+    "split_merged_constants",
     "split_merges",
     "unfuse",
 ]

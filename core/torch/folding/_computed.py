@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -58,11 +58,19 @@ from graphpass.torch.folding._search import locate, selection
 
 __all__ = [
     "COMPUTED_RTOL",
+    "ELEMENTWISE",
     "EPSILONS",
+    "FLOAT_COMPUTATIONS",
     "MAX_CONDITION",
+    "MAX_ELEMENTWISE_ORDERS",
+    "SELECTIONS",
     "Computed",
+    "Contract",
     "ContractionFold",
     "Contractions",
+    "Elementwise",
+    "Linear",
+    "Standardize",
     "computation_steps",
     "computed_recipe",
     "contraction_output",
@@ -88,65 +96,71 @@ _LINEAR: Final = frozenset({"linear", "addmm", "mm", "matmul"})
 _STANDARDIZE: Final = frozenset({"getitem", "_native_batch_norm_legit", "native_batch_norm",
                                  "batch_norm"})
 _SCALE: Final = frozenset({"div", "mul", "sqrt", "scalar_tensor_default", "reciprocal"})
-_SHAPE: Final = frozenset({"view", "reshape", "_unsafe_view", "permute", "transpose", "t",
-                           "numpy_T", "clone", "contiguous", "slice", "select", "unsqueeze",
-                           "squeeze", "expand", "repeat", "alias", "unflatten", "flatten",
-                           "lift_fresh_copy", "detach"})
-"""FX operators that only select elements (their map is read from the values)."""
+SELECTIONS: Final = frozenset({
+    "view", "reshape", "_unsafe_view", "permute", "transpose", "t", "numpy_T", "clone",
+    "contiguous", "slice", "select", "unsqueeze", "squeeze", "expand", "expand_as",
+    "broadcast_to", "repeat", "alias", "unflatten", "flatten", "lift_fresh_copy", "detach",
+    "index", "index_select", "gather", "embedding", "cat", "concat", "stack", "split",
+    "split_with_sizes", "chunk", "narrow", "unbind", "getitem", "roll", "flip", "movedim",
+    "_to_copy"})
+"""FX operators that only select elements: every element of their output is a copy of one
+of their input's (their map is read from the values)."""
+_IN_ORDER: Final = frozenset({"view", "reshape", "_unsafe_view", "clone", "contiguous",
+                              "unsqueeze", "squeeze", "alias", "unflatten", "flatten",
+                              "lift_fresh_copy", "detach", "_to_copy"})
+"""Shape FX operators that keep the elements in order (row-major): a chain of them is a
+``Reshape``, known without locating values (which repeat in a fresh Mamba's ``A_log``)."""
 _CONTRACTIONS: Final = frozenset({"einsum", "matmul", "mm", "bmm", "linear", "tensordot"})
 """FX operators linear in each operand: a constant named after one, folded from one
 parameter, is that parameter contracted with a table computed from no parameter."""
 
 
+def _sigmoid(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    return np.asarray(0.5 * (1.0 + np.tanh(0.5 * x)))
+
+
+def _softplus(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    return np.asarray(np.logaddexp(0.0, x))
+
+
+ELEMENTWISE: Final[Mapping[str, tuple[Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]],
+                                      str]]] = {
+    "exp": (np.exp, "Exp"), "neg": (np.negative, "Neg"), "log": (np.log, "Log"),
+    "sigmoid": (_sigmoid, "Sigmoid"), "tanh": (np.tanh, "Tanh"), "abs": (np.abs, "Abs"),
+    "softplus": (_softplus, "Softplus"), "sin": (np.sin, "Sin"), "cos": (np.cos, "Cos"),
+}
+"""FX operators that apply one function to every element (``exp``, ``neg``, ``sigmoid``
+...): the function in float64 and the ONNX operator that computes it."""
+FLOAT_COMPUTATIONS: Final = (frozenset(ELEMENTWISE) - {"neg", "abs"}) | _LINEAR | \
+    _CONTRACTIONS | (_STANDARDIZE - {"getitem"})
+"""FX operators that compute floats from floats, never indices: a fold whose record names
+one is no selection of its parameter (an ``arange``, an ``add`` or a ``neg`` may compute the
+indices a position table is read at)."""
+MAX_ELEMENTWISE_ORDERS: Final = 24
+"""The most orders of a record's elementwise operators tried (four distinct ones): the
+record names them, not their order."""
+
+
 @dataclass(frozen=True, eq=False)
 class Computed(Recipe):
-    """``constant = inner(scale * operation(source, reads...))``.
+    """``constant = inner(scale * operation(source, reads...))``, by value up to float32.
 
-    ``operation`` is ``linear`` (the source is the weight ``W``; :attr:`others` the input
-    ``x`` and, if any, the bias ``b``: ``x @ W.T + b``), ``standardize`` (each output
-    channel of the source less its mean, over ``sqrt(biased variance + epsilon)``) or
-    ``contract`` (:attr:`table` ``@ M``, where ``M`` is the source viewed as a matrix of
-    :attr:`rows` rows, transposed when :attr:`transposed`: its leading axes are kept, its
-    trailing ones contracted); ``inner`` is the index selection the exporter folded after it.
+    The subclasses are the operations: :class:`Linear`, :class:`Standardize`,
+    :class:`Contract` and :class:`Elementwise`; ``inner`` is the index selection the
+    exporter folded after the operation.
     """
 
-    operation: str = "linear"
-    others: tuple[str, ...] = ()
-    epsilon: float = 0.0
     scale: float = 1.0
     inner: Recipe = field(default_factory=Copy)
-    rank: int = 2
-    table: np.ndarray[Any, Any] | None = None
-    rows: int = 0
-    transposed: bool = False
     kind = "computed"
     exact = False
-
-    @property
-    def reads(self) -> tuple[str, ...]:
-        return self.others
 
     def value(self, source: np.ndarray[Any, Any],
               *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """``scale * operation(...)`` in float64, before :attr:`inner`."""
-        if len(others) != len(self.others):
-            raise ValueError(f"the computation reads {len(self.others)} more tensors")
-        weight = source.astype(np.float64)
-        if self.operation == "contract":
-            if self.table is None:
-                raise ValueError("a contraction needs its table")
-            result = self.table.astype(np.float64) @ _matrix(weight, self.rows,
-                                                             self.transposed)
-        elif self.operation == "linear":
-            result = others[0].astype(np.float64) @ weight.T
-            if len(others) > 1:
-                result = result + others[1].astype(np.float64)
-        else:
-            rows = weight.reshape(weight.shape[0], -1)
-            centered = rows - rows.mean(axis=1, keepdims=True)
-            variance = np.square(centered).mean(axis=1, keepdims=True)
-            result = (centered / np.sqrt(variance + self.epsilon)).reshape(weight.shape)
-        return np.asarray(result * self.scale)
+        if len(others) != len(self.reads):
+            raise ValueError(f"the computation reads {len(self.reads)} more tensors")
+        return np.asarray(self._operation(source.astype(np.float64), *others) * self.scale)
 
     def compute(self, source: np.ndarray[Any, Any],
                 *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -156,39 +170,7 @@ class Computed(Recipe):
     def nodes(self, source: str, output: str) -> list[Node]:
         result = output if isinstance(self.inner, Copy) and self.scale == 1.0 \
             else f"{output}__computed"
-        nodes: list[Node] = []
-        if self.operation == "contract" and self.table is not None:
-            table = _constant(f"{output}__table", self.table)
-            shape = _constant(f"{output}__matrix_shape", np.array([self.rows, -1], np.int64))
-            nodes += [table, shape,
-                      Node("Reshape", [source, shape.outputs[0]], [f"{output}__matrix"],
-                           name=f"{output}__matrix"),
-                      Node("Gemm", [table.outputs[0], f"{output}__matrix"], [result],
-                           name=f"{output}__contract",
-                           attributes={"transB": int(self.transposed)})]
-        elif self.operation == "linear":
-            nodes.append(Node("Gemm", [self.others[0], source, *self.others[1:]], [result],
-                              name=f"{output}__linear", attributes={"transB": 1}))
-        else:
-            axes = _constant(f"{output}__axes", np.arange(1, self.rank, dtype=np.int64))
-            epsilon = _constant(f"{output}__epsilon", np.array(self.epsilon, np.float32))
-            nodes += [
-                axes, epsilon,
-                Node("ReduceMean", [source, axes.outputs[0]], [f"{output}__mean"],
-                     name=f"{output}__mean", attributes={"keepdims": 1}),
-                Node("Sub", [source, f"{output}__mean"], [f"{output}__centered"],
-                     name=f"{output}__center"),
-                Node("Mul", [f"{output}__centered", f"{output}__centered"],
-                     [f"{output}__squared"], name=f"{output}__square"),
-                Node("ReduceMean", [f"{output}__squared", axes.outputs[0]],
-                     [f"{output}__variance"], name=f"{output}__variance",
-                     attributes={"keepdims": 1}),
-                Node("Add", [f"{output}__variance", epsilon.outputs[0]],
-                     [f"{output}__shifted"], name=f"{output}__shift"),
-                Node("Sqrt", [f"{output}__shifted"], [f"{output}__deviation"],
-                     name=f"{output}__deviation"),
-                Node("Div", [f"{output}__centered", f"{output}__deviation"], [result],
-                     name=f"{output}__standardize")]
+        nodes = self._operation_nodes(source, result, output)
         current = result
         if self.scale != 1.0:
             scaled = output if isinstance(self.inner, Copy) else f"{output}__scaled"
@@ -201,24 +183,166 @@ class Computed(Recipe):
         return nodes
 
     def describe(self, source: str) -> str:
-        if self.operation == "contract" and self.table is not None:
-            matrix = f"{source}{'.T' if self.transposed else ''}"
-            text = (f"a {list(self.table.shape)} table (computed from no parameter, read back "
-                    f"from the constant) @ {matrix} as a matrix of {self.rows} "
-                    f"{'columns' if self.transposed else 'rows'}")
-        elif self.operation == "linear":
-            text = f"linear({', '.join((self.others[0], source, *self.others[1:]))})"
-        else:
-            text = f"standardize({source} per output channel, eps={self.epsilon:g})"
+        text = self._operation_text(source)
         if self.scale != 1.0:
             text = f"{text} * {self.scale:.7g}"
         return text if isinstance(self.inner, Copy) else self.inner.describe(text)
 
+    def _operation(self, weight: np.ndarray[Any, Any],
+                   *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The operation over the source (float64) and :attr:`reads`' values."""
+        raise NotImplementedError
+
+    def _operation_nodes(self, source: str, result: str, output: str) -> list[Node]:
+        """The nodes that compute the operation into ``result`` (names after ``output``)."""
+        raise NotImplementedError
+
+    def _operation_text(self, source: str) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, eq=False)
+class Linear(Computed):
+    """``x @ W.T + b``.
+
+    The source is the weight ``W``; :attr:`others` are ``x`` and, if any, the bias ``b``.
+    """
+
+    others: tuple[str, ...] = ()
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return self.others
+
+    def _operation(self, weight: np.ndarray[Any, Any],
+                   *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        result = others[0].astype(np.float64) @ weight.T
+        return np.asarray(result + others[1].astype(np.float64) if len(others) > 1 else result)
+
+    def _operation_nodes(self, source: str, result: str, output: str) -> list[Node]:
+        return [Node("Gemm", [self.others[0], source, *self.others[1:]], [result],
+                     name=f"{output}__linear", attributes={"transB": 1})]
+
+    def _operation_text(self, source: str) -> str:
+        return f"linear({', '.join((self.others[0], source, *self.others[1:]))})"
+
+
+@dataclass(frozen=True, eq=False)
+class Standardize(Computed):
+    """A standardization per output channel.
+
+    Each output channel (first axis) of the source, of :attr:`rank` axes, less its mean,
+    over ``sqrt(biased variance + epsilon)``.
+    """
+
+    epsilon: float = 0.0
+    rank: int = 2
+
+    def _operation(self, weight: np.ndarray[Any, Any],
+                   *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        rows = weight.reshape(weight.shape[0], -1)
+        centered = rows - rows.mean(axis=1, keepdims=True)
+        variance = np.square(centered).mean(axis=1, keepdims=True)
+        return np.asarray(centered / np.sqrt(variance + self.epsilon)).reshape(weight.shape)
+
+    def _operation_nodes(self, source: str, result: str, output: str) -> list[Node]:
+        axes = _constant(f"{output}__axes", np.arange(1, self.rank, dtype=np.int64))
+        epsilon = _constant(f"{output}__epsilon", np.array(self.epsilon, np.float32))
+        return [
+            axes, epsilon,
+            Node("ReduceMean", [source, axes.outputs[0]], [f"{output}__mean"],
+                 name=f"{output}__mean", attributes={"keepdims": 1}),
+            Node("Sub", [source, f"{output}__mean"], [f"{output}__centered"],
+                 name=f"{output}__center"),
+            Node("Mul", [f"{output}__centered", f"{output}__centered"],
+                 [f"{output}__squared"], name=f"{output}__square"),
+            Node("ReduceMean", [f"{output}__squared", axes.outputs[0]],
+                 [f"{output}__variance"], name=f"{output}__variance",
+                 attributes={"keepdims": 1}),
+            Node("Add", [f"{output}__variance", epsilon.outputs[0]],
+                 [f"{output}__shifted"], name=f"{output}__shift"),
+            Node("Sqrt", [f"{output}__shifted"], [f"{output}__deviation"],
+                 name=f"{output}__deviation"),
+            Node("Div", [f"{output}__centered", f"{output}__deviation"], [result],
+                 name=f"{output}__standardize")]
+
+    def _operation_text(self, source: str) -> str:
+        return f"standardize({source} per output channel, eps={self.epsilon:g})"
+
+
+@dataclass(frozen=True, eq=False)
+class Contract(Computed):
+    """:attr:`table` ``@ M``, the table read back from the constant.
+
+    ``M`` is the source viewed as a matrix of :attr:`rows` rows (its leading axes kept, its
+    trailing ones contracted), transposed when :attr:`transposed`.
+    """
+
+    table: np.ndarray[Any, Any] = field(default_factory=lambda: np.zeros((0, 0)))
+    rows: int = 0
+    transposed: bool = False
+
+    def _operation(self, weight: np.ndarray[Any, Any],
+                   *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        return np.asarray(self.table.astype(np.float64)
+                          @ _matrix(weight, self.rows, self.transposed))
+
+    def _operation_nodes(self, source: str, result: str, output: str) -> list[Node]:
+        table = _constant(f"{output}__table", self.table)
+        shape = _constant(f"{output}__matrix_shape", np.array([self.rows, -1], np.int64))
+        return [table, shape,
+                Node("Reshape", [source, shape.outputs[0]], [f"{output}__matrix"],
+                     name=f"{output}__matrix"),
+                Node("Gemm", [table.outputs[0], f"{output}__matrix"], [result],
+                     name=f"{output}__contract", attributes={"transB": int(self.transposed)})]
+
+    def _operation_text(self, source: str) -> str:
+        matrix = f"{source}{'.T' if self.transposed else ''}"
+        return (f"a {list(self.table.shape)} table (computed from no parameter, read back "
+                f"from the constant) @ {matrix} as a matrix of {self.rows} "
+                f"{'columns' if self.transposed else 'rows'}")
+
+
+@dataclass(frozen=True, eq=False)
+class Elementwise(Computed):
+    """Functions applied in order to every element of the source: Mamba's ``-exp(A_log)``.
+
+    :attr:`functions` are FX operator names of :data:`ELEMENTWISE`.
+    """
+
+    functions: tuple[str, ...] = ()
+
+    def _operation(self, weight: np.ndarray[Any, Any],
+                   *others: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        result = weight
+        with np.errstate(all="ignore"):
+            for function in self.functions:
+                result = ELEMENTWISE[function][0](result)
+        return result
+
+    def _operation_nodes(self, source: str, result: str, output: str) -> list[Node]:
+        nodes = []
+        current = source
+        for index, function in enumerate(self.functions):
+            last = index == len(self.functions) - 1
+            produced = result if last else f"{output}__{function}_{index}"
+            nodes.append(Node(ELEMENTWISE[function][1], [current], [produced],
+                              name=f"{output}__{function}_{index}"))
+            current = produced
+        return nodes
+
+    def _operation_text(self, source: str) -> str:
+        text = source
+        for function in self.functions:
+            text = f"{function}({text})"
+        return text
+
 
 def computation_steps(steps: Sequence[str]) -> set[str] | None:
-    """The operations a fold's FX nodes allow (``linear``, ``standardize``, ``scale``).
+    """The operations a fold's FX nodes allow.
 
-    ``None`` when one of them is none of the operators :func:`computed_recipe` knows.
+    ``linear``, ``standardize``, ``scale``, ``elementwise``; ``None`` when one of them is
+    none of the operators :func:`computed_recipe` knows.
     """
     allowed: set[str] = set()
     for step in steps:
@@ -229,7 +353,9 @@ def computation_steps(steps: Sequence[str]) -> set[str] | None:
             allowed.add("scale")
         elif operator in _STANDARDIZE:
             allowed.add("standardize")
-        elif operator not in _SHAPE:
+        elif operator in ELEMENTWISE:
+            allowed.add("elementwise")
+        elif operator not in SELECTIONS:
             return None
     return allowed
 
@@ -254,14 +380,13 @@ def computed_recipe(constant: np.ndarray[Any, Any],
         return None
     allowed = computation_steps(steps)
     scaled = allowed is not None and "scale" in allowed
-    for source, recipe in _candidates(parameters, allowed) if allowed is not None else []:
-        reads = [parameters[name] for name in recipe.others]
-        epsilons = EPSILONS if recipe.operation == "standardize" else (0.0,)
+    for source, variants in _candidates(parameters, steps, allowed) \
+            if allowed is not None else []:
         found: list[tuple[float, Computed]] = []
-        for epsilon in epsilons:
-            candidate = Computed(recipe.operation, recipe.others, epsilon=epsilon,
-                                 rank=recipe.rank)
-            fitted = _fit(constant, candidate, parameters[source], reads, scaled=scaled)
+        for candidate in variants:
+            reads = [parameters[name] for name in candidate.reads]
+            fitted = _fit(constant, candidate, parameters[source], reads, scaled=scaled,
+                          in_order=_keeps_order(steps))
             if fitted is not None:
                 error = float(np.abs(fitted.compute(parameters[source], *reads)
                                      .astype(np.float64) - constant).max())
@@ -289,7 +414,7 @@ def contraction_output(steps: Sequence[str]) -> str | None:
         return None
     if fx_operator(steps[0]) in _CONTRACTIONS:
         return "direct"
-    if fx_operator(steps[0]) in _SHAPE and \
+    if fx_operator(steps[0]) in SELECTIONS and \
             sum(fx_operator(step) in _CONTRACTIONS for step in steps) == 1:
         return "selected"
     return None
@@ -318,7 +443,7 @@ class ContractionFold:
 class Contractions:
     """What :func:`contraction_recipes` found: a recipe or the reason none, per fold."""
 
-    recipes: dict[str, Computed]
+    recipes: dict[str, Contract]
     problems: dict[str, str]
 
 
@@ -359,7 +484,7 @@ def contraction_recipes(folds: Mapping[str, ContractionFold]) -> Contractions:
         problems[name] = (f"it is a contraction of it, but no order of the axes of its shape "
                           f"{list(fold.constant.shape)} ends with axes kept from "
                           f"{list(fold.weight.shape)}")
-    found: dict[str, list[Computed]] = {}
+    found: dict[str, list[Contract]] = {}
     conditions: dict[str, float] = {}
     for (_, _, _, form), names in forms.items():
         rows, transposed, _ = form
@@ -373,8 +498,8 @@ def contraction_recipes(folds: Mapping[str, ContractionFold]) -> Contractions:
             table, condition = _shared_table([folds[n] for n in group], form)
             for name in group:
                 fold = folds[name]
-                fitted = None if table is None else Computed(
-                    "contract", table=table, rows=rows, transposed=transposed,
+                fitted = None if table is None else Contract(
+                    table=table, rows=rows, transposed=transposed,
                     inner=_layout(fold.constant.shape, form, table.shape[0]))
                 if fitted is not None and not close(fitted.compute(fold.weight),
                                                     fold.constant):
@@ -480,13 +605,28 @@ def _shared_table(systems: Sequence[ContractionFold],
     return np.ascontiguousarray(table, dtype=systems[0].weight.dtype), condition
 
 
-def _candidates(parameters: Mapping[str, np.ndarray[Any, Any]],
-                allowed: set[str]) -> list[tuple[str, Computed]]:
-    """Every computation ``allowed`` over exactly ``parameters`` (the source first)."""
+def _candidates(parameters: Mapping[str, np.ndarray[Any, Any]], steps: Sequence[str],
+                allowed: set[str]) -> list[tuple[str, list[Computed]]]:
+    """Every computation ``allowed`` over exactly ``parameters``.
+
+    Each with its source and its variants, of which the best-fitting one is taken (a
+    standardization's epsilon, the order of elementwise functions). A record naming
+    elementwise functions allows only them, all of them, over one parameter.
+    """
     names = sorted(parameters)
-    found: list[tuple[str, Computed]] = []
+    found: list[tuple[str, list[Computed]]] = []
+    if "elementwise" in allowed:  # every function the record names, on one parameter
+        functions = [operator for operator in map(fx_operator, steps)
+                     if operator is not None and operator in ELEMENTWISE]
+        orders = list(itertools.islice(dict.fromkeys(itertools.permutations(functions)),
+                                       MAX_ELEMENTWISE_ORDERS + 1))
+        if len(names) == 1 and len(orders) <= MAX_ELEMENTWISE_ORDERS:
+            found.append((names[0], [Elementwise(functions=order) for order in orders]))
+        return found
     if "standardize" in allowed and len(names) == 1 and parameters[names[0]].ndim >= 2:
-        found.append((names[0], Computed("standardize", rank=parameters[names[0]].ndim)))
+        rank = parameters[names[0]].ndim
+        found.append((names[0], [Standardize(epsilon=epsilon, rank=rank)
+                                 for epsilon in EPSILONS]))
     if "linear" in allowed and len(names) in (2, 3):
         for weight in names:
             w = parameters[weight]
@@ -497,21 +637,39 @@ def _candidates(parameters: Mapping[str, np.ndarray[Any, Any]],
                 rest = [n for n in names if n not in (weight, table)]
                 if rest and parameters[rest[0]].shape != (w.shape[0],):
                     continue
-                found.append((weight, Computed("linear", (table, *rest))))
+                found.append((weight, [Linear(others=(table, *rest))]))
     return found
 
 
+def _keeps_order(steps: Sequence[str]) -> bool:
+    """Whether every shape FX node of a fold's record keeps the elements in order."""
+    return all(fx_operator(step) in _IN_ORDER for step in steps
+               if fx_operator(step) in SELECTIONS)
+
+
 def _fit(constant: np.ndarray[Any, Any], recipe: Computed, source: np.ndarray[Any, Any],
-         reads: list[np.ndarray[Any, Any]], *, scaled: bool) -> Computed | None:
-    """``recipe`` with the scale and index selection that give ``constant``, if any."""
+         reads: list[np.ndarray[Any, Any]], *, scaled: bool,
+         in_order: bool = False) -> Computed | None:
+    """``recipe`` with the scale and index selection that give ``constant``, if any.
+
+    The selection is a ``Reshape`` when the record's shape nodes keep the elements in
+    order (``in_order``), else the one the values show.
+    """
     value = recipe.value(source, *reads)
     for factor in _scales(constant, value) if scaled else [1.0]:
         result = value * factor
-        tolerance = COMPUTED_RTOL * max(float(np.abs(result).max(initial=0.0)), 1e-30)
-        located = locate(constant, result, tolerance=tolerance)
-        if located is None:
-            continue
-        inner = selection(located, result).recipe
+        inner: Recipe | None
+        if in_order:
+            if result.size != constant.size:
+                continue
+            inner = Copy() if result.shape == constant.shape else Reshape(
+                shape=tuple(constant.shape), source_shape=tuple(result.shape))
+        else:
+            tolerance = COMPUTED_RTOL * max(float(np.abs(result).max(initial=0.0)), 1e-30)
+            located = locate(constant, result, tolerance=tolerance)
+            if located is None:
+                continue
+            inner = selection(located, result).recipe
         if inner is None:
             continue
         scale = factor

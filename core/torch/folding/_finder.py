@@ -33,12 +33,13 @@ from graphpass.torch._export_record import (
     signature_kinds,
 )
 from graphpass.torch.folding._computed import (
+    FLOAT_COMPUTATIONS,
     ContractionFold,
     computed_recipe,
     contraction_output,
     contraction_recipes,
 )
-from graphpass.torch.folding._folds import Fold, Folding, FusedBatchNorm
+from graphpass.torch.folding._folds import Fold, Folding, FusedBatchNorm, MergedConstant
 from graphpass.torch.folding._recipes import (
     Affine,
     Broadcast,
@@ -72,6 +73,9 @@ per channel, by their schema."""
 _PERMUTE_EVIDENCE: Final = ("torch's record: the constant is the FX node of a permute, folded "
                             "from the parameter alone")
 _BROADCASTS: Final = frozenset({"expand", "expand_as", "broadcast_to"})
+_IDENTITIES: Final = frozenset({"alias", "clone", "contiguous", "detach", "lift_fresh_copy"})
+"""FX operators whose output is their input: same shape, same elements in order (a slice of
+a whole axis is traced as ``alias``)."""
 """FX operators that copy their one input whole, repeating it only along axes of size 1 (and
 new leading axes): a constant named so and folded from one tensor holds every element of
 it. (``repeat`` is not one: it also tiles axes longer than 1, which the values cannot tell
@@ -92,6 +96,66 @@ def find_ties(graph: Graph) -> dict[str, list[str]]:
             for alias in listed_names(graph.values[name].metadata.get(TIED_NAMES)):
                 finder._tie(name, alias)
     return finder.folding.ties
+
+
+def find_merged_constants(graph: Graph) -> list[MergedConstant]:
+    """Folded constants the exporter's optimizer merged because their values were equal.
+
+    torch.export records, on each node, the FX node it came from and the FX values that
+    reads; the optimizer names a folded constant after the FX node that computed it and
+    records the parameters it was computed from. A node that reads a folded constant
+    whose name is none of its FX arguments, while one FX argument of the same operator
+    names no value of the graph, reads a constant merged into another of equal values:
+    the one its record names is gone. Its parameter is then the one the record names no
+    where else: in the reader's module (or the nearest enclosing one), under the name
+    the kept constant's parameter has in its own module (``layers.1.mixer.A_log`` for
+    ``layers.0.mixer.A_log``), a parameter of the signature without an initializer or a
+    record of its own.
+
+    Returns:
+        The merges found, one per FX value and parameter, in graph order; empty for a
+        model without torch's record.
+    """
+    kinds = signature_kinds(graph)
+    if not kinds:
+        return []
+    recorded: set[str] = set()
+    for name in graph.initializers:
+        recorded.update(folded_from(graph.values[name].metadata))
+    orphans = {name for name, kind in kinds.items() if kind == "parameter"
+               and name not in graph.initializers and name not in recorded}
+    found: dict[tuple[str, str], MergedConstant] = {}
+    for constant in graph.initializers:
+        parameters = [s for s in folded_from(graph.values[constant].metadata)
+                      if kinds.get(s) == "parameter"]
+        if len(parameters) != 1 or fx_operator(constant) is None:
+            continue
+        replaces = parameters[0]
+        module, _, attribute = replaces.rpartition(".")
+        for node, slot in graph.uses(constant):
+            arguments = fx_arguments(node) if node is not None else ()
+            if not arguments or constant in arguments:
+                continue
+            absent = [a for a in arguments if not graph.is_defined(a)
+                      and fx_operator(a) == fx_operator(constant)]
+            scope = module_scope(node) if node is not None else None
+            if len(absent) != 1 or scope is None or node is None:
+                continue
+            source = next((f"{m}.{attribute}" for m in _enclosing(scope)
+                           if f"{m}.{attribute}" in orphans), None)
+            if source is None or source == replaces or module in _enclosing(scope):
+                continue
+            key = (absent[0], source)
+            merge = found.get(key)
+            readers = (*(merge.readers if merge else ()), (node, slot))
+            found[key] = MergedConstant(absent[0], constant, source, replaces, readers)
+    return list(found.values())
+
+
+def _enclosing(scope: str) -> list[str]:
+    """``scope`` and the modules that enclose it, innermost first (``a.b.c``, ``a.b``, ``a``)."""
+    parts = scope.split(".")
+    return [".".join(parts[:end]) for end in range(len(parts), 0, -1)]
 
 
 def find_merges(graph: Graph) -> dict[str, str]:
@@ -159,6 +223,7 @@ class _Finder:
             self._ties()
         else:
             self._legacy_folds()
+        self.folding.checkpoint_is_exported = self._checkpoint_is_exported
         return self.folding
 
     def _is_state(self, name: str) -> bool:
@@ -178,8 +243,9 @@ class _Finder:
     def _checkpoint_is_exported(self) -> bool:
         """Whether the checkpoint holds the export's values.
 
-        It does when it equals every parameter the file still holds (at least one), bit
-        for bit.
+        It does when it equals every parameter the file still holds, bit for bit, and gives
+        every fold found so far its constant again (at least one of either): a checkpoint
+        that changed a folded weight alone changes its copy.
         """
         compared = 0
         for name, kind in self.kinds.items():
@@ -190,7 +256,30 @@ class _Finder:
             if not equal:
                 return False
             compared += 1
+        for fold in self.folding.folds.values():
+            current = self._gives_constant(fold)
+            if current is False:
+                return False
+            compared += current is True
         return compared > 0
+
+    def _gives_constant(self, fold: Fold) -> bool | None:
+        """Whether the checkpoint's values give ``fold``'s constant through its recipe.
+
+        ``None`` where that is not known: no recipe, one found by nearness, or values missing.
+        """
+        tensor = self.initializers.get(fold.name)
+        if fold.recipe is None or fold.inferred or fold.kind != "parameter" or tensor is None:
+            return None
+        values = [self.checkpoint.value(name) for name in (fold.source, *fold.recipe.reads)]
+        if any(value is None for value in values):
+            return None
+        constant = tensor.numpy()
+        try:
+            computed = fold.recipe.compute(*values)  # type: ignore[arg-type]
+        except (ValueError, IndexError):
+            return None
+        return computed.shape == constant.shape and fold.recipe.same_values(computed, constant)
 
     def _source_shape(self, name: str) -> tuple[int, ...] | None:
         tensor = self.initializers.get(name)
@@ -503,6 +592,13 @@ class _Finder:
         if ambiguity is not None:
             fold.problem = ambiguity
             return
+        computing = sorted({operator for operator in map(fx_operator, self._steps(fold))
+                            if operator in FLOAT_COMPUTATIONS})
+        if computing:  # what follows reads a selection of the source from the constant
+            fold.problem = (f"torch's record says it was computed ({', '.join(computing)}), "
+                            "not only selected, and "
+                            + self._unknown(fold, constant, source_shape))
+            return
         if source_shape is None:
             recorded = self._recorded_shape(fold, tuple(constant.shape))
             if recorded is not None:
@@ -543,9 +639,10 @@ class _Finder:
         Two records say how many axes of size 1 the exporter added to a parameter, and
         nothing else (so the constant holds the parameter's elements in order):
 
-        * the fold is named after an FX ``unsqueeze`` node and every FX node it records
-          folding is one too (``w.unsqueeze(-1).unsqueeze(-1)``, a layer scale): each adds
-          one axis of size 1;
+        * every FX node the fold records, its own first, is an ``unsqueeze``
+          (``w.unsqueeze(-1).unsqueeze(-1)``, a layer scale), which adds one axis of size 1,
+          or returns its input (:data:`_IDENTITIES`: ``w[:, :n]`` over a whole axis is an
+          ``alias``);
         * every reader of the fold is recorded as an aten operator whose state arguments
           are one value per channel by its schema (``aten.group_norm``: weight and bias
           are 1-D), reading the parameter itself, and the fold records nothing but the
@@ -560,10 +657,12 @@ class _Finder:
         steps = [name for name in (fold.name, *others) if fx_operator(name) is not None]
         rank: int | None = None
         how = ""
-        if steps and all(fx_operator(step) == "unsqueeze" for step in steps):
-            rank = len(shape) - len(steps)
-            how = (f"folded by {len(steps)} FX unsqueeze node{'s' * (len(steps) != 1)} "
-                   f"({', '.join(steps)}) of the parameter alone")
+        operators = [fx_operator(step) for step in steps]
+        if steps and all(o == "unsqueeze" or o in _IDENTITIES for o in operators):
+            added = operators.count("unsqueeze")
+            rank = len(shape) - added
+            how = (f"folded by the FX nodes {', '.join(steps)} of the parameter alone, which "
+                   f"add {added} axes of size 1 and keep its elements in order")
         elif not steps:  # made inside one operator's decomposition
             placeholder = self.placeholders.get(fold.source)
             readers = [node for node, _ in self.graph.uses(fold.name)]

@@ -12,7 +12,7 @@ from graphpass.ir import Graph, Node
 from graphpass.torch._export_record import StateKind
 from graphpass.torch.folding._recipes import Recipe, close
 
-__all__ = ["Fold", "Folding", "FusedBatchNorm", "UnrestorableParameters"]
+__all__ = ["Fold", "Folding", "FusedBatchNorm", "MergedConstant", "UnrestorableParameters"]
 
 
 @dataclass
@@ -157,11 +157,15 @@ class Folding:
         ties: Names torch gives one tensor that the model keeps under one initializer:
             initializer -> its other torch names (GPT-2's ``lm_head.weight`` ->
             ``transformer.wte.weight``).
+        checkpoint_is_exported: Whether the checkpoint given holds the export's own values:
+            it equals, bit for bit, every parameter the file still holds (at least one).
+            The constants folded from its state are then the export's for it.
     """
 
     folds: dict[str, Fold] = field(default_factory=dict)
     fused: dict[str, FusedBatchNorm] = field(default_factory=dict)
     ties: dict[str, list[str]] = field(default_factory=dict)
+    checkpoint_is_exported: bool = False
 
     def parameter_folds(self) -> list[Fold]:
         """The folds whose source torch trains (or may train: unrecorded)."""
@@ -173,6 +177,33 @@ class Folding:
         for fused in self.fused.values():
             found.update(fused.sources)
         return found
+
+
+@dataclass(frozen=True)
+class MergedConstant:
+    """A folded constant the exporter's optimizer merged into another of equal values.
+
+    Two parameters of equal values (a fresh Mamba's ``A_log`` in every layer) give equal
+    folded constants, and the optimizer keeps one: the other layer's nodes read the first
+    layer's constant, whose record names the first layer's parameter only
+    (:func:`~graphpass.torch.folding.find_merged_constants`).
+
+    Attributes:
+        name: The FX value the readers' records say they read (``unsqueeze_21``).
+        constant: The initializer they read instead (``unsqueeze_3``).
+        source: The parameter ``name`` was folded from, by its torch name
+            (``model.backbone.layers.1.mixer.A_log``): in the readers' module, named as
+            ``replaces`` is in its own, and recorded nowhere else.
+        replaces: The parameter ``constant``'s record names (``...layers.0.mixer.A_log``).
+        readers: The node inputs that read ``constant`` in place of ``name``:
+            ``(node, slot)``.
+    """
+
+    name: str
+    constant: str
+    source: str
+    replaces: str
+    readers: tuple[tuple[Node, int], ...]
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,12 @@ from graphpass.torch._export_record import (
     ORIGINAL_NAME,
     TIED_NAMES,
     StateKind,
+    folded_from,
 )
-from graphpass.torch.folding._folds import Fold, FusedBatchNorm
+from graphpass.torch.folding._folds import Fold, FusedBatchNorm, MergedConstant
 
-__all__ = ["mark_state", "mark_ties", "recompute", "split_merges", "unfuse"]
+__all__ = ["mark_state", "mark_ties", "recompute", "split_merged_constants", "split_merges",
+           "unfuse"]
 
 _TAG: Final = "graphpass.folding"
 
@@ -50,6 +52,37 @@ def split_merges(graph: Graph, merges: Mapping[str, str]) -> list[str]:
             _TAG, f"split from {source!r}: the legacy exporter had merged the two because "
                   "they held equal values")
         split.append(name)
+    return split
+
+
+def split_merged_constants(graph: Graph, merges: Sequence[MergedConstant]) -> list[str]:
+    """Give each merged constant back to its readers under its own name.
+
+    The merges are :func:`~graphpass.torch.folding.find_merged_constants`'s.
+
+    The readers read an initializer named after their FX value, a copy of the kept
+    constant's values, recorded as folded from their own parameter by the kept constant's
+    FX nodes; the folds found then compute it from that parameter, so that each layer's
+    trains apart, as in torch.
+
+    Returns:
+        The constants added, in order.
+    """
+    split: list[str] = []
+    for merge in merges:
+        tensor = graph.initializers.get(merge.constant)
+        if tensor is None or graph.is_defined(merge.name):
+            continue
+        record = folded_from(graph.values[merge.constant].metadata)
+        graph.set_initializer(Tensor.from_array(merge.name, tensor.numpy().copy(), tensor.dtype))
+        value = graph.values[merge.name]
+        value.set_metadata(FOLDED_FROM, repr([merge.source, *(
+            name for name in record if name != merge.replaces)]))
+        value.set_metadata(_TAG, f"split from {merge.constant!r}: the exporter's optimizer had "
+                                 "merged the two because they held equal values")
+        for node, slot in merge.readers:
+            node.set_input(slot, merge.name)
+        split.append(merge.name)
     return split
 
 
