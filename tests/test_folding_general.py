@@ -594,6 +594,24 @@ class PositionSlice(nn.Module):
         return self.proj(x + self.position[:, : x.shape[1]])
 
 
+class InterpolatedPosition(nn.Module):
+    """ViTDet's absolute positions: a class token's and a 2 x 2 grid's embeddings, the grid
+    resized in ``forward`` to the input's 4 x 4 patches (bicubic or bilinear), which the
+    optimizer folds into one constant."""
+
+    def __init__(self, mode: str = "bicubic") -> None:
+        super().__init__()
+        self.position = nn.Parameter(torch.randn(1, 5, 8))
+        self.proj = nn.Linear(8, 8)
+        self.mode = mode
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        grid = self.position[:, 1:].reshape(1, 2, 2, 8).permute(0, 3, 1, 2)
+        grid = nn.functional.interpolate(grid, size=(4, 4), mode=self.mode,
+                                         align_corners=False)
+        return self.proj(x + grid.permute(0, 2, 3, 1).reshape(1, 16, 8))
+
+
 INPUTS = {"square": (2, 5, 8), "concat": (2, 5, 8), "cls-token": (2, 5, 8),
           "cls-token-zeros": (2, 5, 8), "cls-token-mask": (2, 5, 8),
           "cls-token-batch-1": (1, 5, 8), "window": (2, 9, 8),
@@ -602,7 +620,8 @@ INPUTS = {"square": (2, 5, 8), "concat": (2, 5, 8), "cls-token": (2, 5, 8),
           "standardized-conv": (2, 3, 8, 8), "relative-projection": (2, 5, 8),
           "sinusoidal-relative": (2, 6, 8), "sinusoidal-permuted": (2, 6, 8),
           "projected-sinusoid": (2, 6, 8), "state-decay": (2, 5, 8),
-          "rotary-buffer": (2, 5, 8), "position-slice": (2, 5, 8)}
+          "rotary-buffer": (2, 5, 8), "position-slice": (2, 5, 8),
+          "interpolated-bicubic": (2, 16, 8), "interpolated-bilinear": (2, 16, 8)}
 
 
 def _module(name: str) -> nn.Module:
@@ -619,7 +638,9 @@ def _module(name: str) -> nn.Module:
         "sinusoidal-relative": SinusoidalRelative,
         "sinusoidal-permuted": lambda: SinusoidalRelative(permuted=True),
         "projected-sinusoid": ProjectedSinusoid, "state-decay": StateDecay,
-        "rotary-buffer": RotaryBuffer, "position-slice": PositionSlice}[name]()
+        "rotary-buffer": RotaryBuffer, "position-slice": PositionSlice,
+        "interpolated-bicubic": InterpolatedPosition,
+        "interpolated-bilinear": lambda: InterpolatedPosition("bilinear")}[name]()
     if name == "window-extra":  # its unused last row repeats row 4, which the index reads
         with torch.no_grad():
             module.table[-1] = module.table[4]
@@ -708,6 +729,11 @@ def test_train_ready_with_the_models_state_dict_trains_every_parameter_as_torch(
             assert any(f"from 'layers.{layer}.A_log'; values: equals Reshape(neg(exp("
                        f"layers.{layer}.A_log))" in text for text in evidence.values()), evidence
         assert sum("sigmoid(layers." in text for text in evidence.values()) == 2, evidence
+    if name.startswith("interpolated"):  # the interpolation's weights, read back
+        assert not got["position"][0, 0].any()  # the class token's: exactly 0, as torch's
+        assert any("a [16, 5] table (computed from no parameter, read back from the "
+                   "constant) @ position as a matrix of 5 rows" in text
+                   for text in evidence.values()), evidence
     if "sinusoid" in name:  # both layers' tables, read back together
         read_back = [text for text in evidence.values() if "read back from the constant" in text]
         assert len(read_back) == 2, evidence
@@ -783,7 +809,7 @@ def test_repeated_rows_the_index_reads_both_of_are_refused_naming_the_ambiguity(
     ("square", True), ("window-direct", True), ("cls-token", True),
     ("cls-token-batch-1", True), ("position-slice", True), ("rotary-buffer", True),
     ("window", False), ("gemma", False), ("weight-norm", False), ("cls-token-zeros", False),
-    ("state-decay", False)])
+    ("state-decay", False), ("interpolated-bicubic", False)])
 def test_without_a_checkpoint_only_what_the_file_lacks_is_refused(
         name: str, trains: bool, tmp_path: Path, capsys: Any) -> None:
     """The square transpose is torch's record (a permute of W alone); a selection of a table

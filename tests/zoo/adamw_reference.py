@@ -10,7 +10,9 @@ defaults (:data:`TORCH_ADAMW`: torch's own). It keeps the loss of each step and 
 parameter after the last step, under the canonical names of ``named_parameters()``,
 and the same steps computed in float64 (the model cast to double).
 
-The float64 run tells which weights float32 can decide at all. AdamW divides by
+The float64 run tells which weights float32 can decide at all, and a second float32 run on
+one thread (another order of summation, so other rounding) how far float32 alone moves
+them. AdamW divides by
 ``sqrt(v) + eps`` with ``eps = 1e-8``, so a gradient that is zero in exact arithmetic
 (an attention key's bias: softmax ignores a shift per query; the bias of a
 BatchNorm followed by a convolution and another BatchNorm) but ``1e-10`` of rounding
@@ -51,12 +53,15 @@ class AdamWReference:
         weights: Canonical parameter name -> its value after the last step.
         weights64: The same, computed in float64.
         trained: The parameters the loss reaches (the others keep their values).
+        weights_one_thread: The float32 run again on one thread: float32 rounding in
+            another order of summation.
     """
 
     losses: list[float]
     weights: dict[str, np.ndarray]
     weights64: dict[str, np.ndarray]
     trained: list[str]
+    weights_one_thread: dict[str, np.ndarray]
 
 
 def torch_adamw(case: Case, oracle: str = "export") -> AdamWReference:
@@ -69,7 +74,9 @@ def torch_adamw(case: Case, oracle: str = "export") -> AdamWReference:
         weights = {name: data[name] for name in data.files}
     with np.load(folder / "adamw64.npz") as data:
         weights64 = {name: data[name] for name in data.files}
-    return AdamWReference(meta["losses"], weights, weights64, meta["trained"])
+    with np.load(folder / "adamw1.npz") as data:
+        one_thread = {name: data[name] for name in data.files}
+    return AdamWReference(meta["losses"], weights, weights64, meta["trained"], one_thread)
 
 
 def adamw_in_optimum_venv(name: str, pretrained: str, inputs: str, folder: str) -> None:
@@ -79,10 +86,19 @@ def adamw_in_optimum_venv(name: str, pretrained: str, inputs: str, folder: str) 
 
 
 def _compute(case: Case, oracle: str, where: dict[str, Path], folder: Path) -> None:
+    import torch
+
     losses, trained, weights = _train(case, oracle, where, double=False)
     _, _, weights64 = _train(case, oracle, where, double=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _, _, one_thread = _train(case, oracle, where, double=False)
+    finally:
+        torch.set_num_threads(threads)
     np.savez(folder / "adamw.npz", **weights)
     np.savez(folder / "adamw64.npz", **weights64)
+    np.savez(folder / "adamw1.npz", **one_thread)
     (folder / "adamw.json").write_text(json.dumps(
         {"losses": losses, "trained": trained, "adamw": TORCH_ADAMW}, indent=1) + "\n")
 

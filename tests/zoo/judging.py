@@ -63,6 +63,10 @@ __all__ = ["ADVICE", "GRADIENT_RTOL", "TORCH_EXPORT_ADVICE", "GradientCheck", "O
 
 GRADIENT_RTOL = 1e-3
 """Largest gradient error, relative to the parameter's largest gradient (in float64)."""
+ROUNDING_FACTOR = 2.0
+"""How many times torch's own float32 error a result may add to a tolerance: a gradient
+whose float32 sum nearly cancels (MobileViT's fusion BatchNorm bias: terms of 5 summing to
+3e-5) is off in torch's own float32 run too, by rounding, not by anything the model does."""
 GRADIENT_FLOOR = 1e-3
 """Gradients smaller than this fraction of the model's largest gradient are compared as if
 they were this large: float32 rounding, in torch and in onnxruntime alike, reaches them
@@ -118,6 +122,7 @@ class GradientCheck:
             the expected one, in units of ``lr`` (see :data:`WEIGHT_TOLERANCE`).
         torch32: The largest error of torch's own float32 gradients by the same measure
             (how well-conditioned the case is: well under :data:`GRADIENT_RTOL`).
+        torch32_by: That error per parameter.
     """
 
     errors: dict[str, float] = field(default_factory=dict)
@@ -126,11 +131,14 @@ class GradientCheck:
     extra: list[str] = field(default_factory=list)
     weight_drift: float = 0.0
     torch32: float = 0.0
+    torch32_by: dict[str, float] = field(default_factory=dict)
 
     @property
     def wrong(self) -> dict[str, float]:
-        """The parameters whose gradient is off by more than :data:`GRADIENT_RTOL`."""
-        return {name: e for name, e in self.errors.items() if e > GRADIENT_RTOL}
+        """The parameters whose gradient is off by more than :data:`GRADIENT_RTOL` plus
+        :data:`ROUNDING_FACTOR` times torch's own float32 error on it."""
+        return {name: e for name, e in self.errors.items()
+                if e > GRADIENT_RTOL + ROUNDING_FACTOR * self.torch32_by.get(name, 0.0)}
 
     @property
     def ok(self) -> bool:
@@ -261,8 +269,8 @@ def compare_gradients(reference: Reference, run: TrainingRun) -> GradientCheck:
             check.errors[name] = float("inf")
             continue
         check.errors[name] = _relative_error(got, expected, largest)
-        check.torch32 = max(check.torch32,
-                            _relative_error(reference.gradients32[name], expected, largest))
+        check.torch32_by[name] = _relative_error(reference.gradients32[name], expected, largest)
+        check.torch32 = max(check.torch32, check.torch32_by[name])
     drifts = []
     for name, names in by_parameter.items():
         after, gradient = run.weights.get(names[0]), run.gradients[names[0]]

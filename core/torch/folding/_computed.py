@@ -113,6 +113,17 @@ _IN_ORDER: Final = frozenset({"view", "reshape", "_unsafe_view", "clone", "conti
 _CONTRACTIONS: Final = frozenset({"einsum", "matmul", "mm", "bmm", "linear", "tensordot"})
 """FX operators linear in each operand: a constant named after one, folded from one
 parameter, is that parameter contracted with a table computed from no parameter."""
+_LINEAR_MAPS: Final = frozenset({
+    "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d",
+    "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d",
+    "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d",
+    "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa", "avg_pool1d", "avg_pool2d",
+    "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+    "_adaptive_avg_pool2d", "_adaptive_avg_pool3d"})
+"""FX operators linear in their one tensor, mixing positions by weights computed from no
+parameter, the same for every channel: an interpolation (ViTDet's position embeddings
+resized to the grid) or an average pool. Over a parameter they are a contraction of it
+with a table of those weights, whose output's axes the constant holds permuted."""
 
 
 def _sigmoid(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -132,7 +143,7 @@ ELEMENTWISE: Final[Mapping[str, tuple[Callable[[np.ndarray[Any, Any]], np.ndarra
 """FX operators that apply one function to every element (``exp``, ``neg``, ``sigmoid``
 ...): the function in float64 and the ONNX operator that computes it."""
 FLOAT_COMPUTATIONS: Final = (frozenset(ELEMENTWISE) - {"neg", "abs"}) | _LINEAR | \
-    _CONTRACTIONS | (_STANDARDIZE - {"getitem"})
+    _CONTRACTIONS | _LINEAR_MAPS | (_STANDARDIZE - {"getitem"})
 """FX operators that compute floats from floats, never indices: a fold whose record names
 one is no selection of its parameter (an ``arange``, an ``add`` or a ``neg`` may compute the
 indices a position table is read at)."""
@@ -408,14 +419,18 @@ def contraction_output(steps: Sequence[str]) -> str | None:
 
     ``"direct"``: the constant is named after the contraction; ``"selected"``: after a shape
     FX node, with exactly one contraction among the nodes folded (``permute(einsum(...))``,
-    ``view(linear(...))``); ``None``: neither.
+    ``view(linear(...))``), or after a linear map (:data:`_LINEAR_MAPS`), or a shape node of
+    one, its only one (``permute(upsample_bicubic2d(...))``): their output holds the
+    contracted axes first, so its axes are permuted; ``None``: neither.
     """
     if not steps:
         return None
-    if fx_operator(steps[0]) in _CONTRACTIONS:
+    first = fx_operator(steps[0])
+    if first in _CONTRACTIONS:
         return "direct"
-    if fx_operator(steps[0]) in SELECTIONS and \
-            sum(fx_operator(step) in _CONTRACTIONS for step in steps) == 1:
+    mixing = [fx_operator(step) for step in steps
+              if fx_operator(step) in _CONTRACTIONS | _LINEAR_MAPS]
+    if len(mixing) == 1 and (first in SELECTIONS or first in _LINEAR_MAPS):
         return "selected"
     return None
 
@@ -511,14 +526,32 @@ def contraction_recipes(folds: Mapping[str, ContractionFold]) -> Contractions:
                     problems[name] = _unsolved(condition, len(group), fold.direct)
     recipes = {}
     for name, candidates in found.items():
-        if len(candidates) == 1:
-            recipes[name] = candidates[0]
+        ways = _distinct_maps(candidates, folds[name].weight)
+        if len(ways) == 1:
+            recipes[name] = ways[0]
             del problems[name]
         else:
             problems[name] = (f"it is a contraction of it with a table computed from no "
-                              f"parameter, and {len(candidates)} ways of contracting the "
+                              f"parameter, and {len(ways)} ways of contracting the "
                               f"parameter's axes give its values")
     return Contractions(recipes, problems)
+
+
+def _distinct_maps(candidates: Sequence[Contract],
+                   weight: np.ndarray[Any, Any]) -> list[Contract]:
+    """``candidates`` less those that compute what an earlier one does from any weight.
+
+    Orders of the output's axes that differ only in how its rows are laid out give tables
+    whose rows differ as much: one linear map of the weight. Two candidates are the same map
+    when they agree on a random weight too.
+    """
+    probe = np.random.default_rng(0).standard_normal(weight.shape).astype(weight.dtype)
+    ways: list[tuple[Contract, np.ndarray[Any, Any]]] = []
+    for candidate in candidates:
+        value = candidate.compute(probe)
+        if not any(value.shape == seen.shape and close(value, seen) for _, seen in ways):
+            ways.append((candidate, value))
+    return [candidate for candidate, _ in ways]
 
 
 def _unsolved(condition: float, readers: int, direct: bool) -> str:
@@ -599,6 +632,9 @@ def _shared_table(systems: Sequence[ContractionFold],
                              .reshape(-1, m.shape[1])
                              for fold, m in zip(systems, matrices, strict=True)], axis=1)
     table = np.linalg.lstsq(matrix.T, wanted.T, rcond=None)[0].T
+    # zero within rounding is zero: an interpolation's table never reads a class token's
+    # row, whose gradient must then be 0, as torch's (AdamW makes noise of it a full step)
+    table[np.abs(table) <= COMPUTED_RTOL * float(np.abs(table).max(initial=0.0))] = 0.0
     largest = max(float(np.abs(wanted).max(initial=0.0)), 1e-30)
     if float(np.abs(table @ matrix - wanted).max(initial=0.0)) > COMPUTED_RTOL * largest:
         return None, condition
