@@ -606,6 +606,41 @@ def _cross_entropy(op_type: str) -> Callable[[Draw], Case]:
     return case
 
 
+# ================================================================= spectral
+def _dft(draw: Draw) -> Case:
+    opset = draw(st.sampled_from([17, 20]))
+    b = _Builder(draw, opset=opset)
+    inverse, onesided = int(draw(st.booleans())), int(draw(st.booleans()))
+    signal = _shape(draw, 1, 3, 5)
+    rank = len(signal) + 1
+    axis = draw(st.integers(0, rank - 2))
+    position = axis
+    if draw(st.booleans()):
+        axis -= rank
+    complex_input = (inverse and onesided) or (not onesided and draw(st.booleans()))
+    length = draw(st.sampled_from([None, 1, 2, 3, 4, 5, 6, 7, 8]))
+    if inverse and onesided:  # IRFFT: its input holds length // 2 + 1 bins, a known number
+        if length is None:
+            length = None if signal[position] >= 2 else 2
+        if length is not None:
+            signal[position] = length // 2 + 1
+            b.dynamic = False
+    x = b.tensor("x", [*signal, 2 if complex_input else 1])
+    attributes: dict[str, Any] = {"inverse": inverse, "onesided": onesided}
+    inputs = [x, ""]
+    if length is not None:
+        fed = not (inverse and onesided) and draw(st.booleans())
+        inputs[1] = b.ints("dft_length", np.array(length), as_input=fed)
+    if opset >= 20:
+        fed = not (inverse and onesided and length is not None) and draw(st.booleans())
+        inputs.append(b.ints("axis", np.array(axis), as_input=fed))
+    else:
+        attributes["axis"] = axis
+    while not inputs[-1]:
+        inputs.pop()
+    return b.model("DFT", inputs, **attributes)
+
+
 CASES: dict[str, Callable[[Draw], Case]] = {
     "Add": _binary("Add"), "Sub": _binary("Sub"), "Mul": _binary("Mul"),
     "Div": _binary("Div", b={"away_from_zero": True}),
@@ -640,7 +675,7 @@ CASES: dict[str, Callable[[Draw], Case]] = {
     "ReduceL2": _reduction("ReduceL2"), "ReduceLogSumExp": _reduction("ReduceLogSumExp"),
     "Conv": _conv, "MaxPool": _pool("MaxPool"), "AveragePool": _pool("AveragePool"),
     "GlobalAveragePool": _global_pool("GlobalAveragePool"),
-    "GlobalMaxPool": _global_pool("GlobalMaxPool"), "Resize": _resize,
+    "GlobalMaxPool": _global_pool("GlobalMaxPool"), "Resize": _resize, "DFT": _dft,
     "SoftmaxCrossEntropyLoss": _cross_entropy("SoftmaxCrossEntropyLoss"),
     "NegativeLogLikelihoodLoss": _cross_entropy("NegativeLogLikelihoodLoss"),
 }

@@ -22,8 +22,9 @@ def builtin_builders() -> list[GradientBuilder]:
         reduction,
         resize,
         shape,
+        spectral,
     )
 
     return [*elementwise.BUILDERS, *linear.BUILDERS, *normalization.BUILDERS,
             *shape.BUILDERS, *reduction.BUILDERS, *conv.BUILDERS, *resize.BUILDERS,
-            *loss.BUILDERS]
+            *spectral.BUILDERS, *loss.BUILDERS]
