@@ -24,7 +24,7 @@ help:
 	@echo "make test   - set up and run lint, type checks, docs build and the whole test suite"
 	@echo "make bench  - run the benchmarks (slow) and print ratios against peer tools"
 	@echo "make zoo    - judge every zoo architecture x export mode against torch, and the sweep of"
-	@echo "              47 more architectures (docs/benchmarks.md)"
+	@echo "              74 more architectures (docs/benchmarks.md)"
 	@echo "make docs   - build the documentation (mkdocs --strict)"
 
 venv: $(STAMP)

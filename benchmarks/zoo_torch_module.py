@@ -36,7 +36,8 @@ from zoo.torch_module import ModuleOutcome, judge_module, modes_of  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "zoo_torch_module.json"
 SWEEP_RESULTS = REPO / "benchmarks" / "results" / "zoo_torch_module_sweep.json"
-LABELS = ("trains", "undecided", "wrong", "refused", "torch export failure", "crash")
+LABELS = ("trains", "undecided", "wrong", "refused", "torch export failure", "torch failure",
+          "crash")
 
 
 def main() -> None:

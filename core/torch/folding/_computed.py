@@ -621,12 +621,12 @@ def _shared_table(systems: Sequence[ContractionFold],
     matrices = [_matrix(fold.weight.astype(np.float64), rows, transposed) for fold in systems]
     matrix = np.concatenate(matrices, axis=1)
     contracted, columns = matrix.shape
-    if contracted > columns or (contracted == columns and
-                                not all(fold.direct for fold in systems)):
-        return None, float("inf") if contracted > columns else 1.0
+    if contracted > columns:
+        return None, float("inf")
     singular = np.linalg.svd(matrix, compute_uv=False)
     condition = float(singular[0] / singular[-1]) if singular[-1] > 0 else float("inf")
-    if condition > MAX_CONDITION:
+    square_selected = contracted == columns and not all(fold.direct for fold in systems)
+    if condition > MAX_CONDITION or square_selected:  # a square system fits any constant
         return None, condition
     wanted = np.concatenate([fold.constant.astype(np.float64).transpose(order)
                              .reshape(-1, m.shape[1])
