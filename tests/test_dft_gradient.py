@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +31,8 @@ import graphpass
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
+
+from _torch_ops import Op, export_op  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -235,22 +236,6 @@ def test_two_dfts_in_a_row_are_fftn(opset: int) -> None:
 
 
 # ================================================================ torch exports
-class _Op(torch.nn.Module):
-    def __init__(self, function: Callable[[Any], Any]) -> None:
-        super().__init__()
-        self.function = function
-
-    def forward(self, x: Any) -> Any:
-        return self.function(x)
-
-
-def _export(module: Any, x: Any) -> onnx.ModelProto:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        program = torch.onnx.export(module, (x,), dynamo=True, verbose=False)
-    return program.model_proto
-
-
 _EXPORTS: dict[str, tuple[Callable[[Any], Any], tuple[int, ...]]] = {
     "fftn real (FNet)": (lambda x: torch.fft.fftn(x, dim=(1, 2)).real, (2, 4, 6)),
     "fft n=8 imag": (lambda x: torch.fft.fft(x, n=8, dim=1).imag, (2, 6, 3)),
@@ -268,9 +253,9 @@ def test_torch_export_gradient_equals_torch(case: str) -> None:
     """The builders' dX (onnxruntime, float32) is torch.autograd's; float64 passes FD."""
     function, shape = _EXPORTS[case]
     torch.manual_seed(0)
-    module = _Op(function)
+    module = Op(function)
     x = torch.randn(*shape)
-    proto = _export(module, x)
+    proto = export_op(module, x)
     assert "DFT" in {n.op_type for n in proto.graph.node}
     name = proto.graph.input[0].name
     cotangent, expected = _torch_gradient(function, x.numpy())
@@ -300,7 +285,7 @@ class _FourierMixing(torch.nn.Module):
 
 def test_lint_gradients_with_graphpass_rules_refuses_nothing_in_fourier_mixing() -> None:
     torch.manual_seed(0)
-    proto = _export(_FourierMixing(), torch.randn(2, 5, 8))
+    proto = export_op(_FourierMixing(), torch.randn(2, 5, 8))
     assert "DFT" in {n.op_type for n in proto.graph.node}
     model = graphpass.Model.from_proto(proto)
     result = graphpass.PassManager(["lint-gradients"], options={

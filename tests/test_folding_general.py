@@ -739,17 +739,15 @@ def test_train_ready_with_the_models_state_dict_trains_every_parameter_as_torch(
         assert len(read_back) == 2, evidence
 
 
-@pytest.mark.torch
-def test_a_table_is_not_read_back_with_a_checkpoint_changed_since_the_export(
-        tmp_path: Path, capsys: Any) -> None:
-    """The table is what the export's own kernels give the constant: a fine-tuned
-    checkpoint's kernels would give another, so the fold is refused, saying why."""
+def _refused_with_a_tuned_checkpoint(name: str, tune: Any, tmp_path: Path,
+                                     capsys: Any) -> str:
+    """The report of ``train-ready`` on ``name``'s export with a checkpoint ``tune`` changed
+    after the export (under ``no_grad``): refused, writing nothing."""
     from safetensors.torch import save_model
 
-    module, path, _, _ = _export("sinusoidal-relative", tmp_path)
+    module, path, _, _ = _export(name, tmp_path)
     with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.add_(0.01)
+        tune(module)
     save_model(module, str(tmp_path / "tuned.safetensors"))
     capsys.readouterr()
     out = tmp_path / "ready.onnx"
@@ -757,6 +755,19 @@ def test_a_table_is_not_read_back_with_a_checkpoint_changed_since_the_export(
                  str(tmp_path / "tuned.safetensors")])
     report = " ".join(capsys.readouterr().out.split())
     assert code == 1 and not out.exists()
+    return report
+
+
+@pytest.mark.torch
+def test_a_table_is_not_read_back_with_a_checkpoint_changed_since_the_export(
+        tmp_path: Path, capsys: Any) -> None:
+    """The table is what the export's own kernels give the constant: a fine-tuned
+    checkpoint's kernels would give another, so the fold is refused, saying why."""
+    def tune(module: nn.Module) -> None:
+        for parameter in module.parameters():
+            parameter.add_(0.01)
+
+    report = _refused_with_a_tuned_checkpoint("sinusoidal-relative", tune, tmp_path, capsys)
     assert "GP211" in report and "the checkpoint differs from the weights the file holds" \
         in report, report
 
@@ -768,19 +779,11 @@ def test_constants_folded_from_a_buffer_are_kept_only_with_the_exports_own_check
     the buffer, and the file does not hold it, so its constants stand as exported with the
     model's own state_dict (every parameter the file holds equal, bit for bit); with a
     checkpoint changed since (fine-tuned, the rotary base changed) they are refused."""
-    from safetensors.torch import save_model
-
-    module, path, _, _ = _export("rotary-buffer", tmp_path)
-    with torch.no_grad():
+    def tune(module: nn.Module) -> None:
         module.proj.weight.add_(0.01)
         module.inv_freq.mul_(0.5)
-    save_model(module, str(tmp_path / "tuned.safetensors"))
-    capsys.readouterr()
-    out = tmp_path / "ready.onnx"
-    code = main(["run", str(path), "-o", str(out), "-p", "train-ready", "--checkpoint",
-                 str(tmp_path / "tuned.safetensors")])
-    report = " ".join(capsys.readouterr().out.split())
-    assert code == 1 and not out.exists()
+
+    report = _refused_with_a_tuned_checkpoint("rotary-buffer", tune, tmp_path, capsys)
     assert "GP211" in report and "from 'inv_freq'" in report, report
     assert "torch's record says it was computed (cos)" in report, report
 

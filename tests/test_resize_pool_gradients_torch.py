@@ -29,6 +29,8 @@ import graphpass
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
+from _torch_ops import Op, export_op  # noqa: E402
+
 import graphpass.torch  # noqa: E402
 
 F = torch.nn.functional
@@ -36,22 +38,6 @@ pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore")]
 
 
 # =================================================================== torch
-class _Op(torch.nn.Module):
-    def __init__(self, function: Callable[[Any], Any]) -> None:
-        super().__init__()
-        self.function = function
-
-    def forward(self, x: Any) -> Any:
-        return self.function(x)
-
-
-def _export(module: Any, x: Any) -> onnx.ModelProto:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        program = torch.onnx.export(module, (x,), dynamo=True, verbose=False)
-    return program.model_proto
-
-
 def _torch_and_builder_gradients(module: Any, proto: onnx.ModelProto, x: Any
                                  ) -> tuple[np.ndarray, np.ndarray]:
     """dX of ``sum(cotangent * module(x))``: torch.autograd's, and the builders' (onnxruntime)."""
@@ -73,9 +59,9 @@ def _against_torch(function: Callable[[Any], Any], shape: tuple[int, ...], op_ty
                    ) -> None:
     """The builder's dX (onnxruntime, float32) is torch.autograd's; float64 passes FD."""
     torch.manual_seed(0)
-    module = _Op(function)
+    module = Op(function)
     x = torch.randn(*shape)
-    proto = _export(module, x)
+    proto = export_op(module, x)
     assert op_type in {n.op_type for n in proto.graph.node}
     expected, actual = _torch_and_builder_gradients(module, proto, x)
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
@@ -111,7 +97,7 @@ def test_interpolate_gradient_equals_torch(case: str) -> None:
 
 def test_interpolate_to_a_size_with_a_dynamic_batch_resizes_only_the_spatial_axes() -> None:
     """Sizes computed at run time (the batch is symbolic): N and C get no matrix."""
-    module = _Op(lambda x: F.interpolate(x, size=(7, 3), mode="bilinear"))
+    module = Op(lambda x: F.interpolate(x, size=(7, 3), mode="bilinear"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         proto = torch.onnx.export(module, (torch.randn(2, 3, 4, 5),), dynamo=True,
@@ -170,9 +156,9 @@ class _UpDown(torch.nn.Module):
         return self.head(h.flatten(1))
 
 
-def test_lint_gradients_with_graphpass_rules_refuses_nothing_in_the_export() -> None:
+def test_lint_gradients_with_graphpass_rules_refuses_nothing_in_theexport_op() -> None:
     torch.manual_seed(0)
-    proto = _export(_UpDown(), torch.randn(2, 2, 5, 5))
+    proto = export_op(_UpDown(), torch.randn(2, 2, 5, 5))
     ops = {n.op_type for n in proto.graph.node}
     assert {"Resize", "AveragePool", "MaxPool"} <= ops
     model = graphpass.Model.from_proto(proto)
