@@ -61,6 +61,7 @@ __all__ = [
     "ELEMENTWISE",
     "EPSILONS",
     "FLOAT_COMPUTATIONS",
+    "IDENTITIES",
     "MAX_CONDITION",
     "MAX_ELEMENTWISE_ORDERS",
     "SELECTIONS",
@@ -105,9 +106,11 @@ SELECTIONS: Final = frozenset({
     "_to_copy"})
 """FX operators that only select elements: every element of their output is a copy of one
 of their input's (their map is read from the values)."""
-_IN_ORDER: Final = frozenset({"view", "reshape", "_unsafe_view", "clone", "contiguous",
-                              "unsqueeze", "squeeze", "alias", "unflatten", "flatten",
-                              "lift_fresh_copy", "detach", "_to_copy"})
+IDENTITIES: Final = frozenset({"alias", "clone", "contiguous", "detach", "lift_fresh_copy"})
+"""FX operators whose output is their input: same shape, same elements in order (a slice of
+a whole axis is traced as ``alias``)."""
+_IN_ORDER: Final = IDENTITIES | {"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze",
+                                 "unflatten", "flatten", "_to_copy"}
 """Shape FX operators that keep the elements in order (row-major): a chain of them is a
 ``Reshape``, known without locating values (which repeat in a fresh Mamba's ``A_log``)."""
 _CONTRACTIONS: Final = frozenset({"einsum", "matmul", "mm", "bmm", "linear", "tensordot"})

@@ -34,6 +34,7 @@ from graphpass.torch._export_record import (
 )
 from graphpass.torch.folding._computed import (
     FLOAT_COMPUTATIONS,
+    IDENTITIES,
     ContractionFold,
     computed_recipe,
     contraction_output,
@@ -73,9 +74,6 @@ per channel, by their schema."""
 _PERMUTE_EVIDENCE: Final = ("torch's record: the constant is the FX node of a permute, folded "
                             "from the parameter alone")
 _BROADCASTS: Final = frozenset({"expand", "expand_as", "broadcast_to"})
-_IDENTITIES: Final = frozenset({"alias", "clone", "contiguous", "detach", "lift_fresh_copy"})
-"""FX operators whose output is their input: same shape, same elements in order (a slice of
-a whole axis is traced as ``alias``)."""
 """FX operators that copy their one input whole, repeating it only along axes of size 1 (and
 new leading axes): a constant named so and folded from one tensor holds every element of
 it. (``repeat`` is not one: it also tiles axes longer than 1, which the values cannot tell
@@ -106,9 +104,9 @@ def find_merged_constants(graph: Graph) -> list[MergedConstant]:
     records the parameters it was computed from. A node that reads a folded constant
     whose name is none of its FX arguments, while one FX argument of the same operator
     names no value of the graph, reads a constant merged into another of equal values:
-    the one its record names is gone. Its parameter is then the one the record names no
-    where else: in the reader's module (or the nearest enclosing one), under the name
-    the kept constant's parameter has in its own module (``layers.1.mixer.A_log`` for
+    the one its record names is gone. Its parameter is then the one no record names: in
+    the reader's module (or the nearest enclosing one), under the name the kept constant's
+    parameter has in its own module (``layers.1.mixer.A_log`` for
     ``layers.0.mixer.A_log``), a parameter of the signature without an initializer or a
     record of its own.
 
@@ -271,12 +269,13 @@ class _Finder:
         tensor = self.initializers.get(fold.name)
         if fold.recipe is None or fold.inferred or fold.kind != "parameter" or tensor is None:
             return None
-        values = [self.checkpoint.value(name) for name in (fold.source, *fold.recipe.reads)]
-        if any(value is None for value in values):
+        names = (fold.source, *fold.recipe.reads)
+        values = [v for v in map(self.checkpoint.value, names) if v is not None]
+        if len(values) != len(names):
             return None
         constant = tensor.numpy()
         try:
-            computed = fold.recipe.compute(*values)  # type: ignore[arg-type]
+            computed = fold.recipe.compute(*values)
         except (ValueError, IndexError):
             return None
         return computed.shape == constant.shape and fold.recipe.same_values(computed, constant)
@@ -641,7 +640,7 @@ class _Finder:
 
         * every FX node the fold records, its own first, is an ``unsqueeze``
           (``w.unsqueeze(-1).unsqueeze(-1)``, a layer scale), which adds one axis of size 1,
-          or returns its input (:data:`_IDENTITIES`: ``w[:, :n]`` over a whole axis is an
+          or returns its input (:data:`IDENTITIES`: ``w[:, :n]`` over a whole axis is an
           ``alias``);
         * every reader of the fold is recorded as an aten operator whose state arguments
           are one value per channel by its schema (``aten.group_norm``: weight and bias
@@ -658,7 +657,7 @@ class _Finder:
         rank: int | None = None
         how = ""
         operators = [fx_operator(step) for step in steps]
-        if steps and all(o == "unsqueeze" or o in _IDENTITIES for o in operators):
+        if steps and all(o == "unsqueeze" or o in IDENTITIES for o in operators):
             added = operators.count("unsqueeze")
             rank = len(shape) - added
             how = (f"folded by the FX nodes {', '.join(steps)} of the parameter alone, which "
