@@ -504,8 +504,8 @@ def contraction_recipes(folds: Mapping[str, ContractionFold]) -> Contractions:
                           f"{list(fold.weight.shape)}")
     found: dict[str, list[Contract]] = {}
     conditions: dict[str, float] = {}
+    unsolved: list[tuple[list[str], _Form, float]] = []
     for (_, _, _, form), names in forms.items():
-        rows, transposed, _ = form
         left = list(names)
         while left:
             group = [left.pop(0)]
@@ -514,30 +514,59 @@ def contraction_recipes(folds: Mapping[str, ContractionFold]) -> Contractions:
                     group.append(name)
                     left.remove(name)
             table, condition = _shared_table([folds[n] for n in group], form)
-            for name in group:
-                fold = folds[name]
-                fitted = None if table is None else Contract(
-                    table=table, rows=rows, transposed=transposed,
-                    inner=_layout(fold.constant.shape, form, table.shape[0]))
-                if fitted is not None and not close(fitted.compute(fold.weight),
-                                                    fold.constant):
-                    fitted = None
-                if fitted is not None:
-                    found.setdefault(name, []).append(fitted)
-                elif condition < conditions.get(name, float("inf")) or name not in conditions:
-                    conditions[name] = condition  # the form that came nearest says why
-                    problems[name] = _unsolved(condition, len(group), fold.direct)
+            _fit_table(folds, group, form, table, condition, found, conditions, problems)
+            if table is None:
+                unsolved.append((group, form, condition))
+    recipes = _chosen(folds, found, problems)
+    known = [recipe.table for recipe in recipes.values()]
+    for group, form, condition in unsolved:
+        table = _rows_held_elsewhere([folds[n] for n in group], form, condition, known)
+        if table is not None:
+            _fit_table(folds, group, form, table, condition, found, conditions, problems)
+    return Contractions(_chosen(folds, found, problems), problems)
+
+
+def _fit_table(folds: Mapping[str, ContractionFold], group: Sequence[str], form: _Form,
+               table: np.ndarray[Any, Any] | None, condition: float,
+               found: dict[str, list[Contract]], conditions: dict[str, float],
+               problems: dict[str, str]) -> None:
+    """Add to ``found`` the recipe ``table`` gives each fold of ``group`` it reproduces.
+
+    A fold it does not reproduce gets, in ``problems``, why no table was read back, from
+    the form that came nearest (the smallest condition number).
+    """
+    rows, transposed, _ = form
+    for name in group:
+        fold = folds[name]
+        fitted = None if table is None else Contract(
+            table=table, rows=rows, transposed=transposed,
+            inner=_layout(fold.constant.shape, form, table.shape[0]))
+        if fitted is not None and not close(fitted.compute(fold.weight), fold.constant):
+            fitted = None
+        if fitted is not None:
+            found.setdefault(name, []).append(fitted)
+        elif condition < conditions.get(name, float("inf")) or name not in conditions:
+            conditions[name] = condition
+            problems[name] = _unsolved(condition, len(group), fold.direct)
+
+
+def _chosen(folds: Mapping[str, ContractionFold], found: Mapping[str, list[Contract]],
+            problems: dict[str, str]) -> dict[str, Contract]:
+    """The recipe of each fold ``found`` gives one way of contracting.
+
+    ``problems`` says why not for the others, and loses the folds that got one.
+    """
     recipes = {}
     for name, candidates in found.items():
         ways = _distinct_maps(candidates, folds[name].weight)
         if len(ways) == 1:
             recipes[name] = ways[0]
-            del problems[name]
+            problems.pop(name, None)
         else:
             problems[name] = (f"it is a contraction of it with a table computed from no "
                               f"parameter, and {len(ways)} ways of contracting the "
                               f"parameter's axes give its values")
-    return Contractions(recipes, problems)
+    return recipes
 
 
 def _distinct_maps(candidates: Sequence[Contract],
@@ -568,7 +597,8 @@ def _unsolved(condition: float, readers: int, direct: bool) -> str:
     if condition > MAX_CONDITION:
         return (f"{what}, which the constant determines only to {condition:.0f} times "
                 f"float32 rounding: the parameter, as the matrix contracted, has condition "
-                f"number {condition:.0f}, more than {MAX_CONDITION:.0f}, and {others}")
+                f"number {condition:.0f}, more than {MAX_CONDITION:.0f}, {others}, and "
+                f"not every row of the table is one other folds' tables determine")
     if not direct and readers == 1:
         return (f"{what} and then viewed or permuted; one square system gives any constant "
                 f"a table, so the values cannot check the contraction, and {others}")
@@ -642,6 +672,51 @@ def _shared_table(systems: Sequence[ContractionFold],
     if float(np.abs(table @ matrix - wanted).max(initial=0.0)) > COMPUTED_RTOL * largest:
         return None, condition
     return np.ascontiguousarray(table, dtype=systems[0].weight.dtype), condition
+
+
+def _rows_held_elsewhere(systems: Sequence[ContractionFold], form: _Form, condition: float,
+                         known: Sequence[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any] | None:
+    """The table of ``systems`` built from rows of ``known`` tables, where every row is one.
+
+    A table that only ill-conditioned parameters determine is known from them only to
+    ``condition`` times float32 rounding, too coarse to train from. Tables computed from no
+    parameter often share rows: one position table gathered at the positions each layer
+    reads (Funnel's pooled attention reads its block's positions and one more). Each row of
+    the rough solution is looked up among the rows of the tables other folds determine
+    (read back with a condition number of at most :data:`MAX_CONDITION`), within the rough
+    solution's error, and taken from there: a copy of one row, or, where none is one, a row
+    up to the sign of each element (a sinusoid's sine half is odd: position ``-p``'s row
+    is ``p``'s with it negated). Rows that match differently, or not at all, leave the
+    table unsolved (``None``); so does a table that does not reproduce the constants.
+    """
+    rows, transposed, order = form
+    candidates = [table.astype(np.float64) for table in known if table.shape[1] == rows]
+    if not np.isfinite(condition) or not candidates:
+        return None
+    matrices = [_matrix(fold.weight.astype(np.float64), rows, transposed) for fold in systems]
+    matrix = np.concatenate(matrices, axis=1)
+    wanted = np.concatenate([fold.constant.astype(np.float64).transpose(order)
+                             .reshape(-1, m.shape[1])
+                             for fold, m in zip(systems, matrices, strict=True)], axis=1)
+    rough = np.linalg.lstsq(matrix.T, wanted.T, rcond=None)[0].T
+    pool = np.unique(np.concatenate(candidates), axis=0)
+    scale = max(float(np.abs(pool).max(initial=0.0)), float(np.abs(rough).max(initial=0.0)))
+    error = condition * COMPUTED_RTOL * scale        # how far the rough rows may be off
+    same = MAX_CONDITION * COMPUTED_RTOL * scale     # how far two known rows of one value are
+    table = np.empty_like(rough)
+    for index, row in enumerate(rough):
+        decided = np.abs(row) > error                # elements whose sign the row shows
+        near = pool[np.abs(np.abs(pool) - np.abs(row)).max(axis=1) <= error]
+        plain = near[(np.sign(near) == np.sign(row))[:, decided].all(axis=1)]
+        chosen = plain if len(plain) else np.where(decided & (np.sign(near) != np.sign(row)),
+                                                   -near, near)
+        if not len(chosen) or float(np.abs(chosen - chosen[0]).max()) > same:
+            return None
+        table[index] = chosen[0]
+    largest = max(float(np.abs(wanted).max(initial=0.0)), 1e-30)
+    if float(np.abs(table @ matrix - wanted).max(initial=0.0)) > COMPUTED_RTOL * largest:
+        return None
+    return np.ascontiguousarray(table, dtype=systems[0].weight.dtype)
 
 
 def _candidates(parameters: Mapping[str, np.ndarray[Any, Any]], steps: Sequence[str],
