@@ -650,9 +650,7 @@ def _shared_table(systems: Sequence[ContractionFold],
 
     The table is ``None`` where the values do not determine it.
     """
-    rows, transposed, order = form
-    matrices = [_matrix(fold.weight.astype(np.float64), rows, transposed) for fold in systems]
-    matrix = np.concatenate(matrices, axis=1)
+    matrix, wanted = _system(systems, form)
     contracted, columns = matrix.shape
     if contracted > columns:
         return None, float("inf")
@@ -661,17 +659,34 @@ def _shared_table(systems: Sequence[ContractionFold],
     square_selected = contracted == columns and not all(fold.direct for fold in systems)
     if condition > MAX_CONDITION or square_selected:  # a square system fits any constant
         return None, condition
-    wanted = np.concatenate([fold.constant.astype(np.float64).transpose(order)
-                             .reshape(-1, m.shape[1])
-                             for fold, m in zip(systems, matrices, strict=True)], axis=1)
     table = np.linalg.lstsq(matrix.T, wanted.T, rcond=None)[0].T
     # zero within rounding is zero: an interpolation's table never reads a class token's
     # row, whose gradient must then be 0, as torch's (AdamW makes noise of it a full step)
     table[np.abs(table) <= COMPUTED_RTOL * float(np.abs(table).max(initial=0.0))] = 0.0
-    largest = max(float(np.abs(wanted).max(initial=0.0)), 1e-30)
-    if float(np.abs(table @ matrix - wanted).max(initial=0.0)) > COMPUTED_RTOL * largest:
+    if not _reproduces(table, matrix, wanted):
         return None, condition
     return np.ascontiguousarray(table, dtype=systems[0].weight.dtype), condition
+
+
+def _system(systems: Sequence[ContractionFold],
+            form: _Form) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """``matrix`` and ``wanted`` of ``table @ matrix = wanted``, in float64, for ``form``.
+
+    The parameters as matrices (contracted by kept elements) side by side, and the constants
+    as the contraction's output (rows by kept elements), side by side alike.
+    """
+    rows, transposed, order = form
+    matrices = [_matrix(fold.weight.astype(np.float64), rows, transposed) for fold in systems]
+    wanted = [fold.constant.astype(np.float64).transpose(order).reshape(-1, m.shape[1])
+              for fold, m in zip(systems, matrices, strict=True)]
+    return np.concatenate(matrices, axis=1), np.concatenate(wanted, axis=1)
+
+
+def _reproduces(table: np.ndarray[Any, Any], matrix: np.ndarray[Any, Any],
+                wanted: np.ndarray[Any, Any]) -> bool:
+    """Whether ``table @ matrix`` is ``wanted`` within :data:`COMPUTED_RTOL`."""
+    largest = max(float(np.abs(wanted).max(initial=0.0)), 1e-30)
+    return float(np.abs(table @ matrix - wanted).max(initial=0.0)) <= COMPUTED_RTOL * largest
 
 
 def _rows_held_elsewhere(systems: Sequence[ContractionFold], form: _Form, condition: float,
@@ -683,21 +698,18 @@ def _rows_held_elsewhere(systems: Sequence[ContractionFold], form: _Form, condit
     parameter often share rows: one position table gathered at the positions each layer
     reads (Funnel's pooled attention reads its block's positions and one more). Each row of
     the rough solution is looked up among the rows of the tables other folds determine
-    (read back with a condition number of at most :data:`MAX_CONDITION`), within the rough
-    solution's error, and taken from there: a copy of one row, or, where none is one, a row
-    up to the sign of each element (a sinusoid's sine half is odd: position ``-p``'s row
-    is ``p``'s with it negated). Rows that match differently, or not at all, leave the
-    table unsolved (``None``); so does a table that does not reproduce the constants.
+    (read back with a condition number of at most :data:`MAX_CONDITION`) and taken from
+    there: a copy of one row or, where none is one, a row up to the sign of each element
+    (a sinusoid's sine half is odd: position ``-p``'s row is ``p``'s with it negated). It
+    must lie within the rough solution's error, and no other row within twice that. A row
+    that matches no row, or more than one, leaves the table unsolved (``None``); so does a
+    table that does not reproduce the constants.
     """
-    rows, transposed, order = form
+    rows = form[0]
     candidates = [table.astype(np.float64) for table in known if table.shape[1] == rows]
     if not np.isfinite(condition) or not candidates:
         return None
-    matrices = [_matrix(fold.weight.astype(np.float64), rows, transposed) for fold in systems]
-    matrix = np.concatenate(matrices, axis=1)
-    wanted = np.concatenate([fold.constant.astype(np.float64).transpose(order)
-                             .reshape(-1, m.shape[1])
-                             for fold, m in zip(systems, matrices, strict=True)], axis=1)
+    matrix, wanted = _system(systems, form)
     rough = np.linalg.lstsq(matrix.T, wanted.T, rcond=None)[0].T
     pool = np.unique(np.concatenate(candidates), axis=0)
     scale = max(float(np.abs(pool).max(initial=0.0)), float(np.abs(rough).max(initial=0.0)))
@@ -705,16 +717,16 @@ def _rows_held_elsewhere(systems: Sequence[ContractionFold], form: _Form, condit
     same = MAX_CONDITION * COMPUTED_RTOL * scale     # how far two known rows of one value are
     table = np.empty_like(rough)
     for index, row in enumerate(rough):
-        decided = np.abs(row) > error                # elements whose sign the row shows
-        near = pool[np.abs(np.abs(pool) - np.abs(row)).max(axis=1) <= error]
-        plain = near[(np.sign(near) == np.sign(row))[:, decided].all(axis=1)]
-        chosen = plain if len(plain) else np.where(decided & (np.sign(near) != np.sign(row)),
-                                                   -near, near)
-        if not len(chosen) or float(np.abs(chosen - chosen[0]).max()) > same:
+        decided = np.abs(row) > error                # the elements whose sign the row shows
+        near = pool[np.abs(np.abs(pool) - np.abs(row)).max(axis=1) <= 2 * error]
+        flips = decided & (np.sign(near) != np.sign(row))
+        plain = near[~flips.any(axis=1)]
+        chosen = plain if len(plain) else np.where(flips, -near, near)
+        if not len(chosen) or float(np.abs(chosen - chosen[0]).max()) > same \
+                or float(np.abs(chosen[0] - row).max()) > error:
             return None
         table[index] = chosen[0]
-    largest = max(float(np.abs(wanted).max(initial=0.0)), 1e-30)
-    if float(np.abs(table @ matrix - wanted).max(initial=0.0)) > COMPUTED_RTOL * largest:
+    if not _reproduces(table, matrix, wanted):
         return None
     return np.ascontiguousarray(table, dtype=systems[0].weight.dtype)
 
