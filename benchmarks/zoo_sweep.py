@@ -86,13 +86,16 @@ MODES = ("dynamo", "dynamo+state_dict", "dynamo-full-state")
 
 
 LEFT = [
-    "- **false refusal** (1, Funnel with its `state_dict()`): the optimizer folds each "
-    "layer's `einsum(\"td,dnh->tnh\", table, r_kernel)` with a sinusoidal table built in "
-    "`forward`. graphpass reads a table back from the constant and the kernel, jointly over "
-    "the folds one table gives: block 0's and the decoder's (condition number 29). Block 1's "
-    "table only its own 32 x 32 kernel reads (condition number 230): the constant determines it "
-    "only to 230 times float32 rounding, which moves ten AdamW steps 2.2e-4 from torch's, so it "
-    "is refused (`GP211`, naming the condition number). The `optimize=False` export trains.",
+    "- **false refusals: none**. The last one, Funnel with its `state_dict()`, trains since "
+    "issue 30's fourth stop. The optimizer folds each layer's "
+    "`einsum(\"td,dnh->tnh\", table, r_kernel)` with a sinusoidal table built in `forward`; "
+    "graphpass reads the table back from the constant and the kernel, jointly over the folds "
+    "one table gives (block 0's and the decoder's: condition number 29). Block 1's table only "
+    "its own 32 x 32 kernel reads (condition number 230), which determines it only to 230 "
+    "times float32 rounding (ten AdamW steps then end 2.2e-4 from torch's). Its rows are the "
+    "other table's: relative positions -7 .. 7 as they are, and -8 as position 8 with its "
+    "sine half negated (a sinusoid's odd half), so they are taken from there, as exact as "
+    "theirs.",
     "- **undecided** (3): mobilenet_v1 (2 modes), a ReLU6 kink within float32 rounding decides "
     "the gradients; LeViT with its state_dict, torch's own float32 run ends further than 1e-4 "
     "from its float64 run on most weights (BatchNorm in every linear, batch of 2).",
