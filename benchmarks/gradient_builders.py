@@ -353,6 +353,11 @@ def main() -> int:
     return 1 if failed else 0
 
 
+def _ratio(value: float) -> str:
+    """``value`` to one digit, ``0`` when it is 0."""
+    return f"{value:.0e}" if value else "0"
+
+
 def _write_docs(nodes: dict[str, Counter[str]], random: dict[str, dict[str, object]],
                 torch_results: dict[str, dict[str, Any]], examples: int,
                 scaling: list[tuple[int, int, float]],
@@ -395,8 +400,7 @@ def _write_docs(nodes: dict[str, Counter[str]], random: dict[str, dict[str, obje
         "| --- | --- | --- | --- | --- | --- |",
         *(f"| {name} | {int(v['weights'])} / {int(v['parameters'])} | {v['loss_error']:.1e} | "
           f"{v['gradient_error']:.1e} / {v['torch_float32_gradient_error']:.1e} | "
-          f"{int(v['exact_zeros'])} ({v['largest_zero']:.0e}) | {v['build_seconds']:.2f} |"
-          .replace("(0e+00)", "(0)")
+          f"{int(v['exact_zeros'])} ({_ratio(v['largest_zero'])}) | {v['build_seconds']:.2f} |"
           for name, v in hugging.items()),
         "",
         "Gradients are judged against torch's in float64, beside torch's own float32 "

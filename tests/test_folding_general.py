@@ -248,6 +248,14 @@ def test_a_table_several_layers_contract_their_kernels_with_is_read_back_jointly
                                    fold.constant, rtol=1e-5, atol=1e-6)
 
 
+def _ill_conditioned_kernel(condition: float) -> np.ndarray:
+    """An ``[8, 2, 4]`` kernel whose ``8 x 8`` matrix has ``condition`` as condition number
+    (random ``32 x 32`` kernels have 200 to 8000: Funnel's have 230, 1400 and 7600)."""
+    u, _, v = np.linalg.svd(RNG.standard_normal((8, 8)))
+    matrix = u @ np.diag(np.geomspace(1, 1 / condition, 8)) @ v
+    return matrix.astype(np.float32).reshape(8, 2, 4)
+
+
 def test_a_table_one_ill_conditioned_kernel_alone_determines_is_refused_saying_why():
     from graphpass.torch.folding._computed import (
         MAX_CONDITION,
@@ -261,14 +269,6 @@ def test_a_table_one_ill_conditioned_kernel_alone_determines_is_refused_saying_w
     assert not found.recipes
     problem = found.problems["einsum"]
     assert f"more than {MAX_CONDITION:.0f}" in problem and "no other fold" in problem, problem
-
-
-def _ill_conditioned_kernel(condition: float) -> np.ndarray:
-    """An ``[8, 2, 4]`` kernel whose ``8 x 8`` matrix has ``condition`` as condition number
-    (random ``32 x 32`` kernels have 200 to 8000: Funnel's have 230, 1400 and 7600)."""
-    u, _, v = np.linalg.svd(RNG.standard_normal((8, 8)))
-    matrix = u @ np.diag(np.geomspace(1, 1 / condition, 8)) @ v
-    return matrix.astype(np.float32).reshape(8, 2, 4)
 
 
 def test_a_table_an_ill_conditioned_kernel_determines_takes_its_rows_from_other_tables():
